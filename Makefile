@@ -1,0 +1,42 @@
+# Two commands do everything on a fresh machine:
+#   make demo   set up .venv, run the demo grid on the embedded digits data, print the leaderboard
+#   make test   set up .venv and run the test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.ddlib-installed
+WORKERS ?= 2
+PARAMS ?= params/demo.yaml
+
+.PHONY: demo test setup run summary ui bench clean-store
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip check
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m ddlib run $(PARAMS) --workers $(WORKERS)
+	$(PY) -m ddlib summary
+
+run: $(STAMP)
+	$(PY) -m ddlib run $(PARAMS) --workers $(WORKERS)
+
+summary: $(STAMP)
+	$(PY) -m ddlib summary
+
+ui: $(STAMP)
+	$(VENV)/bin/$$($(PY) -m ddlib ui)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/train_speed.py
+
+clean-store:
+	rm -rf mlruns/mlflow.db mlruns/artifacts mlruns/locks

@@ -1,0 +1,5 @@
+import sys
+
+from ddlib.cli import main
+
+sys.exit(main())

@@ -1,0 +1,218 @@
+"""Dataset registry: real training and test sets as tensors, loaded once per process.
+
+Every loader returns a :class:`Dataset` whose images are either ``uint8`` (0-255) or
+``float32`` pixels in [0, 1], shaped N x C x H x W. Protocols call :meth:`Dataset.pixels`
+to get float pixels and normalise with ``mean``/``std`` themselves, so there is one way
+to normalise throughout the suite.
+
+Nothing is downloaded unless a caller passes ``download=True``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+__all__ = [
+    "Dataset",
+    "DatasetError",
+    "load_dataset",
+    "register_dataset",
+    "list_datasets",
+    "resolve_root",
+    "reduce_dataset",
+    "DIGITS_TEST_FRACTION",
+    "DIGITS_SPLIT_SEED",
+]
+
+
+class DatasetError(ValueError):
+    """A dataset could not be found or read; the message names the path and the problem."""
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A real dataset held in memory. Treat the tensors as read-only: they are cached and shared."""
+
+    name: str
+    train_images: torch.Tensor  # N x C x H x W, uint8 or float32 in [0, 1]
+    train_labels: torch.Tensor  # N, int64
+    test_images: torch.Tensor
+    test_labels: torch.Tensor
+    class_names: tuple[str, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    source: str = ""  # where it was read from, for provenance
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return tuple(self.train_images.shape[1:])  # type: ignore[return-value]
+
+    @property
+    def channels(self) -> int:
+        return self.image_shape[0]
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return self.image_shape[1], self.image_shape[2]
+
+    def pixels(self, split: str = "train") -> torch.Tensor:
+        """Float32 pixels in [0, 1] for ``split`` ("train" or "test")."""
+        images = self.train_images if split == "train" else self.test_images
+        return to_float_pixels(images)
+
+    def labels(self, split: str = "train") -> torch.Tensor:
+        return self.train_labels if split == "train" else self.test_labels
+
+    def __repr__(self) -> str:  # tensors make the default repr unreadable
+        return (
+            f"Dataset({self.name!r}, train={len(self.train_labels)}, test={len(self.test_labels)}, "
+            f"image_shape={self.image_shape}, classes={self.num_classes})"
+        )
+
+
+def to_float_pixels(images: torch.Tensor) -> torch.Tensor:
+    if images.dtype == torch.uint8:
+        return images.float().div_(255.0)
+    return images.float()
+
+
+# --------------------------------------------------------------------------- registry
+
+Loader = Callable[..., Dataset]
+_REGISTRY: dict[str, Loader] = {}
+_CACHE: dict[tuple, Dataset] = {}
+
+
+def register_dataset(name: str) -> Callable[[Loader], Loader]:
+    def decorator(fn: Loader) -> Loader:
+        _REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def list_datasets() -> list[str]:
+    return sorted(_REGISTRY) + ["imagefolder:<path>"]
+
+
+def resolve_root(name: str, root: str | os.PathLike | None) -> Path | None:
+    """The folder a dataset is read from: the ``root`` param, else ``$DDLIB_DATA``."""
+    if root is None:
+        env = os.environ.get("DDLIB_DATA")
+        root = env if env else None
+    return Path(root).expanduser() if root is not None else None
+
+
+def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool = False) -> Dataset:
+    """Load a dataset by registry name (``digits``, ``mnist``, ``cifar10``, ..., ``imagefolder:<path>``).
+
+    Cached per (name, root) for the life of the process: protocols may call this freely.
+    """
+    if name.startswith("imagefolder:"):
+        path = Path(name.split(":", 1)[1]).expanduser()
+        key = ("imagefolder", str(path.resolve()))
+        if key not in _CACHE:
+            from ddlib.data_sources import load_imagefolder_dataset
+
+            _CACHE[key] = load_imagefolder_dataset(path, name=name)
+        return _CACHE[key]
+    if name not in _REGISTRY:
+        raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(list_datasets())}")
+    resolved = resolve_root(name, root)
+    key = (name, str(resolved.resolve()) if resolved is not None else None)
+    if key not in _CACHE:
+        _CACHE[key] = _REGISTRY[name](root=resolved, download=download)
+    return _CACHE[key]
+
+
+def stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of a class-stratified split: the same seed gives the same split on every machine."""
+    rng = np.random.RandomState(seed)
+    train_idx, test_idx = [], []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        idx = idx[rng.permutation(len(idx))]
+        n_test = int(round(len(idx) * test_fraction))
+        test_idx.append(idx[:n_test])
+        train_idx.append(idx[n_test:])
+    return np.sort(np.concatenate(train_idx)), np.sort(np.concatenate(test_idx))
+
+
+def reduce_dataset(dataset: Dataset, train_per_class: int | None = None, test_size: int | None = None,
+                   seed: int = 0) -> Dataset:
+    """A smaller copy for CPU smoke runs: at most ``train_per_class`` training images per class and a
+    class-stratified test subset of ``test_size`` images, both drawn with ``seed``. ``None`` keeps a
+    split whole. The name is kept; ``source`` says what was reduced, so results are never mistaken
+    for full-data numbers."""
+    if train_per_class is None and test_size is None:
+        return dataset
+    g = torch.Generator().manual_seed(seed)
+    notes = []
+    train_images, train_labels = dataset.train_images, dataset.train_labels
+    if train_per_class is not None:
+        keep = torch.cat([
+            idx[torch.randperm(len(idx), generator=g)[:train_per_class]]
+            for idx in (torch.nonzero(train_labels == c).flatten() for c in range(dataset.num_classes))
+        ]).sort().values
+        train_images, train_labels = train_images[keep], train_labels[keep]
+        notes.append(f"train {train_per_class}/class")
+    test_images, test_labels = dataset.test_images, dataset.test_labels
+    if test_size is not None and test_size < len(test_labels):
+        fraction = test_size / len(test_labels)
+        _, keep_np = stratified_split(test_labels.numpy(), fraction, seed)
+        keep = torch.from_numpy(keep_np)
+        test_images, test_labels = test_images[keep], test_labels[keep]
+        notes.append(f"test {len(keep)}")
+    return replace(dataset, train_images=train_images, train_labels=train_labels, test_images=test_images,
+                   test_labels=test_labels, source=f"{dataset.source} [reduced: {', '.join(notes)}, seed {seed}]",
+                   extra={**dataset.extra, "reduced": True})
+
+
+# --------------------------------------------------------------------------- digits (embedded)
+
+DIGITS_TEST_FRACTION = 0.25
+DIGITS_SPLIT_SEED = 0
+
+
+@register_dataset("digits")
+def load_digits_dataset(root: Path | None = None, download: bool = False) -> Dataset:
+    """scikit-learn's ``load_digits``: 1,797 real 8x8 grayscale digits shipped inside the package.
+
+    Split: per class, 25 % to test, chosen by ``numpy.random.RandomState(0)`` (1,347 train /
+    450 test). Pixels are the original 0-16 intensities divided by 16.
+    """
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = (bunch.images.astype(np.float32) / 16.0)[:, None]  # N x 1 x 8 x 8
+    labels = bunch.target.astype(np.int64)
+    train_idx, test_idx = stratified_split(labels, DIGITS_TEST_FRACTION, DIGITS_SPLIT_SEED)
+    train = torch.from_numpy(images[train_idx])
+    mean = float(train.mean())
+    std = float(train.std())
+    return Dataset(
+        name="digits",
+        train_images=train,
+        train_labels=torch.from_numpy(labels[train_idx]),
+        test_images=torch.from_numpy(images[test_idx]),
+        test_labels=torch.from_numpy(labels[test_idx]),
+        class_names=tuple(str(i) for i in range(10)),
+        mean=(mean,),
+        std=(std,),
+        source="sklearn.datasets.load_digits",
+    )
+
+
+# The file-backed loaders (mnist, cifar10, ...) register themselves on import.
+from ddlib import data_sources as _data_sources  # noqa: E402,F401

@@ -1,0 +1,543 @@
+"""Distilled sets: one in-memory type for every method's output, and loaders for the common formats.
+
+A :class:`DistilledSet` always holds float pixels (nominally in [0, 1]) so that every protocol
+normalises the same way, whatever the file stored. Synthetic images may stray slightly
+outside [0, 1] after de-normalisation; they are kept as they are (clamping would change the set).
+
+Formats :func:`load` reads (detected from the path and the file's contents):
+
+* DC / DSA / DM results: a ``.pt`` dict whose ``data`` is a list of ``[images, labels]`` pairs,
+  one per experiment, images normalised with the dataset's mean/std.
+* MTT output: a directory holding ``images_best.pt`` and ``labels_best.pt`` (optionally
+  ``lr_best.pt``), or the path of ``images_best.pt`` (any ``images_<tag>.pt`` with a matching
+  ``labels_<tag>.pt``). Images normalised; labels hard (N) or soft (N x C float).
+* Plain ``.pt`` dict ``{images, labels[, soft_labels][, lr][, normalized][, method][, provenance]}``,
+  the format :func:`save` writes. Pixels unless ``normalized`` is true.
+* ``.npz`` with ``images``, ``labels`` (optionally ``soft_labels``, ``lr``, ``normalized``); uint8
+  or float pixels, NCHW, NHWC or N x H x W.
+* An ImageFolder tree of PNG/JPEG files, ``<path>/<class>/<file>``, class folders named by the
+  dataset's class names or by indices ``0..C-1``.
+
+Security: DC-format files hold numpy scalars, so they can only be read with
+``torch.load(weights_only=False)``, i.e. by unpickling, which can run arbitrary code. :func:`load`
+tries ``weights_only=True`` first and falls back only when that refuses the file: load ``.pt``
+files only from places you trust.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:  # ddlib.data imports the file-backed loaders; keep this module light to import
+    from ddlib.data import Dataset
+
+__all__ = ["DistilledSet", "DistilledSetError", "load", "save", "validate", "image_grid", "grid_tensor", "IMAGE_EXTENSIONS"]
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+# Values a set read as pixels may reach before we suspect it was really stored normalised.
+PIXEL_RANGE_SLACK = (-0.5, 1.5)
+_MTT_IMAGES = re.compile(r"^images_(?P<tag>.+)\.pt$")
+
+
+class DistilledSetError(ValueError):
+    """A distilled set is unreadable or inconsistent; the message starts with the file's path."""
+
+
+@dataclass(eq=False)
+class DistilledSet:
+    images: torch.Tensor  # N x C x H x W float32 pixels
+    labels: torch.Tensor  # N int64 hard labels
+    num_classes: int
+    soft_labels: torch.Tensor | None = None  # N x num_classes, per-image targets shipped with the set
+    learned_lr: float | None = None  # MTT-style learned learning rate, if the method ships one
+    method: str = ""
+    source: str = ""  # file path or recipe that produced it
+    provenance: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def class_counts(self) -> list[int]:
+        return torch.bincount(self.labels, minlength=self.num_classes).tolist()
+
+    @property
+    def ipc(self) -> int:
+        """Images per class (the largest class count when classes are unequal)."""
+        return max(self.class_counts)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        soft = ", soft_labels" if self.soft_labels is not None else ""
+        return f"DistilledSet(method={self.method!r}, n={len(self)}, ipc={self.ipc}, shape={self.image_shape}{soft})"
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def load(
+    path: str | os.PathLike,
+    dataset: Dataset,
+    *,
+    allow_unequal: bool = False,
+    normalized: bool | None = None,
+    method: str | None = None,
+    experiment: int = -1,
+) -> DistilledSet:
+    """Read a distilled set in any supported format and check it against ``dataset``.
+
+    ``normalized`` overrides the format's default (DC and MTT files are normalised; plain,
+    ``.npz`` and image files hold pixels). Normalised images are de-normalised with the
+    dataset's mean/std so every set reaches the protocols as pixels. ``experiment`` picks one
+    of a DC file's experiments (default: the last). ``method``
+    defaults to the name stored in the file, else the file (or folder) stem.
+
+    When the normalisation was only guessed from the format (neither the caller nor the file
+    said), values far outside [0, 1] are refused rather than trained on: the guess was wrong.
+
+    Raises :class:`DistilledSetError` (message starting with ``path``) for anything unreadable
+    or inconsistent with ``dataset``. ``.pt`` files may be unpickled: load only trusted files.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DistilledSetError(f"{path}: no such file or directory")
+    raw = _read(path, dataset, experiment)
+
+    images = _as_tensor(raw["images"], path, "images")
+    labels = _as_tensor(raw["labels"], path, "labels")
+    soft = raw.get("soft_labels")
+    soft = _as_tensor(soft, path, "soft_labels").float() if soft is not None else None
+    # A 2-D float label tensor is a soft-label matrix (e.g. DATM-style MTT output).
+    if labels.ndim == 2 and labels.is_floating_point():
+        if soft is None:
+            soft = labels.float()
+        labels = labels.argmax(dim=1)
+    images = _layout(images, dataset.channels)
+    if images.dtype == torch.uint8:
+        images = images.float().div_(255.0)
+    elif images.is_floating_point():
+        images = images.detach().float()
+
+    # Explicit statements (caller, or a flag in the file) beat the format's default guess.
+    explicit = normalized if normalized is not None else raw.get("normalized")
+    is_normalized = bool(explicit) if explicit is not None else raw["default_normalized"]
+
+    provenance = dict(raw.get("provenance") or {})
+    provenance.setdefault("format", raw["format"])
+    lr = raw.get("lr")
+    ds = DistilledSet(
+        images=images,
+        labels=labels,
+        num_classes=dataset.num_classes,
+        soft_labels=soft,
+        learned_lr=_as_float(lr, path, "lr") if lr is not None else None,
+        method=method if method is not None else (raw.get("method") or raw["stem"]),
+        source=str(path),
+        provenance=provenance,
+    )
+    if is_normalized and images.is_floating_point() and images.ndim == 4 and images.shape[1] == dataset.channels:
+        ds.images = denormalize(images, dataset.mean, dataset.std)
+
+    validate(ds, dataset, path, allow_unequal)
+    ds.labels = ds.labels.long()
+    ds.images = ds.images.contiguous()
+
+    if explicit is None and not is_normalized:
+        lo, hi = float(ds.images.min()), float(ds.images.max())
+        if lo < PIXEL_RANGE_SLACK[0] or hi > PIXEL_RANGE_SLACK[1]:
+            raise DistilledSetError(
+                f"{path}: read as pixels but values span [{lo:.3g}, {hi:.3g}], far outside [0, 1]; "
+                "if the images are normalised with the dataset's mean/std pass normalized=True, "
+                "if they really are pixels pass normalized=False"
+                + ("; 0-255 values must be stored as uint8 (or divided by 255)" if hi > 20 else "")
+            )
+    return ds
+
+
+def validate(ds: DistilledSet, dataset: Dataset, path: str | os.PathLike, allow_unequal: bool = False) -> None:
+    """Refuse a set that would silently give a wrong score: wrong shape, bad labels, missing or
+    unequal classes, non-finite values. Raises :class:`DistilledSetError` starting with ``path``."""
+
+    def fail(problem: str) -> None:
+        raise DistilledSetError(f"{path}: {problem}")
+
+    images, labels, soft = ds.images, ds.labels, ds.soft_labels
+    if not isinstance(images, torch.Tensor) or images.ndim != 4:
+        fail(f"images must be N x C x H x W, got shape {_shape(images)}")
+    if tuple(images.shape[1:]) != tuple(dataset.image_shape):
+        fail(f"image shape does not match the dataset: expected {tuple(dataset.image_shape)} for {dataset.name}, "
+             f"got {tuple(images.shape[1:])}")
+    if not images.is_floating_point():
+        fail(f"images must be float pixels, got dtype {images.dtype}")
+    if len(images) == 0:
+        fail("the set holds no images")
+    if not isinstance(labels, torch.Tensor) or labels.ndim != 1:
+        fail(f"labels must be a 1-D tensor of class indices, got shape {_shape(labels)}")
+    if len(labels) != len(images):
+        fail(f"number of labels ({len(labels)}) does not match number of images ({len(images)})")
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        fail(f"labels must be integer class indices, got dtype {labels.dtype} (cast them to int64)")
+    num_classes = dataset.num_classes
+    if ds.num_classes != num_classes:
+        fail(f"set declares {ds.num_classes} classes but {dataset.name} has {num_classes}")
+    bad = labels[(labels < 0) | (labels >= num_classes)]
+    if len(bad):
+        shown = ", ".join(str(v) for v in sorted(set(bad.tolist()))[:10])
+        fail(f"labels out of range: expected 0..{num_classes - 1} for {dataset.name}, found {shown}")
+    counts = torch.bincount(labels.long(), minlength=num_classes).tolist()
+    missing = [c for c, n in enumerate(counts) if n == 0]
+    if missing:
+        names = ", ".join(f"{c} ({dataset.class_names[c]})" for c in missing)
+        fail(f"classes missing (no images): {names}")
+    if not allow_unequal and len(set(counts)) > 1:
+        shown = ", ".join(f"{dataset.class_names[c]}={n}" for c, n in enumerate(counts))
+        fail(f"unequal images per class ({shown}); pass allow_unequal=True to accept")
+    n_bad = int((~torch.isfinite(images)).sum())
+    if n_bad:
+        fail(f"images contain {n_bad} NaN/Inf values")
+    if soft is not None:
+        if not isinstance(soft, torch.Tensor) or tuple(soft.shape) != (len(images), num_classes):
+            fail(f"soft labels must be N x num_classes = {(len(images), num_classes)}, got {_shape(soft)}")
+        n_bad = int((~torch.isfinite(soft.float())).sum())
+        if n_bad:
+            fail(f"soft labels contain {n_bad} NaN/Inf values")
+    if ds.learned_lr is not None and not math.isfinite(ds.learned_lr):
+        fail(f"learned learning rate is not finite: {ds.learned_lr}")
+
+
+def save(ds: DistilledSet, path: str | os.PathLike) -> Path:
+    """Write ``ds`` as a plain ``.pt`` dict (pixels, ``normalized: False``) that :func:`load` reads
+    back identically and that ``torch.load(weights_only=True)`` accepts (no pickled objects)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {
+        "images": ds.images.detach().cpu().float().contiguous(),
+        "labels": ds.labels.detach().cpu().long().contiguous(),
+        "normalized": False,
+        "method": ds.method,
+        "provenance": _plain(ds.provenance),
+    }
+    if ds.soft_labels is not None:
+        payload["soft_labels"] = ds.soft_labels.detach().cpu().float().contiguous()
+    if ds.learned_lr is not None:
+        payload["lr"] = float(ds.learned_lr)
+    torch.save(payload, path)
+    return path
+
+
+def grid_tensor(ds: DistilledSet, max_per_class: int = 10) -> torch.Tensor:
+    """A C x H x W image with one row per class (up to ``max_per_class`` images each). Pixels are
+    clamped to [0, 1] for display only; empty slots stay black."""
+    from torchvision.utils import make_grid
+
+    images = ds.images.detach().cpu().float()
+    labels = ds.labels.detach().cpu().long()
+    ncol = max(1, min(max_per_class, max(ds.class_counts)))
+    tiles = torch.zeros((ds.num_classes * ncol, *images.shape[1:]))
+    for c in range(ds.num_classes):
+        picked = images[labels == c][:ncol]
+        tiles[c * ncol : c * ncol + len(picked)] = picked
+    tiles = torch.nan_to_num(tiles).clamp_(0.0, 1.0)
+    return make_grid(tiles, nrow=ncol, padding=2, pad_value=1.0)
+
+
+def image_grid(ds: DistilledSet, path: str | os.PathLike, max_per_class: int = 10) -> Path:
+    """Save :func:`grid_tensor` as a PNG, for a quick look at a set in MLflow."""
+    from torchvision.utils import save_image
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_image(grid_tensor(ds, max_per_class), path)
+    return path
+
+
+def denormalize(images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """Undo ``(x - mean) / std`` per channel: normalised images back to pixels."""
+    m = torch.tensor(mean, dtype=images.dtype).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=images.dtype).view(1, -1, 1, 1)
+    return images * s + m
+
+
+# --------------------------------------------------------------------------- format readers
+# Each reader returns a dict: images, labels, optional soft_labels / lr / normalized / method /
+# provenance, plus format, default_normalized and stem (the default method name).
+
+
+def _read(path: Path, dataset: Dataset, experiment: int) -> dict:
+    if path.is_dir():
+        if (path / "images_best.pt").is_file():
+            return _read_mtt(path / "images_best.pt", stem=path.name)
+        if any(p.is_dir() and not p.name.startswith(".") for p in path.iterdir()):
+            return _read_imagefolder(path, dataset)
+        raise DistilledSetError(
+            f"{path}: unknown format: a directory without images_best.pt (MTT) or class subfolders (ImageFolder)"
+        )
+    suffix = path.suffix.lower()
+    match = _MTT_IMAGES.match(path.name)
+    if match and (path.parent / f"labels_{match['tag']}.pt").is_file():
+        return _read_mtt(path, stem=path.parent.name or path.stem)
+    if suffix in (".pt", ".pth"):
+        return _read_pt(path, experiment)
+    if suffix == ".npz":
+        return _read_npz(path)
+    raise DistilledSetError(
+        f"{path}: unknown format {suffix or '(no extension)'!r}; expected a .pt/.pth file, a .npz file, "
+        "an MTT directory or an ImageFolder directory"
+    )
+
+
+def _torch_load(path: Path) -> tuple[Any, bool]:
+    """``torch.load`` safely if possible; unpickle (trusted files only) when the file needs it.
+    Returns the object and whether the safe loader sufficed."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True), True
+    except pickle.UnpicklingError:
+        pass  # holds non-tensor objects (DC files hold numpy scalars): needs full unpickling
+    except Exception as exc:
+        raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {_short(exc)})") from exc
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False), False
+    except Exception as exc:
+        raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {_short(exc)})") from exc
+
+
+def _read_pt(path: Path, experiment: int) -> dict:
+    obj, _ = _torch_load(path)
+    if not isinstance(obj, dict):
+        raise DistilledSetError(
+            f"{path}: unknown format: file holds a {type(obj).__name__}, expected a dict "
+            "(DC 'data' list, or 'images' and 'labels')"
+        )
+    if "data" in obj:
+        return _read_dc(path, obj, experiment)
+    if "images" in obj or "labels" in obj:
+        _require(path, obj, ("images", "labels"))
+        provenance = obj.get("provenance")
+        return {
+            "images": obj["images"],
+            "labels": obj["labels"],
+            "soft_labels": obj.get("soft_labels"),
+            "lr": obj.get("lr"),
+            "normalized": _flag(obj.get("normalized")),
+            "method": obj.get("method") or None,
+            "provenance": _plain(provenance) if isinstance(provenance, dict) else None,
+            "format": "pt",
+            "default_normalized": False,
+            "stem": path.stem,
+        }
+    raise DistilledSetError(
+        f"{path}: unknown format: dict with keys {sorted(map(str, obj))}; expected 'data' (DC/DSA/DM results) "
+        "or 'images' and 'labels'"
+    )
+
+
+def _read_dc(path: Path, obj: dict, experiment: int) -> dict:
+    data = obj["data"]
+    if not isinstance(data, (list, tuple)) or not data:
+        raise DistilledSetError(f"{path}: 'data' must be a non-empty list of [images, labels] pairs")
+    try:
+        index = range(len(data))[experiment]
+    except (IndexError, TypeError):
+        raise DistilledSetError(
+            f"{path}: experiment {experiment} out of range: the file holds {len(data)} experiment(s)"
+        ) from None
+    pair = data[index]
+    if not isinstance(pair, (list, tuple)) or len(pair) < 2:
+        raise DistilledSetError(f"{path}: data[{index}] must be an [images, labels] pair")
+    provenance: dict[str, Any] = {"experiment": index, "num_experiments": len(data)}
+    if "accs_all_exps" in obj:
+        provenance["accs_all_exps"] = _plain(obj["accs_all_exps"])
+    return {
+        "images": pair[0],
+        "labels": pair[1],
+        "format": "dc",
+        "default_normalized": True,
+        "stem": path.stem,
+        "provenance": provenance,
+    }
+
+
+def _read_mtt(images_path: Path, stem: str) -> dict:
+    tag = _MTT_IMAGES.match(images_path.name)["tag"]  # type: ignore[index]
+    folder = images_path.parent
+    labels_path, lr_path = folder / f"labels_{tag}.pt", folder / f"lr_{tag}.pt"
+    if not labels_path.is_file():
+        raise DistilledSetError(f"{images_path}: missing keys: no labels_{tag}.pt next to {images_path.name}")
+    images, _ = _torch_load(images_path)
+    labels, _ = _torch_load(labels_path)
+    lr = _torch_load(lr_path)[0] if lr_path.is_file() else None
+    return {
+        "images": images,
+        "labels": labels,
+        "lr": lr,
+        "format": "mtt",
+        "default_normalized": True,
+        "stem": stem,
+        "provenance": {"files": [p.name for p in (images_path, labels_path, lr_path) if p.is_file()]},
+    }
+
+
+def _read_npz(path: Path) -> dict:
+    try:
+        # Open the file ourselves: np.load leaks its handle when the zip is corrupt.
+        with open(path, "rb") as fh:
+            npz = np.load(fh, allow_pickle=False)
+            if not isinstance(npz, np.lib.npyio.NpzFile):
+                raise DistilledSetError(f"{path}: unknown format: a single .npy array, expected an .npz archive")
+            with npz:
+                arrays = {k: npz[k] for k in npz.files}
+    except DistilledSetError:
+        raise
+    except Exception as exc:
+        raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {_short(exc)})") from exc
+    _require(path, arrays, ("images", "labels"))
+    lr = arrays.get("lr")
+    return {
+        "images": arrays["images"],
+        "labels": arrays["labels"],
+        "soft_labels": arrays.get("soft_labels"),
+        "lr": lr,
+        "normalized": _flag(arrays.get("normalized")),
+        "format": "npz",
+        "default_normalized": False,
+        "stem": path.stem,
+    }
+
+
+def _read_imagefolder(path: Path, dataset: Dataset) -> dict:
+    from PIL import Image
+
+    folders = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    names = [p.name for p in folders]
+    index_of = {n: i for i, n in enumerate(dataset.class_names)}
+    if all(n in index_of for n in names):
+        classes = [index_of[n] for n in names]
+    elif all(n.isdigit() and int(n) < dataset.num_classes for n in names):
+        classes = [int(n) for n in names]
+    else:
+        unknown = [n for n in names if n not in index_of and not (n.isdigit() and int(n) < dataset.num_classes)]
+        raise DistilledSetError(
+            f"{path}: class folders not recognised: {', '.join(unknown) or ', '.join(names)}; expected the class names "
+            f"of {dataset.name} ({', '.join(dataset.class_names[:10])}{', ...' if dataset.num_classes > 10 else ''}) "
+            f"or indices 0..{dataset.num_classes - 1}, not a mix"
+        )
+    if len(set(classes)) != len(classes):
+        raise DistilledSetError(f"{path}: two class folders name the same class: {', '.join(names)}")
+    mode = {1: "L", 3: "RGB"}.get(dataset.channels)
+    if mode is None:
+        raise DistilledSetError(f"{path}: cannot read images for a {dataset.channels}-channel dataset")
+    images, labels = [], []
+    for folder, c in sorted(zip(folders, classes), key=lambda fc: fc[1]):
+        for file in sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS):
+            try:
+                with Image.open(file) as img:
+                    arr = np.asarray(img.convert(mode), dtype=np.uint8)
+            except Exception as exc:
+                raise DistilledSetError(
+                    f"{path}: unreadable or corrupt image {file.relative_to(path)} ({type(exc).__name__}: {_short(exc)})"
+                ) from exc
+            arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+            if arr.shape != tuple(dataset.image_shape):
+                raise DistilledSetError(
+                    f"{path}: image shape does not match the dataset: expected {tuple(dataset.image_shape)} for "
+                    f"{dataset.name}, got {arr.shape} in {file.relative_to(path)}"
+                )
+            images.append(arr)
+            labels.append(c)
+    if not images:
+        raise DistilledSetError(f"{path}: no {'/'.join(IMAGE_EXTENSIONS)} images in the class folders")
+    return {
+        "images": np.stack(images),
+        "labels": np.asarray(labels, dtype=np.int64),
+        "format": "imagefolder",
+        "default_normalized": False,
+        "stem": path.name,
+    }
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _require(path: Path, obj: dict, keys: tuple[str, ...]) -> None:
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise DistilledSetError(f"{path}: missing keys {missing}; found {sorted(map(str, obj))}")
+
+
+def _as_tensor(value: Any, path: Path, what: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            raise DistilledSetError(f"{path}: {what} is an object array, expected numbers")
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, (list, tuple)):
+        try:
+            return torch.as_tensor(np.asarray(value))
+        except Exception as exc:
+            raise DistilledSetError(f"{path}: {what} is not a numeric array ({_short(exc)})") from exc
+    raise DistilledSetError(f"{path}: {what} must be a tensor or array, got {type(value).__name__}")
+
+
+def _as_float(value: Any, path: Path, what: str) -> float:
+    try:
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().numpy()
+        arr = np.asarray(value, dtype=np.float64)
+        if arr.size != 1:
+            raise ValueError(f"{arr.size} values")
+        return float(arr.reshape(-1)[0])
+    except Exception as exc:
+        raise DistilledSetError(f"{path}: {what} must be a single number, got {_shape(value)}") from exc
+
+
+def _layout(images: torch.Tensor, channels: int) -> torch.Tensor:
+    """NHWC -> NCHW and N x H x W -> N x 1 x H x W, so every format ends up NCHW."""
+    if images.ndim == 3:
+        return images.unsqueeze(1)
+    if images.ndim == 4 and images.shape[-1] == channels and images.shape[1] != channels:
+        return images.permute(0, 3, 1, 2).contiguous()
+    return images
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return bool(value.item())
+    return bool(value)
+
+
+def _plain(value: Any) -> Any:
+    """Numpy / torch values -> plain Python, so provenance logs to MLflow and saves without pickle."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return _plain(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _shape(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return str(tuple(shape)) if shape is not None else type(value).__name__
+
+
+def _short(exc: Exception, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

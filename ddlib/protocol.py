@@ -1,0 +1,211 @@
+"""What every protocol notebook shares: a grid cell's MLflow run, and cached trained evaluations.
+
+A *cell* is one notebook execution (one point of a params grid): one parent run in the
+protocol's experiment. Every model it trains is a child run (an *evaluation*) tagged with a
+key that hashes what was trained (the exact training tensors), how (model, recipe, hooks),
+on which test set and with which seed. Before training, the cell looks for a FINISHED run
+with that key in any experiment and reuses its accuracy: the full-data reference, or the
+random baseline shared by every method at one IPC, is trained once, not once per cell.
+A file lock keeps parallel workers from training the same key twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+
+import ddlib
+from ddlib.data import Dataset, load_dataset, reduce_dataset
+from ddlib.device import configure_threads, resolve_device
+from ddlib.distilled import DistilledSet, image_grid
+from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
+from ddlib.train import AugmentHook, LossHook, Recipe, train_and_evaluate
+
+__all__ = ["Cell", "Evaluation", "tensor_digest", "group_params"]
+
+# Params that do not change what a leaderboard row means (seeds are pooled across runs).
+NON_GROUP_PARAMS = ("seeds", "device", "run_id", "experiment")
+
+
+def group_params(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k not in NON_GROUP_PARAMS}
+
+
+def tensor_digest(*tensors: torch.Tensor | None) -> str:
+    """SHA-256 of tensors' bytes, shapes and dtypes: identical training data, identical key."""
+    h = hashlib.sha256()
+    for t in tensors:
+        if t is None:
+            h.update(b"none")
+            continue
+        t = t.detach().cpu().contiguous()
+        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
+@dataclass
+class Evaluation:
+    """One trained model's test result (fresh or reused from an earlier run)."""
+
+    role: str
+    seed: int
+    accuracy: float
+    train_seconds: float
+    eval_seconds: float
+    run_id: str
+    reused: bool
+
+
+@dataclass
+class Cell:
+    protocol: str
+    params: dict
+    tracker: Tracker
+    run_id: str
+    owns_run: bool
+    device: torch.device
+    dataset: Dataset
+    progress: bool = True
+    closed: bool = field(default=False, repr=False)
+
+    # ------------------------------------------------------------------ opening and closing
+
+    @classmethod
+    def open(cls, protocol: str, params: dict, run_id: str | None = None, experiment: str | None = None,
+             progress: bool = True) -> "Cell":
+        """Attach to the batch runner's parent run (``run_id``), or start one when run by hand."""
+        configure_threads()
+        init_store()
+        tracker = Tracker(experiment or protocol)
+        device = resolve_device(params.get("device", "auto"))
+        owns = run_id is None
+        if owns:
+            run_id = tracker.start_run(
+                run_name(protocol, params), params=params,
+                tags={**default_tags(protocol), TAG["kind"]: "cell",
+                      TAG["config"]: config_hash({"protocol": protocol, **params, "version": ddlib.__version__}),
+                      TAG["group"]: config_hash({"protocol": protocol, **group_params(params)})},
+            )
+        tracker.set_tags(run_id, {TAG["device"]: str(device)})
+        cell = cls(protocol, dict(params), tracker, run_id, owns, device, None, progress)  # type: ignore[arg-type]
+        with cell.guard():
+            tracker.log_dict(run_id, params, "config.json")
+            cell.dataset = reduce_dataset(load_dataset(params["dataset"], params.get("data_root")),
+                                          params.get("train_per_class"), params.get("test_size"))
+            if cell.dataset.extra.get("reduced"):
+                tracker.set_tags(run_id, {"ddlib.reduced_data": cell.dataset.source})
+        return cell
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Mark the run FAILED (never a result) if the body raises, then re-raise."""
+        try:
+            yield
+        except BaseException as error:
+            if self.owns_run and not self.closed:
+                self.tracker.fail_run(self.run_id, error)
+                self.closed = True
+            raise
+
+    def close(self, metrics: dict[str, float] | None = None) -> None:
+        """Log the cell's summary metrics; end the run if this cell started it."""
+        if metrics:
+            self.tracker.log_metrics(self.run_id, metrics)
+        if self.owns_run and not self.closed:
+            self.tracker.end_run(self.run_id)
+        self.closed = True
+
+    # ------------------------------------------------------------------ logging helpers
+
+    def log_set(self, distilled: DistilledSet, name: str) -> Path:
+        """Log a PNG grid of a set's images (and its provenance) to the cell's run."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = image_grid(distilled, Path(tmp) / f"{name}.png")
+            self.tracker.log_artifact(self.run_id, path, "images")
+            provenance = {k: v for k, v in distilled.provenance.items() if k != "indices"}
+            self.tracker.log_dict(self.run_id, {"method": distilled.method, "source": distilled.source,
+                                                "ipc": distilled.ipc, "n": len(distilled), **provenance},
+                                  f"sets/{name}.json")
+        return path
+
+    def log_per_seed(self, rows: Sequence[dict]) -> None:
+        """Per-seed values as metric histories with step = seed, so summaries can pool seeds."""
+        triples = [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"]
+        self.tracker._log(self.run_id, triples)
+
+    # ------------------------------------------------------------------ trained evaluations
+
+    def train_eval(
+        self,
+        role: str,
+        images: torch.Tensor,
+        targets: torch.Tensor,
+        recipe: Recipe,
+        seeds: Sequence[int],
+        *,
+        model: str | None = None,
+        augment: AugmentHook | None = None,
+        augment_name: str = "none",
+        loss: LossHook | None = None,
+        loss_name: str = "ce",
+        model_kwargs: dict | None = None,
+    ) -> list[Evaluation]:
+        """Train and test one model per seed, reusing any identical evaluation already FINISHED."""
+        model = model or self.params["model"]
+        ds = self.dataset
+        identity = {
+            "train": tensor_digest(images, targets),
+            "test": f"{ds.name}:{ds.source}:{tensor_digest(ds.test_labels)}",
+            "model": model, "model_kwargs": model_kwargs or {}, "recipe": recipe.to_dict(),
+            "augment": augment_name, "loss": loss_name, "version": ddlib.__version__,
+        }
+        group = config_hash(identity)
+        keys = {seed: config_hash({**identity, "seed": seed}) for seed in seeds}
+        with self.guard(), file_lock(f"eval-{group}"):
+            found: dict[int, Evaluation] = {}
+            for seed, key in keys.items():
+                runs = self.tracker.find_finished({TAG["eval_key"]: key})
+                if runs:
+                    m = runs[0].data.metrics
+                    found[seed] = Evaluation(role, seed, m["test_accuracy"], m.get("train_seconds", float("nan")),
+                                             m.get("eval_seconds", float("nan")), runs[0].info.run_id, True)
+            missing = [s for s in seeds if s not in found]
+            if missing:
+                results = train_and_evaluate(
+                    model, images, targets, ds.test_images, ds.test_labels, num_classes=ds.num_classes,
+                    mean=ds.mean, std=ds.std, recipe=recipe, seeds=missing, augment=augment, loss=loss,
+                    device=self.device, model_kwargs=model_kwargs, progress=self.progress, desc=role,
+                )
+                for r in results:
+                    run_id = self.tracker.start_run(
+                        f"{role}-seed{r.seed}",
+                        params={"role": role, "seed": r.seed, "model": model, "model_kwargs": model_kwargs or {},
+                                "recipe": recipe.to_dict(), "augment": augment_name, "loss": loss_name,
+                                "dataset": ds.name, "train_size": len(targets), "train_digest": identity["train"]},
+                        tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "eval",
+                              TAG["role"]: role, TAG["eval_key"]: keys[r.seed]},
+                        parent_run_id=self.run_id,
+                    )
+                    self.tracker.log_metrics(run_id, {"test_accuracy": r.test_accuracy,
+                                                      "train_seconds": r.train_seconds,
+                                                      "eval_seconds": r.eval_seconds})
+                    self.tracker.log_series(run_id, "train_loss", r.epoch_losses)
+                    self.tracker.end_run(run_id)
+                    found[r.seed] = Evaluation(role, r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
+                                               run_id, False)
+        return [found[s] for s in seeds]
+
+
+def run_name(protocol: str, params: dict) -> str:
+    parts = [str(params.get(k)) for k in ("dataset", "method") if params.get(k) is not None]
+    if params.get("ipc") is not None:
+        parts.append(f"ipc{params['ipc']}")
+    return "-".join(parts) or protocol
+

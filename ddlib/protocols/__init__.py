@@ -1,0 +1,19 @@
+"""Evaluation protocols. Each module defines ``PARAMS`` (the notebook's parameters and their
+defaults), ``validate(params)`` and the steps its notebook calls; ``PROTOCOLS`` maps a protocol
+name to its notebook and module for the batch runner."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# protocol name -> (notebook file under notebooks/, module)
+PROTOCOLS = {
+    "label_robust": ("label_robust.ipynb", "ddlib.protocols.label_robust"),
+}
+
+
+def protocol_module(name: str) -> ModuleType:
+    if name not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {name!r}; known: {sorted(PROTOCOLS)}")
+    return importlib.import_module(PROTOCOLS[name][1])

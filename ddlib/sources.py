@@ -1,0 +1,88 @@
+"""Where a method's set comes from: a selection baseline, the DM distiller, or a file.
+
+A params grid names methods; each name maps to a *source spec*, a small dict with a ``kind``:
+
+* ``{kind: random, seed: 0}`` and ``{kind: kcenter, seed: 0}``: selection baselines;
+* ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.distill.distribution_matching`;
+* ``{kind: file, path: "sets/dc_cifar10_ipc{ipc}.pt"}``: a published set; ``{ipc}`` and
+  ``{dataset}`` in the path are filled in per grid cell, and the file's IPC must match.
+
+The names ``random``, ``kcenter`` and ``dm`` work without a spec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddlib.data import Dataset
+from ddlib.distilled import DistilledSet, DistilledSetError, load
+
+__all__ = ["SOURCE_KINDS", "BUILTIN_SOURCES", "resolve_source", "validate_source", "obtain_set"]
+
+# kind -> allowed keys (besides "kind") with their expected types
+SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
+    "random": {"seed": int},
+    "kcenter": {"seed": int, "model": str, "epochs": int},
+    "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
+           "model": str, "init": str, "seed": int},
+    "file": {"path": str, "normalized": (bool, type(None)), "allow_unequal": bool, "experiment": int},
+}
+BUILTIN_SOURCES = {"random": {"kind": "random"}, "kcenter": {"kind": "kcenter"}, "dm": {"kind": "dm"}}
+
+
+def validate_source(method: str, spec: dict) -> dict:
+    """Check a source spec, naming the method and the offending key."""
+    if not isinstance(spec, dict):
+        raise ValueError(f"method {method!r}: source must be a mapping with a 'kind', got {spec!r}")
+    kind = spec.get("kind")
+    if kind not in SOURCE_KINDS:
+        raise ValueError(f"method {method!r}: kind must be one of {sorted(SOURCE_KINDS)}, got {kind!r}")
+    allowed = SOURCE_KINDS[kind]
+    for key, value in spec.items():
+        if key == "kind":
+            continue
+        if key not in allowed:
+            raise ValueError(f"method {method!r}: unknown key {key!r} for kind {kind!r}; allowed: {sorted(allowed)}")
+        if isinstance(value, bool) and allowed[key] is not bool and bool not in (allowed[key] if isinstance(allowed[key], tuple) else ()):
+            raise ValueError(f"method {method!r}: {key} must be {allowed[key]}, got {value!r}")
+        if not isinstance(value, allowed[key]):
+            raise ValueError(f"method {method!r}: {key} has the wrong type: {value!r}")
+    if kind == "file" and "path" not in spec:
+        raise ValueError(f"method {method!r}: kind 'file' needs a 'path'")
+    return spec
+
+
+def resolve_source(method: str, methods: dict | None = None) -> dict:
+    """The source spec for ``method``: from the grid's ``methods`` section, else a built-in."""
+    methods = methods or {}
+    if method in methods:
+        return validate_source(method, dict(methods[method]))
+    if method in BUILTIN_SOURCES:
+        return dict(BUILTIN_SOURCES[method])
+    raise ValueError(f"method {method!r} has no source: add it under 'methods:' (kinds: {sorted(SOURCE_KINDS)})")
+
+
+def obtain_set(method: str, spec: dict, dataset: Dataset, ipc: int, device="auto", progress: bool = False) -> DistilledSet:
+    """Produce or load the set ``spec`` describes, with ``ipc`` images per class."""
+    spec = validate_source(method, spec)
+    options = {k: v for k, v in spec.items() if k != "kind"}
+    kind = spec["kind"]
+    if kind == "random":
+        from ddlib.select import random_subset
+
+        out = random_subset(dataset, ipc, **options)
+    elif kind == "kcenter":
+        from ddlib.select import kcenter_subset
+
+        out = kcenter_subset(dataset, ipc, device=device, **options)
+    elif kind == "dm":
+        from ddlib.distill import distribution_matching
+
+        out = distribution_matching(dataset, ipc, device=device, progress=progress, **options)
+    else:
+        path = Path(options.pop("path").format(ipc=ipc, dataset=dataset.name)).expanduser()
+        out = load(path, dataset, method=method, **options)
+        if out.ipc != ipc:
+            raise DistilledSetError(f"{path}: holds {out.ipc} images per class, but the grid cell asks for ipc={ipc}")
+    out.method = method
+    return out

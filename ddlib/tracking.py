@@ -1,0 +1,249 @@
+"""The one tracking layer: where the MLflow store lives, and how runs are written and read.
+
+Store: SQLite at ``<project>/mlruns/mlflow.db`` with artifacts under ``<project>/mlruns/artifacts``,
+both absolute (papermill runs kernels in other working directories, and a relative
+``sqlite:///`` URI would follow them). ``MLFLOW_TRACKING_URI`` overrides the database;
+``DDLIB_MLRUNS`` overrides the folder. MLflow 3.17's file store refuses to open, so there is none.
+
+Everything goes through :class:`MlflowClient` with explicit run ids (no global "active run"),
+so notebooks, the batch runner and parallel workers never step on each other's state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import pandas as pd
+
+import ddlib
+
+__all__ = [
+    "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "client", "Tracker", "runs",
+    "config_hash", "flatten", "default_tags", "git_commit", "TAG",
+]
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+# Tag names written by the suite (MLflow's UI can filter on them).
+TAG = {
+    "protocol": "protocol",
+    "version": "ddlib.version",
+    "commit": "ddlib.git_commit",
+    "device": "ddlib.device",
+    "kind": "ddlib.kind",  # "cell" (one grid cell / notebook run), "eval" (one trained model), "summary"
+    "config": "ddlib.config_hash",  # a cell's full resolved params
+    "group": "ddlib.group_key",  # a cell's params without seeds: rows of a leaderboard
+    "eval_key": "ddlib.eval_key",  # what was trained on what, with which seed: reuse key
+    "role": "ddlib.role",  # syn / rdm / real ...
+    "error": "ddlib.error",
+}
+
+
+def mlruns_dir() -> Path:
+    """``$DDLIB_MLRUNS``, else ``mlruns/`` in the project checkout (editable install), else in the cwd."""
+    env = os.environ.get("DDLIB_MLRUNS")
+    if env:
+        return Path(env).expanduser().resolve()
+    if (PROJECT_ROOT / "pyproject.toml").exists():
+        return PROJECT_ROOT / "mlruns"
+    return Path.cwd().resolve() / "mlruns"
+
+
+def tracking_uri() -> str:
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"sqlite:///{mlruns_dir() / 'mlflow.db'}"
+
+
+def artifact_root() -> Path:
+    return mlruns_dir() / "artifacts"
+
+
+_CLIENTS: dict[str, Any] = {}
+
+
+def client():
+    """A cached :class:`mlflow.MlflowClient` for the current tracking URI."""
+    from mlflow import MlflowClient
+
+    uri = tracking_uri()
+    if uri not in _CLIENTS:
+        if uri.startswith("sqlite:///"):
+            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        _CLIENTS[uri] = MlflowClient(tracking_uri=uri)
+    return _CLIENTS[uri]
+
+
+def init_store() -> str:
+    """Create the database (schema migrations) once, under a lock; call before starting workers."""
+    mlruns_dir().mkdir(parents=True, exist_ok=True)
+    with file_lock("store-init"):
+        client().search_experiments(max_results=1)
+    os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())  # kernels started later inherit it
+    return tracking_uri()
+
+
+@contextlib.contextmanager
+def file_lock(name: str) -> Iterator[None]:
+    """An inter-process lock (flock) so parallel workers do not train or create the same thing twice."""
+    lock_dir = mlruns_dir() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def config_hash(config: dict, length: int = 16) -> str:
+    """A stable hash of a JSON-able config (key order does not matter)."""
+    blob = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+def flatten(values: dict, prefix: str = "") -> dict[str, str]:
+    """Nested params as MLflow params: ``{"recipe": {"lr": 0.01}}`` -> ``{"recipe.lr": "0.01"}``."""
+    flat: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, prefix=f"{name}."))
+        elif isinstance(value, (list, tuple, dict)):
+            flat[name] = json.dumps(value, default=str)
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
+        commit = out.stdout.strip()
+        if not commit:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def default_tags(protocol: str, device: str | None = None) -> dict[str, str]:
+    tags = {TAG["protocol"]: protocol, TAG["version"]: ddlib.__version__, TAG["commit"]: git_commit()}
+    if device is not None:
+        tags[TAG["device"]] = str(device)
+    return tags
+
+
+class Tracker:
+    """Writes runs of one experiment. All methods take explicit run ids."""
+
+    def __init__(self, experiment: str):
+        self.experiment = experiment
+        self.client = client()
+        self.experiment_id = self._experiment_id(experiment)
+
+    def _experiment_id(self, name: str) -> str:
+        with file_lock("experiments"):
+            found = self.client.get_experiment_by_name(name)
+            if found is not None:
+                return found.experiment_id
+            location = (artifact_root() / name).as_uri() if tracking_uri().startswith("sqlite:") else None
+            return self.client.create_experiment(name, artifact_location=location)
+
+    def start_run(self, name: str, params: dict | None = None, tags: dict | None = None,
+                  parent_run_id: str | None = None) -> str:
+        tags = dict(tags or {})
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        if params:
+            self.log_params(run.info.run_id, params)
+        return run.info.run_id
+
+    def log_params(self, run_id: str, params: dict) -> None:
+        from mlflow.entities import Param
+
+        flat = flatten(params)
+        items = [Param(k, v[:6000]) for k, v in flat.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[i : i + 100])
+
+    def set_tags(self, run_id: str, tags: dict) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+        """Several metrics in one database round trip (one ``log_metric`` each costs ~30 ms)."""
+        self._log(run_id, [(k, v, step) for k, v in metrics.items()])
+
+    def log_series(self, run_id: str, key: str, values: Iterable[float], steps: Iterable[int] | None = None) -> None:
+        """A metric history (e.g. per-epoch loss) in batches of 1,000."""
+        values = list(values)
+        steps = list(steps) if steps is not None else list(range(len(values)))
+        self._log(run_id, [(key, v, s) for v, s in zip(values, steps)])
+
+    def _log(self, run_id: str, triples: list[tuple[str, float, int]]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, int(s)) for k, v, s in triples]
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(run_id, metrics=metrics[i : i + 1000])
+
+    def log_artifact(self, run_id: str, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def log_dict(self, run_id: str, obj: dict, name: str) -> None:
+        self.client.log_dict(run_id, obj, name)
+
+    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status=status)
+
+    def fail_run(self, run_id: str, error: BaseException | str) -> None:
+        """Mark a run and its unfinished child runs FAILED, recording why."""
+        message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+        for child in self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'"
+        ):
+            self.client.set_terminated(child.info.run_id, status="FAILED")
+        self.set_tags(run_id, {TAG["error"]: message})
+        self.client.set_terminated(run_id, status="FAILED")
+
+    def find_finished(self, tags: dict[str, str], all_experiments: bool = True) -> list:
+        """FINISHED runs carrying all ``tags``, newest first."""
+        filters = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+        filters += " and attributes.status = 'FINISHED'"
+        experiment_ids = (
+            [e.experiment_id for e in self.client.search_experiments()] if all_experiments else [self.experiment_id]
+        )
+        return list(self.client.search_runs(experiment_ids, filter_string=filters, order_by=["attributes.start_time DESC"]))
+
+
+def runs(protocol: str, status: str | None = "FINISHED", kind: str | None = None, **filters) -> pd.DataFrame:
+    """Runs of a protocol's experiment as a DataFrame (``params.*``, ``metrics.*``, ``tags.*`` columns).
+
+    ``filters`` match params by name, e.g. ``runs("label_robust", dataset="digits", ipc=10)``.
+    """
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri())
+    if client().get_experiment_by_name(protocol) is None:
+        return pd.DataFrame()
+    clauses = [f"params.`{k}` = '{v}'" for k, v in filters.items()]
+    if status:
+        clauses.append(f"attributes.status = '{status}'")
+    if kind:
+        clauses.append(f"tags.`{TAG['kind']}` = '{kind}'")
+    return mlflow.search_runs(experiment_names=[protocol], filter_string=" and ".join(clauses), max_results=100000)

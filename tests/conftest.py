@@ -1,0 +1,56 @@
+"""Shared pytest fixtures.
+
+Real data lives in ``../shared/data`` beside the repository (see its README.md). It is optional:
+tests that need it skip cleanly where it is absent, so the suite runs anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+# --------------------------------------------------------------------------- real shared data (data loaders)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The read-only ``../shared/data`` folder, or skip the test where it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not present at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def cifar10_jpeg_root(shared_data: Path) -> Path:
+    """The folder holding CIFAR-10 (JPEG)'s ``train/`` and ``test/``, extracted once per machine.
+
+    Extracted into ``${DDLIB_CACHE:-~/.cache/ddlib}/cifar10-jpeg`` (never into the read-only shared
+    folder); later sessions reuse it. Skips where the tarball is absent.
+    """
+    archive = shared_data / "cifar10-jpeg.tar.gz"
+    if not archive.is_file():
+        pytest.skip(f"{archive} not present")
+    from ddlib.data_sources import extract_archive
+
+    cache = Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser()
+    return extract_archive(archive, cache / "cifar10-jpeg")
+
+
+# --------------------------------------------------------------------------- MLflow store (tracking, runner)
+
+
+@pytest.fixture
+def mlflow_store(tmp_path, monkeypatch) -> Path:
+    """A fresh, private MLflow store for one test (never the user's mlruns/)."""
+    from ddlib import tracking
+
+    store = tmp_path / "mlruns"
+    monkeypatch.setenv("DDLIB_MLRUNS", str(store))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(tracking, "_CLIENTS", {})
+    return store

@@ -1,0 +1,56 @@
+import pytest
+import torch
+
+from ddlib.models import count_parameters, create_model, list_models
+
+
+def test_convnet_parameter_count_on_cifar10():
+    # DC's ConvNet (depth 3, width 128, instance norm, avg pool) on 3x32x32, 10 classes.
+    assert count_parameters(create_model("convnet", 3, 10, 32)) == 320_010
+
+
+def test_instance_norm_is_groupnorm_with_one_channel_per_group():
+    model = create_model("convnet", 3, 10, 32)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert len(norms) == 3 and all(m.num_groups == m.num_channels == 128 and m.affine for m in norms)
+
+
+@pytest.mark.parametrize(
+    "name,channels,size,feature_dim",
+    [
+        ("convnet", 3, 32, 128 * 4 * 4),
+        ("convnet", 1, 28, 128 * 4 * 4),  # DC's MNIST padding: 28x28 behaves like 32x32
+        ("convnet", 1, 8, 128),  # digits
+        ("convnet_bn", 3, 32, 2048),
+        ("convnet_nonorm", 3, 32, 2048),
+        ("convnet_d4", 3, 64, 128 * 4 * 4),
+        ("mlp", 3, 32, 128),
+    ],
+)
+def test_forward_shapes_and_embedding(name, channels, size, feature_dim):
+    model = create_model(name, channels, 10, size)
+    x = torch.randn(4, channels, size, size)
+    assert model(x).shape == (4, 10)
+    assert model.embed(x).shape == (4, feature_dim)
+
+
+def test_norm_variants_use_their_norm():
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in create_model("convnet_bn", 3, 10, 32).modules())
+    plain = create_model("convnet_nonorm", 3, 10, 32)
+    assert not any(isinstance(m, (torch.nn.BatchNorm2d, torch.nn.GroupNorm)) for m in plain.modules())
+
+
+def test_mlp_has_three_linear_layers_of_width_128():
+    linears = [m for m in create_model("mlp", 1, 10, 28).modules() if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(784, 128), (128, 128), (128, 10)]
+
+
+def test_registry_lists_and_refuses_unknown_names():
+    assert {"convnet", "convnet_bn", "convnet_nonorm", "convnet_d4", "mlp"} <= set(list_models())
+    with pytest.raises(ValueError, match="unknown model 'resnet9000'"):
+        create_model("resnet9000", 3, 10, 32)
+
+
+def test_too_small_image_is_refused():
+    with pytest.raises(ValueError, match="too small"):
+        create_model("convnet_d4", 1, 10, 8)

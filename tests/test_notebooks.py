@@ -1,0 +1,58 @@
+"""Notebooks are committed without outputs, their parameters match the protocol, and they run."""
+
+import json
+from pathlib import Path
+
+import papermill as pm
+import pytest
+
+from ddlib.protocols import PROTOCOLS, protocol_module
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+ALL = sorted(NOTEBOOKS.glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert {p.name for p in ALL} >= {"label_robust.ipynb", "summary.ipynb"}
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_committed_without_outputs(path):
+    nb = json.loads(path.read_text())
+    dirty = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count"))]
+    assert not dirty, f"{path.name}: cells {dirty} have outputs or execution counts; clear them before committing"
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_has_one_parameters_cell(path):
+    nb = json.loads(path.read_text())
+    tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_protocol_notebook_parameters_match_the_protocol(protocol):
+    notebook, _ = PROTOCOLS[protocol]
+    declared = pm.inspect_notebook(str(NOTEBOOKS / notebook))
+    module = protocol_module(protocol)
+    assert set(declared) == set(module.PARAMS) | {"run_id", "experiment"}
+    for name, default in module.PARAMS.items():  # the notebook's defaults are the protocol's
+        assert eval(declared[name]["default"]) == default, name
+
+
+@pytest.mark.slow
+def test_label_robust_notebook_runs_by_hand_then_summary_notebook(mlflow_store, tmp_path):
+    out = tmp_path / "lr.ipynb"
+    pm.execute_notebook(str(NOTEBOOKS / "label_robust.ipynb"), str(out), kernel_name="python3", progress_bar=False,
+                        parameters={"method": "kcenter", "ipc": 1, "seeds": [0], "recipe": {"epochs": 2},
+                                    "real_recipe": {"epochs": 1}}, cwd=str(NOTEBOOKS))
+    from ddlib import tracking
+
+    cells = tracking.runs("label_robust", kind="cell")
+    assert len(cells) == 1 and cells.iloc[0]["status"] == "FINISHED"  # the notebook ended its own run
+    summary_out = tmp_path / "summary.ipynb"
+    pm.execute_notebook(str(NOTEBOOKS / "summary.ipynb"), str(summary_out), kernel_name="python3",
+                        progress_bar=False, cwd=str(NOTEBOOKS))
+    text = summary_out.read_text()
+    assert "kcenter" in text and "LRS" in text
+    assert len(tracking.runs("summary")) == 1  # CSV/HTML/PNG logged as a summary run

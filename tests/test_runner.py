@@ -1,0 +1,172 @@
+"""The batch runner end to end: papermill executions tracked in MLflow, skipping, failures."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from ddlib import summary, tracking
+from ddlib.cli import main as cli_main
+from ddlib.protocols import label_robust
+from ddlib.runner import GridError, expand, load_grid, run_grid
+from ddlib.tracking import TAG
+
+TINY = {
+    "protocol": "label_robust",
+    "params": {"dataset": "digits", "seeds": [0], "recipe": {"epochs": 2, "batch_size": 64},
+               "real_recipe": {"epochs": 1}},
+    "grid": {"method": ["random", "broken"], "ipc": [1]},
+    "methods": {"broken": {"kind": "file", "path": "PLACEHOLDER"}},
+}
+
+
+def write_grid(tmp_path, grid) -> Path:
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+@pytest.fixture
+def tiny_grid(tmp_path):
+    broken = tmp_path / "broken_ipc1.pt"
+    broken.write_bytes(b"this is not a torch file")
+    grid = {**TINY, "methods": {"broken": {"kind": "file", "path": str(tmp_path / "broken_ipc{ipc}.pt")}}}
+    return write_grid(tmp_path, grid), broken
+
+
+# ------------------------------------------------------------------ validation before anything runs
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"colour": "red"}, "unknown top-level key.*colour"),
+        ({"protocol": "nope"}, "protocol must be one of"),
+        ({"params": {"dataset": "digits", "epochs": 3}}, r"unknown parameter\(s\) \['epochs'\]"),
+        ({"params": {"dataset": "digits", "recipe": {"epoch": 3}}}, "unknown recipe key.*'epoch'"),
+        ({"grid": {"method": ["random"], "ipc": [0]}}, "ipc must be a positive integer"),
+        ({"params": {"dataset": "nosuchset"}}, "dataset: unknown dataset 'nosuchset'"),
+        ({"params": {"dataset": "digits", "model": "resnet9000"}}, "model: unknown model"),
+        ({"params": {"dataset": "digits", "seeds": "0"}}, "seeds must be a non-empty list"),
+        ({"params": {"dataset": "digits", "w": 2}}, "w must be a number in"),
+        ({"grid": {"method": ["mystery"]}}, "method 'mystery' has no source"),
+        ({"grid": {"ipc": 3}}, "grid.ipc must be a non-empty list"),
+        ({"methods": {"x": {"kind": "dm", "iters": 3}}, "grid": {"method": ["x"]}}, "unknown key 'iters'"),
+    ],
+)
+def test_bad_params_fail_before_running_and_name_the_key(tmp_path, change, message):
+    grid = {"protocol": "label_robust", "params": {"dataset": "digits"}, "grid": {"method": ["random"], "ipc": [1]}}
+    grid.update(change)
+    with pytest.raises(GridError, match=message) as info:
+        expand(load_grid(write_grid(tmp_path, grid)))
+    assert "grid.yaml" in str(info.value)
+
+
+def test_unreadable_params_file(tmp_path):
+    with pytest.raises(GridError, match="cannot read"):
+        load_grid(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("protocol: [unclosed")
+    with pytest.raises(GridError, match="not valid YAML"):
+        load_grid(bad)
+
+
+def test_expand_crosses_the_grid_and_resolves_sources(tmp_path):
+    grid = {"protocol": "label_robust", "params": {"dataset": "digits"},
+            "grid": {"method": ["random", "dm", "pub"], "ipc": [1, 10]},
+            "methods": {"pub": {"kind": "file", "path": "sets/pub_ipc{ipc}.pt"}}}
+    cells = expand(load_grid(write_grid(tmp_path, grid)))
+    assert len(cells) == 6
+    assert {(c["method"], c["ipc"]) for c in cells} == {(m, i) for m in ("random", "dm", "pub") for i in (1, 10)}
+    pub = next(c for c in cells if c["method"] == "pub")
+    assert Path(pub["source"]["path"]).is_absolute()
+    assert all(set(c) == set(label_robust.PARAMS) for c in cells)
+
+
+def test_repository_params_files_are_valid():
+    root = Path(__file__).resolve().parents[1] / "params"
+    files = sorted(root.glob("*.yaml"))
+    assert files, "no params files"
+    for path in files:
+        cells = expand(load_grid(path))
+        assert cells, path
+
+
+# ------------------------------------------------------------------ end to end (papermill)
+
+
+@pytest.mark.slow
+def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, capsys):
+    path, broken = tiny_grid
+    report = run_grid(path, workers=2, progress=False)
+    assert report.finished == ["digits-random-ipc1"]
+    assert len(report.failed) == 1
+    name, error = report.failed[0]
+    assert name == "digits-broken-ipc1"
+    assert str(broken) in error and "DistilledSetError" in error
+
+    client = tracking.client()
+    exp = client.get_experiment_by_name("label_robust")
+    cells = {r.data.tags["mlflow.runName"]: r for r in client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`{TAG['kind']}` = 'cell'")}
+    ok, bad = cells["digits-random-ipc1"], cells["digits-broken-ipc1"]
+    assert ok.info.status == "FINISHED" and bad.info.status == "FAILED"
+    assert str(broken) in bad.data.tags[TAG["error"]]
+    assert "lrs_mean" in ok.data.metrics and "lrs_mean" not in bad.data.metrics  # never a result
+    for run in (ok, bad):  # the executed (or partial) notebook is attached
+        assert [a.path for a in client.list_artifacts(run.info.run_id, "notebook")] == ["notebook/label_robust.ipynb"]
+    ok_files = {a.path for a in client.list_artifacts(ok.info.run_id)}
+    assert {"config.json", "images", "sets"} <= ok_files
+    evals = client.search_runs([exp.experiment_id], filter_string=f"tags.`{TAG['kind']}` = 'eval'")
+    # random method: syn and rdm are the same subset, so one evaluation serves both; plus real
+    assert sorted(r.data.tags[TAG["role"]] for r in evals) == ["real_hard", "syn_hard"]
+    assert all(r.data.tags["mlflow.parentRunId"] == ok.info.run_id for r in evals)
+    assert len(client.get_metric_history(evals[0].info.run_id, "train_loss")) in (1, 2)
+
+    # second pass: the finished cell is skipped, the failed one is retried (and fails again)
+    again = run_grid(path, workers=1, progress=False)
+    assert again.skipped == ["digits-random-ipc1"] and again.finished == [] and len(again.failed) == 1
+
+    # the CLI exits non-zero and lists the failure
+    assert cli_main(["run", str(path)]) == 1
+    assert "FAILED digits-broken-ipc1" in capsys.readouterr().err
+
+    board = summary.lrs_leaderboard()
+    assert list(board["method"]) == ["random"]
+    row = board.iloc[0]
+    assert row["ior_mean"] == 0.0  # random vs its own random baseline
+    assert 0 <= row["lrs_mean"] <= 100
+    assert cli_main(["summary"]) == 0
+    out = capsys.readouterr().out
+    assert "random" in out and "mlflow ui --backend-store-uri" in out
+
+
+def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path):
+    params = dict(dataset="digits", method="random", ipc=1, seeds=[0, 1], recipe={"epochs": 2},
+                  real_recipe={"epochs": 1})
+    cell = label_robust.open_cell(**params)
+    distilled = label_robust.obtain(cell)
+    result = label_robust.evaluate(cell, distilled)
+    cell.close()
+    client = tracking.client()
+    run = client.get_run(cell.run_id)
+    assert run.info.status == "FINISHED"
+    assert list(result.per_seed["seed"]) == [0, 1]
+    assert run.data.metrics["lrs_mean"] == pytest.approx(result.summary["lrs_mean"])
+    history = client.get_metric_history(cell.run_id, "acc_syn_hard")
+    assert sorted(m.step for m in history) == [0, 1]
+
+    # the same evaluations again: reused, not retrained
+    cell2 = label_robust.open_cell(**params)
+    again = label_robust.evaluate(cell2, label_robust.obtain(cell2))
+    cell2.close()
+    assert again.per_seed.equals(result.per_seed)
+    assert len(client.search_runs([run.info.experiment_id], f"tags.`{TAG['kind']}` = 'eval'")) == 4  # 2 seeds x (syn, real)
+
+    bad_file = tmp_path / "nan.pt"
+    torch.save({"images": torch.full((10, 1, 8, 8), float("nan")), "labels": torch.arange(10)}, bad_file)
+    cell3 = label_robust.open_cell(**{**params, "method": "nan", "source": {"kind": "file", "path": str(bad_file)}})
+    with pytest.raises(ValueError, match="nan.pt"):
+        label_robust.obtain(cell3)
+    assert client.get_run(cell3.run_id).info.status == "FAILED"

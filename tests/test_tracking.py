@@ -1,0 +1,77 @@
+import pytest
+
+from ddlib import tracking
+from ddlib.tracking import TAG, Tracker
+
+
+def test_store_is_absolute_sqlite_under_mlruns(mlflow_store):
+    uri = tracking.tracking_uri()
+    assert uri == f"sqlite:///{mlflow_store / 'mlflow.db'}"
+    assert tracking.artifact_root().is_absolute()
+
+
+def test_tracking_uri_env_overrides(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/other.db")
+    assert tracking.tracking_uri().endswith("other.db")
+
+
+def test_default_store_is_the_project_mlruns(monkeypatch):
+    monkeypatch.delenv("DDLIB_MLRUNS", raising=False)
+    assert tracking.mlruns_dir() == tracking.PROJECT_ROOT / "mlruns"
+
+
+def test_flatten_and_config_hash():
+    assert tracking.flatten({"recipe": {"lr": 0.01, "epochs": 3}, "seeds": [0, 1], "x": None}) == {
+        "recipe.lr": "0.01", "recipe.epochs": "3", "seeds": "[0, 1]", "x": "None"}
+    assert tracking.config_hash({"a": 1, "b": [1, 2]}) == tracking.config_hash({"b": [1, 2], "a": 1})
+    assert tracking.config_hash({"a": 1}) != tracking.config_hash({"a": 2})
+
+
+def test_runs_metrics_artifacts_and_lookup(mlflow_store, tmp_path):
+    tracking.init_store()
+    tracker = Tracker("unit")
+    parent = tracker.start_run("parent", params={"recipe": {"lr": 0.1}, "ipc": 3},
+                               tags={TAG["kind"]: "cell", TAG["config"]: "abc"})
+    child = tracker.start_run("child", tags={TAG["kind"]: "eval"}, parent_run_id=parent)
+    tracker.log_metrics(child, {"test_accuracy": 0.5, "train_seconds": 1.5})
+    tracker.log_series(child, "train_loss", [3.0, 2.0, 1.0])
+    note = tmp_path / "note.txt"
+    note.write_text("hello")
+    tracker.log_artifact(parent, note, "files")
+    tracker.end_run(child)
+    tracker.end_run(parent)
+
+    client = tracking.client()
+    assert [m.value for m in client.get_metric_history(child, "train_loss")] == [3.0, 2.0, 1.0]
+    assert client.get_run(parent).data.params["recipe.lr"] == "0.1"
+    artifact = mlflow_store / "artifacts" / "unit"
+    assert list(artifact.rglob("note.txt")), "artifacts land under mlruns/artifacts/<experiment>"
+    assert [r.info.run_id for r in tracker.find_finished({TAG["config"]: "abc"})] == [parent]
+    assert tracker.find_finished({TAG["config"]: "nope"}) == []
+
+    df = tracking.runs("unit", kind="cell", ipc=3)
+    assert list(df["run_id"]) == [parent]
+    assert tracking.runs("unit", ipc=4).empty
+    assert tracking.runs("no-such-experiment").empty
+
+
+def test_fail_run_marks_unfinished_children_failed(mlflow_store):
+    tracking.init_store()
+    tracker = Tracker("unit")
+    parent = tracker.start_run("parent")
+    done = tracker.start_run("done", parent_run_id=parent)
+    tracker.end_run(done)
+    running = tracker.start_run("running", parent_run_id=parent)
+    tracker.fail_run(parent, ValueError("bad file"))
+    client = tracking.client()
+    assert client.get_run(parent).info.status == "FAILED"
+    assert client.get_run(parent).data.tags[TAG["error"]] == "ValueError: bad file"
+    assert client.get_run(running).info.status == "FAILED"
+    assert client.get_run(done).info.status == "FINISHED"
+    assert [r.info.run_id for r in tracker.find_finished({}, all_experiments=False)] == [done]
+
+
+def test_default_tags_name_version_and_commit():
+    tags = tracking.default_tags("label_robust", "cpu")
+    assert tags["protocol"] == "label_robust" and tags[TAG["device"]] == "cpu"
+    assert tags[TAG["version"]] and tags[TAG["commit"]]
