@@ -36,6 +36,10 @@ from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, config_hash, default_tags
 
 __all__ = ["GridSpec", "load_grid", "expand", "run_grid", "RunReport", "GridError", "notebooks_dir"]
 
+# ipykernel 7 warns on every start that its local TCP transport is unencrypted; the kernels of a
+# batch run talk only to this process over loopback, and a shutdown logs a spurious
+# KeyboardInterrupt, so keep its own log quiet (notebook errors still reach the executed notebook).
+KERNEL_ARGUMENTS = ["--log-level=CRITICAL"]
 TOP_LEVEL_KEYS = {"protocol", "experiment", "description", "params", "grid", "methods"}
 
 
@@ -149,6 +153,7 @@ def _execute_cell(protocol: str, experiment: str, params: dict, run_id: str, thr
             pm.execute_notebook(
                 str(notebook), str(out), parameters={**params, "run_id": run_id, "experiment": experiment},
                 kernel_name="python3", progress_bar=False, cwd=str(notebook.parent),
+                extra_arguments=KERNEL_ARGUMENTS,
             )
         except BaseException as error:  # noqa: BLE001 - any failure marks the run FAILED
             if out.exists():

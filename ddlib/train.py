@@ -30,8 +30,10 @@ __all__ = ["Recipe", "SeedResult", "train_and_evaluate", "evaluate", "Normalize"
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULERS = ("step", "cosine", "none")
 
-# augment(x_normalised, generator) -> x ;  loss(logits, targets, inputs) -> scalar
-AugmentHook = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+# augment(x_normalised, targets, generator) -> (x, targets): label-mixing ops (Mixup, CutMix) change
+# the targets too; targets are int labels or per-image target rows.
+# loss(logits, targets, inputs) -> scalar: inputs are the augmented batch (teacher relabelling needs it).
+AugmentHook = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 LossHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -202,10 +204,10 @@ def train_and_evaluate(
             total = torch.zeros((), device=dev)
             for i in range(0, n, recipe.batch_size):
                 idx = order[i : i + recipe.batch_size]
-                x = normalize(as_pixels(images[idx]))
+                x, y = normalize(as_pixels(images[idx])), targets[idx]
                 if augment is not None:
-                    x = augment(x, aug_gen)
-                batch_loss = loss(model(x), targets[idx], x)
+                    x, y = augment(x, y, aug_gen)
+                batch_loss = loss(model(x), y, x)
                 optimizer.zero_grad(set_to_none=True)
                 batch_loss.backward()
                 optimizer.step()

@@ -53,10 +53,10 @@ def test_soft_targets_and_hooks_are_used(digits):
     soft = torch.nn.functional.one_hot(subset.labels, 10).float() * 0.9 + 0.01
     calls = {"augment": 0, "loss": 0}
 
-    def augment(x, generator):
+    def augment(x, targets, generator):
         calls["augment"] += 1
-        assert isinstance(generator, torch.Generator)
-        return x + 0.01 * torch.randn(x.shape, generator=generator)
+        assert isinstance(generator, torch.Generator) and len(targets) == len(x)
+        return x + 0.01 * torch.randn(x.shape, generator=generator), targets
 
     def loss(logits, targets, inputs):
         calls["loss"] += 1
