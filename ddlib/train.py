@@ -140,8 +140,9 @@ def _scheduler(recipe: Recipe, optimizer) -> torch.optim.lr_scheduler.LRSchedule
 
 @torch.inference_mode()
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize: nn.Module, batch_size: int = 1024) -> float:
-    """Top-1 accuracy (a fraction) of ``model`` on pixel ``images``, in large batches."""
-    device = normalize.mean.device
+    """Top-1 accuracy (a fraction) of ``model`` on pixel ``images``, in large batches; ``normalize``
+    maps pixels to the model's input (normalisation, then any preprocessing)."""
+    device = next(model.parameters()).device
     model.eval()
     correct = torch.zeros((), dtype=torch.long, device=device)
     for i in range(0, len(labels), batch_size):
@@ -164,6 +165,7 @@ def train_and_evaluate(
     seeds: Sequence[int],
     augment: AugmentHook | None = None,
     loss: LossHook | None = None,
+    preprocess: nn.Module | None = None,
     device: str | torch.device = "auto",
     model_kwargs: dict | None = None,
     keep_models: bool = False,
@@ -173,7 +175,8 @@ def train_and_evaluate(
     """Train one model per seed on (``train_images``, ``train_targets``) and test each.
 
     ``train_images`` are pixels (uint8 or float in [0, 1]); ``train_targets`` are int class
-    labels or per-image target rows (soft labels). Returns one :class:`SeedResult` per seed.
+    labels or per-image target rows (soft labels). ``preprocess`` (e.g. ZCA whitening) runs after
+    normalisation on training and test batches alike. Returns one :class:`SeedResult` per seed.
     """
     if len(train_images) != len(train_targets):
         raise ValueError(f"{len(train_images)} training images but {len(train_targets)} targets")
@@ -182,6 +185,8 @@ def train_and_evaluate(
     dev = resolve_device(device)
     loss = loss or cross_entropy_loss
     normalize = Normalize(mean, std).to(dev)
+    if preprocess is not None:
+        normalize = nn.Sequential(normalize, preprocess.to(dev))
     images = train_images.to(dev)
     targets = train_targets.to(dev)
     n = len(images)

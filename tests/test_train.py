@@ -114,3 +114,16 @@ def test_device_auto_picks_cuda_only_when_available(monkeypatch):
         resolve_device("cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_device("auto").type == "cuda"
+
+
+def test_preprocess_runs_on_training_and_test_batches(digits):
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, x):
+            seen.append(len(x))
+            return x
+
+    subset = random_subset(digits, 2, seed=0)
+    _train(digits, subset, [0], preprocess=Spy(), recipe=Recipe(epochs=2, batch_size=20, eval_batch_size=500))
+    assert seen == [20, 20, 450]  # two training steps, then the 450 test images in one batch
