@@ -14,14 +14,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
 
 import ddlib
-from ddlib.data import Dataset, load_dataset, reduce_dataset
+from ddlib.data import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.device import configure_threads, resolve_device
 from ddlib.distilled import DistilledSet, image_grid
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
@@ -73,13 +73,15 @@ class Cell:
     device: torch.device
     dataset: Dataset
     progress: bool = True
+    validation: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)  # held out of train
     closed: bool = field(default=False, repr=False)
+    cache: dict = field(default_factory=dict, repr=False)  # per-cell reuse (teachers, ZCA)
 
     # ------------------------------------------------------------------ opening and closing
 
     @classmethod
     def open(cls, protocol: str, params: dict, run_id: str | None = None, experiment: str | None = None,
-             progress: bool = True) -> "Cell":
+             progress: bool = True, val_fraction: float | None = None) -> "Cell":
         """Attach to the batch runner's parent run (``run_id``), or start one when run by hand."""
         configure_threads()
         init_store()
@@ -101,6 +103,8 @@ class Cell:
                                           params.get("train_per_class"), params.get("test_size"))
             if cell.dataset.extra.get("reduced"):
                 tracker.set_tags(run_id, {"ddlib.reduced_data": cell.dataset.source})
+            if val_fraction:
+                cell.dataset, cell.validation = hold_out_validation(cell.dataset, val_fraction)
         return cell
 
     @contextlib.contextmanager
@@ -155,16 +159,29 @@ class Cell:
         augment_name: str = "none",
         loss: LossHook | None = None,
         loss_name: str = "ce",
+        preprocess: torch.nn.Module | None = None,
+        preprocess_name: str = "none",
         model_kwargs: dict | None = None,
+        eval_split: str = "test",
     ) -> list[Evaluation]:
-        """Train and test one model per seed, reusing any identical evaluation already FINISHED."""
+        """Train and test one model per seed, reusing any identical evaluation already FINISHED.
+
+        ``eval_split="val"`` scores on the cell's held-out validation split (learning-rate search)."""
         model = model or self.params["model"]
         ds = self.dataset
+        if eval_split == "val":
+            if self.validation is None:
+                raise ValueError("this cell has no validation split (val_fraction is not set)")
+            eval_images, eval_labels = self.validation
+        elif eval_split == "test":
+            eval_images, eval_labels = ds.test_images, ds.test_labels
+        else:
+            raise ValueError(f"eval_split must be 'test' or 'val', got {eval_split!r}")
         identity = {
             "train": tensor_digest(images, targets),
-            "test": f"{ds.name}:{ds.source}:{tensor_digest(ds.test_labels)}",
+            "test": f"{ds.name}:{ds.source}:{eval_split}:{tensor_digest(eval_labels)}",
             "model": model, "model_kwargs": model_kwargs or {}, "recipe": recipe.to_dict(),
-            "augment": augment_name, "loss": loss_name, "version": ddlib.__version__,
+            "augment": augment_name, "loss": loss_name, "preprocess": preprocess_name, "version": ddlib.__version__,
         }
         group = config_hash(identity)
         keys = {seed: config_hash({**identity, "seed": seed}) for seed in seeds}
@@ -179,16 +196,17 @@ class Cell:
             missing = [s for s in seeds if s not in found]
             if missing:
                 results = train_and_evaluate(
-                    model, images, targets, ds.test_images, ds.test_labels, num_classes=ds.num_classes,
+                    model, images, targets, eval_images, eval_labels, num_classes=ds.num_classes,
                     mean=ds.mean, std=ds.std, recipe=recipe, seeds=missing, augment=augment, loss=loss,
-                    device=self.device, model_kwargs=model_kwargs, progress=self.progress, desc=role,
+                    preprocess=preprocess, device=self.device, model_kwargs=model_kwargs, progress=self.progress,
+                    desc=role,
                 )
                 for r in results:
                     run_id = self.tracker.start_run(
                         f"{role}-seed{r.seed}",
                         params={"role": role, "seed": r.seed, "model": model, "model_kwargs": model_kwargs or {},
                                 "recipe": recipe.to_dict(), "augment": augment_name, "loss": loss_name,
-                                "dataset": ds.name, "train_size": len(targets), "train_digest": identity["train"]},
+                                "preprocess": preprocess_name, "eval_split": eval_split, "dataset": ds.name, "train_size": len(targets), "train_digest": identity["train"]},
                         tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "eval",
                               TAG["role"]: role, TAG["eval_key"]: keys[r.seed]},
                         parent_run_id=self.run_id,
@@ -201,6 +219,17 @@ class Cell:
                     found[r.seed] = Evaluation(role, r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
                                                run_id, False)
         return [found[s] for s in seeds]
+
+
+def hold_out_validation(dataset: Dataset, fraction: float, seed: int = 0) -> tuple[Dataset, tuple]:
+    """Split a class-stratified validation set off the training set, so that choices such as the
+    learning rate are never made on the test set; everything else in the cell (random baseline,
+    full-data reference, teachers, ZCA) then uses only the remaining training images."""
+    train_idx, val_idx = stratified_split(dataset.train_labels.numpy(), fraction, seed)
+    train_idx, val_idx = torch.from_numpy(train_idx), torch.from_numpy(val_idx)
+    kept = replace(dataset, train_images=dataset.train_images[train_idx], train_labels=dataset.train_labels[train_idx],
+                   source=f"{dataset.source} [validation {len(val_idx)} held out, seed {seed}]")
+    return kept, (dataset.train_images[val_idx], dataset.train_labels[val_idx])
 
 
 def run_name(protocol: str, params: dict) -> str:

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 import ddlib
 from ddlib.protocol import group_params, run_name
 from ddlib.protocols import PROTOCOLS, protocol_module
-from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, config_hash, default_tags, init_store
+from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, config_hash, default_tags, init_store, store_environment
 
 __all__ = ["GridSpec", "load_grid", "expand", "run_grid", "RunReport", "GridError", "notebooks_dir"]
 
@@ -140,11 +140,11 @@ def _cell_tags(protocol: str, params: dict) -> dict:
     }
 
 
-def _execute_cell(protocol: str, experiment: str, params: dict, run_id: str, threads: int) -> tuple[str, str | None]:
+def _execute_cell(protocol: str, experiment: str, params: dict, run_id: str, env: dict) -> tuple[str, str | None]:
     """Run one notebook under papermill (in a worker process); returns (run_id, error or None)."""
     import papermill as pm
 
-    os.environ["DDLIB_NUM_THREADS"] = str(threads)
+    os.environ.update(env)  # this worker's kernel inherits the store and its share of the cores
     tracker = Tracker(experiment)
     notebook = notebooks_dir() / PROTOCOLS[protocol][0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,12 +195,12 @@ def run_grid(path: str | os.PathLike, workers: int = 1, force: bool = False, dry
         report.finished = [name for name, _, _ in todo]
         return report
     workers = max(1, min(workers, len(todo) or 1))
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    env = {**store_environment(), "DDLIB_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // workers))}
     pending = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
         for name, params, tags in todo:
             run_id = tracker.start_run(name, params=params, tags={**default_tags(spec.protocol), **tags})
-            pending[pool.submit(_execute_cell, spec.protocol, spec.experiment, params, run_id, threads)] = (name, run_id)
+            pending[pool.submit(_execute_cell, spec.protocol, spec.experiment, params, run_id, env)] = (name, run_id)
         bar = tqdm(total=len(todo), desc=f"{spec.protocol} ({len(report.skipped)} skipped)", disable=not progress)
         for future in as_completed(pending):
             name, run_id = pending[future]

@@ -18,10 +18,12 @@ import pandas as pd
 from ddlib import metrics
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "lrs_leaderboard", "format_leaderboard", "plot_lrs", "log_summary"]
+__all__ = ["per_seed_values", "lrs_leaderboard", "ars_leaderboard", "weight_sweep", "format_leaderboard",
+           "plot_scores", "log_summary"]
 
-ROW_PARAMS = ("dataset", "ipc", "method", "model")
-VALUE_ORDER = ("acc_syn_hard", "acc_rdm_hard", "acc_real_hard", "hlr", "ior", "lrs")
+ROW_PARAMS = ("dataset", "ipc", "method", "model", "preset")
+VALUE_ORDER = ("acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any", "acc_syn_aug", "acc_rdm_aug",
+               "acc_syn_noaug", "acc_rdm_noaug", "hlr", "ior", "ior_aug", "ior_noaug", "lrs", "ars")
 SCORES = ("lrs", "ars")  # already on a 0-100 scale; everything else is a fraction shown in percent
 
 
@@ -61,16 +63,13 @@ def per_seed_values(experiment: str, keys: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()))
 
 
-def lrs_leaderboard(experiment: str = "label_robust", w: float = 0.5) -> pd.DataFrame:
-    """LRS leaderboard: one row per method x IPC (x dataset, model, config), mean and std over seeds."""
-    keys = ("acc_syn_hard", "acc_rdm_hard", "acc_real_hard")
+def _leaderboard(experiment: str, keys: tuple[str, ...], derive, score: str) -> pd.DataFrame:
+    """Pool per-seed values by group, add derived columns, and aggregate mean and std over seeds."""
     df = per_seed_values(experiment, keys)
     if df.empty:
         return df
-    df["hlr"] = [metrics.hlr(r, s) for r, s in zip(df.acc_real_hard, df.acc_syn_hard)]
-    df["ior"] = [metrics.ior(s, r) for s, r in zip(df.acc_syn_hard, df.acc_rdm_hard)]
-    df["lrs"] = [metrics.lrs(h, i, w) for h, i in zip(df.hlr, df.ior)]
-    value_cols = [*keys, "hlr", "ior", "lrs"]
+    derived = derive(df)
+    value_cols = [*keys, *derived]
     out = []
     for group, sub in df.groupby("group", sort=False):
         row = {p: sub[p].iloc[0] for p in ROW_PARAMS}
@@ -80,10 +79,51 @@ def lrs_leaderboard(experiment: str = "label_robust", w: float = 0.5) -> pd.Data
         row["config"] = group[:8]
         out.append(row)
     board = pd.DataFrame(out)
-    duplicated = board.duplicated(subset=list(ROW_PARAMS), keep=False)
-    if not duplicated.any():
+    if not board.duplicated(subset=list(ROW_PARAMS), keep=False).any():
         board = board.drop(columns="config")
-    return board.sort_values(["dataset", "ipc", "lrs_mean"], ascending=[True, True, False]).reset_index(drop=True)
+    return board.sort_values(["dataset", "ipc", f"{score}_mean"], ascending=[True, True, False]).reset_index(drop=True)
+
+
+def lrs_leaderboard(experiment: str = "label_robust", w: float = 0.5) -> pd.DataFrame:
+    """LRS leaderboard: one row per method x IPC (x dataset, model, preset), mean and std over seeds."""
+
+    def derive(df):
+        df["hlr"] = [metrics.hlr(r, s) for r, s in zip(df.acc_real_hard, df.acc_syn_hard)]
+        df["ior"] = [metrics.ior(s, r) for s, r in zip(df.acc_syn_any, df.acc_rdm_any)]
+        df["lrs"] = [metrics.lrs(h, i, w) for h, i in zip(df.hlr, df.ior)]
+        return ["hlr", "ior", "lrs"]
+
+    return _leaderboard(experiment, ("acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any"), derive, "lrs")
+
+
+def ars_leaderboard(experiment: str = "augmentation_robust", gamma: float = 0.5) -> pd.DataFrame:
+    """ARS leaderboard: one row per method x IPC (x dataset, model, preset), mean and std over seeds."""
+
+    def derive(df):
+        df["ior_aug"] = [metrics.ior(s, r) for s, r in zip(df.acc_syn_aug, df.acc_rdm_aug)]
+        df["ior_noaug"] = [metrics.ior(s, r) for s, r in zip(df.acc_syn_noaug, df.acc_rdm_noaug)]
+        df["ars"] = [metrics.ars(a, n, gamma) for a, n in zip(df.ior_aug, df.ior_noaug)]
+        return ["ior_aug", "ior_noaug", "ars"]
+
+    keys = ("acc_syn_aug", "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug")
+    return _leaderboard(experiment, keys, derive, "ars")
+
+
+SWEEP = (0.1, 0.3, 0.5, 0.7, 0.9)  # the weights of DD-Ranking's appendix
+
+
+def weight_sweep(score: str = "lrs", weights=SWEEP, experiment: str | None = None) -> pd.DataFrame:
+    """The score (mean over seeds) for each weight: w for LRS, gamma for ARS, one column per weight."""
+    build = {"lrs": lambda v: lrs_leaderboard(experiment or "label_robust", w=v),
+             "ars": lambda v: ars_leaderboard(experiment or "augmentation_robust", gamma=v)}[score]
+    table = None
+    for v in weights:
+        board = build(v)
+        if board.empty:
+            return board
+        column = board[list(ROW_PARAMS) + [f"{score}_mean"]].rename(columns={f"{score}_mean": f"{score} @ {v:g}"})
+        table = column if table is None else table.merge(column, on=list(ROW_PARAMS), how="outer")
+    return table
 
 
 def format_leaderboard(board: pd.DataFrame) -> pd.DataFrame:
@@ -95,22 +135,23 @@ def format_leaderboard(board: pd.DataFrame) -> pd.DataFrame:
     bases = known + sorted({c[: -len("_mean")] for c in board.columns if c.endswith("_mean")} - set(known))
     for base in bases:
         scale = 1.0 if base in SCORES else 100.0
-        shown[base.upper() if base in ("hlr", "ior", *SCORES) else base] = [
+        shown[base.upper() if base in ("hlr", "ior", "ior_aug", "ior_noaug", *SCORES) else base] = [
             f"{m * scale:.1f} ± {s * scale:.1f}" for m, s in zip(board[f"{base}_mean"], board[f"{base}_std"])
         ]
     return shown
 
 
-def plot_lrs(board: pd.DataFrame):
-    """Bar chart of LRS per method, grouped by IPC (one figure; datasets share it via labels)."""
+def plot_scores(board: pd.DataFrame, score: str = "lrs"):
+    """Bar chart of a score per method, grouped by IPC (datasets share the figure via labels)."""
     from ddlib.viz import bar_with_errors
 
     if board.empty:
         return None
     df = board.assign(series=board["method"].astype(str) + (" / " + board["dataset"].astype(str)
                                                              if board["dataset"].nunique() > 1 else ""))
-    return bar_with_errors(df, group="ipc", series="series", value="lrs_mean", error="lrs_std",
-                           title="Label-Robust Score (mean ± std over seeds)", ylabel="LRS (0-100)")
+    title = {"lrs": "Label-Robust Score", "ars": "Augmentation-Robust Score"}[score]
+    return bar_with_errors(df, group="ipc", series="series", value=f"{score}_mean", error=f"{score}_std",
+                           title=f"{title} (mean ± std over seeds)", ylabel=f"{score.upper()} (0-100)")
 
 
 def log_summary(tables: dict[str, pd.DataFrame], figures: dict | None = None, experiment: str = "summary") -> str:
@@ -120,7 +161,8 @@ def log_summary(tables: dict[str, pd.DataFrame], figures: dict | None = None, ex
     with tempfile.TemporaryDirectory() as tmp:
         for name, table in tables.items():
             table.to_csv(Path(tmp) / f"{name}.csv", index=False)
-            format_leaderboard(table).to_html(Path(tmp) / f"{name}.html", index=False)
+            shown = format_leaderboard(table) if any(c.endswith("_mean") for c in table.columns) else table
+            shown.to_html(Path(tmp) / f"{name}.html", index=False)
             tracker.log_artifact(run_id, Path(tmp) / f"{name}.csv")
             tracker.log_artifact(run_id, Path(tmp) / f"{name}.html")
         for name, fig in (figures or {}).items():

@@ -88,8 +88,13 @@ def init_store() -> str:
     mlruns_dir().mkdir(parents=True, exist_ok=True)
     with file_lock("store-init"):
         client().search_experiments(max_results=1)
-    os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())  # kernels started later inherit it
     return tracking_uri()
+
+
+def store_environment() -> dict[str, str]:
+    """Variables that point a child process (a worker, a notebook kernel in another working
+    directory) at this same store."""
+    return {"DDLIB_MLRUNS": str(mlruns_dir()), "MLFLOW_TRACKING_URI": tracking_uri()}
 
 
 @contextlib.contextmanager

@@ -51,6 +51,6 @@ def mlflow_store(tmp_path, monkeypatch) -> Path:
 
     store = tmp_path / "mlruns"
     monkeypatch.setenv("DDLIB_MLRUNS", str(store))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
     monkeypatch.setattr(tracking, "_CLIENTS", {})
     return store

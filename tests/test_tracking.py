@@ -4,7 +4,8 @@ from ddlib import tracking
 from ddlib.tracking import TAG, Tracker
 
 
-def test_store_is_absolute_sqlite_under_mlruns(mlflow_store):
+def test_store_is_absolute_sqlite_under_mlruns(mlflow_store, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
     uri = tracking.tracking_uri()
     assert uri == f"sqlite:///{mlflow_store / 'mlflow.db'}"
     assert tracking.artifact_root().is_absolute()

@@ -42,3 +42,4 @@ def count_parameters(model: nn.Module) -> int:
 
 from ddlib.models import convnet as _convnet  # noqa: E402,F401  (registers convnet*)
 from ddlib.models import mlp as _mlp  # noqa: E402,F401
+from ddlib.models import resnet as _resnet  # noqa: E402,F401  (registers resnet18, resnet18_bn)

@@ -10,6 +10,7 @@ from types import ModuleType
 # protocol name -> (notebook file under notebooks/, module)
 PROTOCOLS = {
     "label_robust": ("label_robust.ipynb", "ddlib.protocols.label_robust"),
+    "augmentation_robust": ("augmentation_robust.ipynb", "ddlib.protocols.augmentation_robust"),
 }
 
 

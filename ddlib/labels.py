@@ -1,0 +1,485 @@
+"""Soft labels: the losses that train on them, teacher relabelling, teachers, and stored soft labels.
+
+Most recent distillation methods report accuracies trained on soft labels, either stored with the
+set (DATM, MTT's learned labels) or produced on the fly by pretrained teachers that relabel every
+augmented batch (SRe2L, RDED, G-VBSM, EDC). DD-Ranking's point is that much of the reported gain
+comes from these labels; this module makes both kinds available to the one training loop
+(:func:`ddlib.train.train_and_evaluate`) through its loss hook ``loss(logits, targets, inputs)``.
+
+Target convention (one for every loss here). A loss is built with ``targets_are_logits``:
+
+* ``targets_are_logits=True``: the targets are *logits* (a teacher relabelling the batch, or
+  stored logits); the loss applies its temperature to them and to the student alike, as in
+  Hinton et al. (2015) and the SRe2L / RDED / EDC evaluation code.
+* ``targets_are_logits=False`` (default): the targets are int class labels (read as one-hot) or
+  *probability rows that are already at the loss's temperature*. :func:`stored_targets` turns a
+  set's stored soft labels (probabilities or logits) into such rows for a given temperature.
+
+:class:`TeacherRelabel` sets the flag itself; :func:`create_loss` builds a hook from a YAML spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ddlib
+from ddlib.device import resolve_device
+from ddlib.models import create_model
+from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
+from ddlib.train import AugmentHook, Recipe, train_and_evaluate
+
+if TYPE_CHECKING:
+    from ddlib.data import Dataset
+    from ddlib.distilled import DistilledSet
+
+__all__ = [
+    "SoftLoss", "ce_loss", "kl_loss", "sce_loss", "mse_ce_loss", "create_loss", "LOSSES",
+    "TeacherRelabel", "get_teachers", "load_teacher", "teacher_key", "dataset_identity",
+    "stored_targets", "CheckpointError", "TEACHER_EXPERIMENT", "TEACHER_KEY_TAG",
+]
+
+TEACHER_EXPERIMENT = "teachers"
+TEACHER_KEY_TAG = "ddlib.teacher_key"
+TEACHER_ARTIFACT = "teacher.pt"
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def _probabilities(targets: torch.Tensor, num_classes: int, are_logits: bool, temperature: float = 1.0) -> torch.Tensor:
+    """Targets as probability rows: int labels -> one-hot; logits -> softmax(t / T); rows as given."""
+    if not targets.is_floating_point():
+        return F.one_hot(targets.long(), num_classes).float()
+    if are_logits:
+        return F.softmax(targets.float() / temperature, dim=1)
+    return targets.float()
+
+
+class SoftLoss:
+    """A loss hook ``loss(logits, targets, inputs)``; ``compute(logits, target, labels)`` separates
+    the soft target (teacher logits or probabilities) from the ground truth (used by ``mse_ce``'s CE
+    term), so :class:`TeacherRelabel` can pass the teachers' logits and the batch's labels apart."""
+
+    kind = ""
+
+    def __init__(self, targets_are_logits: bool = False, **params: Any):
+        self.targets_are_logits = bool(targets_are_logits)
+        self.params = params
+
+    @property
+    def name(self) -> str:
+        """Canonical name with every resolved parameter: part of the evaluation cache key."""
+        parts = [f"{k}={v}" for k, v in sorted(self.params.items())]
+        if self.targets_are_logits:
+            parts.append("targets_are_logits=True")
+        return f"{self.kind}({','.join(parts)})"
+
+    def __repr__(self) -> str:
+        return f"<loss {self.name}>"
+
+    def compute(self, logits: torch.Tensor, target: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __call__(self, logits: torch.Tensor, targets: torch.Tensor, inputs: torch.Tensor | None = None) -> torch.Tensor:
+        # Without a teacher the targets are also the ground truth (as probabilities if they are logits).
+        labels = F.softmax(targets.float(), dim=1) if self.targets_are_logits and targets.is_floating_point() else targets
+        return self.compute(logits, targets, labels)
+
+
+class _CrossEntropy(SoftLoss):
+    kind = "ce"
+
+    def compute(self, logits, target, labels):
+        if not target.is_floating_point():
+            return F.cross_entropy(logits, target)
+        return F.cross_entropy(logits, _probabilities(target, logits.shape[1], self.targets_are_logits))
+
+
+class _KLDivergence(SoftLoss):
+    kind = "kl"
+
+    def compute(self, logits, target, labels):
+        t = self.params["temperature"]
+        p = _probabilities(target, logits.shape[1], self.targets_are_logits, t)
+        loss = F.kl_div(F.log_softmax(logits / t, dim=1), p, reduction="batchmean")
+        return loss * (t * t) if self.params["t_squared"] else loss
+
+
+class _SoftCrossEntropy(SoftLoss):
+    kind = "sce"
+
+    def compute(self, logits, target, labels):
+        t = self.params["temperature"]
+        p = _probabilities(target, logits.shape[1], self.targets_are_logits, t)
+        return -(p * F.log_softmax(logits / t, dim=1)).sum(1).mean()
+
+
+class _MSECrossEntropy(SoftLoss):
+    kind = "mse_ce"
+
+    def compute(self, logits, target, labels):
+        if self.targets_are_logits and target.is_floating_point():
+            mse = F.mse_loss(logits, target.float())  # EDC: MSE between raw student and teacher logits
+        else:  # probabilities (or int labels): compare in probability space
+            mse = F.mse_loss(F.softmax(logits, dim=1), _probabilities(target, logits.shape[1], False))
+        loss = self.params["mse_weight"] * mse
+        if self.params["ce_weight"]:
+            loss = loss + self.params["ce_weight"] * F.cross_entropy(logits, labels)
+        return loss
+
+
+def ce_loss(*, targets_are_logits: bool = False) -> SoftLoss:
+    """Cross-entropy with int labels or probability rows (``F.cross_entropy`` takes both)."""
+    return _CrossEntropy(targets_are_logits)
+
+
+def kl_loss(temperature: float = 4.0, t_squared: bool = True, *, targets_are_logits: bool = False) -> SoftLoss:
+    """``T² · KL(p_T || softmax(z / T))`` (batch mean), the knowledge-distillation loss of Hinton et
+    al. (2015) used by SRe2L and RDED to train on teacher labels. ``T = 4`` is RDED's CIFAR
+    setting. The T² factor keeps gradient magnitudes independent of T (Hinton); SRe2L, RDED and
+    EDC's code leave it out (DD-Ranking's ``scale_loss`` defaults to off): set ``t_squared: false``
+    to reproduce their numbers. ``p_T`` is ``softmax(targets / T)`` for logits, else the targets."""
+    return _KLDivergence(targets_are_logits, temperature=float(temperature), t_squared=bool(t_squared))
+
+
+def sce_loss(temperature: float = 1.0, *, targets_are_logits: bool = False) -> SoftLoss:
+    """Soft cross-entropy ``-Σ p · log softmax(z / T)`` (batch mean): DATM's loss for its learned
+    soft labels (T = 1 there); equals ``ce`` for one-hot targets at T = 1."""
+    return _SoftCrossEntropy(targets_are_logits, temperature=float(temperature))
+
+
+def mse_ce_loss(mse_weight: float = 1.0, ce_weight: float = 0.1, *, targets_are_logits: bool = False) -> SoftLoss:
+    """EDC's / G-VBSM's ``mse_gt`` loss: ``mse_weight · MSE(z, t) + ce_weight · CE(z, y)``.
+
+    Read from EDC's evaluation code (github.com/shaoshitong/EDC, ``Branch_CIFAR_10/train/
+    direct_train.py``): ``F.mse_loss(output, soft_label) + F.cross_entropy(output, target) *
+    args.ce_weight``, where ``soft_label`` is the mean of the teachers' raw logits, ``output`` the
+    student's raw logits (no softmax, no temperature) and ``target`` the images' ground-truth
+    labels; ``ce_weight`` defaults to 0.1 there (0.025 in its CIFAR-10 script). DD-Ranking's
+    ``MSEGTLoss`` is the same. With probability targets (stored soft labels, no teacher) the MSE
+    compares ``softmax(z)`` with the targets instead, and the CE term uses the targets themselves.
+    """
+    return _MSECrossEntropy(targets_are_logits, mse_weight=float(mse_weight), ce_weight=float(ce_weight))
+
+
+LOSSES: dict[str, Callable[..., SoftLoss]] = {"ce": ce_loss, "kl": kl_loss, "sce": sce_loss, "mse_ce": mse_ce_loss}
+_PARAMS: dict[str, dict[str, type]] = {
+    "ce": {},
+    "kl": {"temperature": float, "t_squared": bool},
+    "sce": {"temperature": float},
+    "mse_ce": {"mse_weight": float, "ce_weight": float},
+}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _check_params(name: str, params: dict) -> dict:
+    known = _PARAMS[name]
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} for loss {name!r}; known: {sorted(known) or 'none'}")
+    checked = {}
+    for key, value in params.items():
+        if known[key] is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"loss {name!r}: {key} must be true or false, got {value!r}")
+        else:
+            value = _number(value)  # YAML reads 1e-3 as a string
+            lowest_ok = value is not None and (value > 0 if key == "temperature" else value >= 0)
+            if not lowest_ok or not math.isfinite(value):
+                raise ValueError(f"loss {name!r}: {key} must be a {'positive' if key == 'temperature' else 'non-negative'} "
+                                 f"number, got {params[key]!r}")
+        checked[key] = value
+    return checked
+
+
+def create_loss(spec: str | dict | None, *, targets_are_logits: bool = False) -> tuple[SoftLoss, str]:
+    """A loss hook and its canonical name from a params spec ``{"name": "kl", "temperature": 4}``
+    (or just ``"kl"``). Unknown names, unknown keys and bad values raise ``ValueError`` naming them,
+    so a typo never silently trains with a default. ``targets_are_logits`` is not a spec key: it
+    follows from where the targets come from (see the module docstring)."""
+    spec = {"name": spec} if isinstance(spec, str) else {"name": "ce"} if spec is None else dict(spec)
+    name = spec.pop("name", None)
+    if name not in LOSSES:
+        raise ValueError(f"unknown loss {name!r}; known: {sorted(LOSSES)}" if name is not None
+                         else f"loss spec needs a 'name' (one of {sorted(LOSSES)})")
+    hook = LOSSES[name](**_check_params(name, spec), targets_are_logits=targets_are_logits)
+    return hook, hook.name
+
+
+# --------------------------------------------------------------------------- teacher relabelling
+
+
+def _modules_digest(modules: Sequence[nn.Module]) -> str:
+    from ddlib.protocol import tensor_digest
+
+    return tensor_digest(*[t for m in modules for t in m.state_dict().values()])
+
+
+class TeacherRelabel:
+    """Loss hook that relabels every augmented batch with pretrained teachers (SRe2L's FKD-style
+    relabelling, RDED, G-VBSM, EDC), instead of storing soft labels.
+
+    The teachers see the same normalised, augmented inputs as the student, in eval mode under
+    ``torch.no_grad()`` (they are never updated: ``requires_grad`` is switched off). Several
+    teachers are averaged in logit space, as G-VBSM and EDC ensemble theirs
+    (``torch.stack(logits).mean(0)`` in EDC's ``direct_train.py``). The loss then compares the
+    student's logits with those teacher logits (``targets_are_logits=True``); the batch's own
+    targets (labels, or label rows after CutMix/Mixup) are the ground truth of ``mse_ce``'s CE term.
+
+    ``temperature`` (optional) sets the loss's temperature; giving it in both places differently is
+    an error. Teachers are moved to the inputs' device on the first call if they are elsewhere.
+    """
+
+    def __init__(self, teachers: Sequence[nn.Module], temperature: float | None = None,
+                 loss: str | dict | None = "kl"):
+        if not teachers:
+            raise ValueError("TeacherRelabel needs at least one teacher")
+        spec = {"name": loss} if isinstance(loss, str) else dict(loss or {"name": "kl"})
+        if temperature is not None:
+            name = spec.get("name")
+            if name in _PARAMS and "temperature" not in _PARAMS[name]:
+                raise ValueError(f"loss {name!r} takes no temperature (got temperature={temperature})")
+            if "temperature" in spec and _number(spec["temperature"]) != _number(temperature):
+                raise ValueError(f"two temperatures: {temperature} and the loss spec's {spec['temperature']}")
+            spec["temperature"] = temperature
+        self.loss, loss_name = create_loss(spec, targets_are_logits=True)
+        self.teachers = list(teachers)
+        for teacher in self.teachers:
+            teacher.eval()
+            teacher.requires_grad_(False)
+        self.name = f"relabel({len(self.teachers)}x{_modules_digest(self.teachers)}):{loss_name}"
+
+    @torch.no_grad()
+    def teacher_logits(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Mean of the teachers' logits on ``inputs`` (eval mode, no autograd graph)."""
+        outputs = []
+        for teacher in self.teachers:
+            if teacher.training:  # someone called .train() on it: BN statistics must not move
+                teacher.eval()
+            param = next(teacher.parameters(), None)
+            if param is not None and param.device != inputs.device:
+                teacher.to(inputs.device)
+            outputs.append(teacher(inputs).float())
+        return torch.stack(outputs).mean(0)
+
+    def __call__(self, logits: torch.Tensor, targets: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        return self.loss.compute(logits, self.teacher_logits(inputs), targets)
+
+    def __repr__(self) -> str:
+        return f"<TeacherRelabel {self.name}>"
+
+
+# --------------------------------------------------------------------------- teachers
+
+
+class CheckpointError(ValueError):
+    """A teacher checkpoint is missing, unreadable or does not fit the architecture; names the file."""
+
+
+_IDENTITIES: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def dataset_identity(dataset: "Dataset") -> dict:
+    """What a teacher was trained on: the dataset's name and a digest of the full training images
+    and labels (not ``source``, a path that differs between machines holding the same data; a
+    reduced or re-split set differs in content, so it gets its own teachers). Hashing CIFAR-10's
+    150 MB takes well under a second and is memoised per Dataset object."""
+    if dataset not in _IDENTITIES:
+        from ddlib.protocol import tensor_digest
+
+        _IDENTITIES[dataset] = {"name": dataset.name, "train": tensor_digest(dataset.train_images, dataset.train_labels)}
+    return dict(_IDENTITIES[dataset])
+
+
+def _teacher_group(dataset: "Dataset", arch: str, recipe: Recipe, augment_name: str, model_kwargs: dict | None) -> dict:
+    return {"kind": "teacher", "dataset": dataset_identity(dataset), "arch": arch, "model_kwargs": model_kwargs or {},
+            "recipe": recipe.to_dict(), "augment": augment_name, "version": ddlib.__version__}
+
+
+def teacher_key(dataset: "Dataset", arch: str, recipe: Recipe, seed: int, augment_name: str = "none",
+                model_kwargs: dict | None = None) -> str:
+    """The reuse key of one teacher: dataset content, architecture, recipe, augmentation, seed, version."""
+    return config_hash({**_teacher_group(dataset, arch, recipe, augment_name, model_kwargs), "seed": int(seed)})
+
+
+def _state_dict_from(obj: Any, path: Path) -> dict:
+    """A plain state_dict, also from ``{"state_dict": ...}`` / ``{"model": ...}`` checkpoints and
+    DataParallel's ``module.`` prefixes (EDC and SRe2L save theirs that way)."""
+    for key in ("state_dict", "model", "model_state_dict"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+            break
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{path}: not a state_dict (a dict of tensors), got {type(obj).__name__}")
+    if obj and all(k.startswith("module.") for k in obj):
+        obj = {k[len("module."):]: v for k, v in obj.items()}
+    return obj
+
+
+def load_teacher(arch: str, dataset: "Dataset", path: str | os.PathLike, *, device: str | torch.device = "cpu",
+                 model_kwargs: dict | None = None) -> nn.Module:
+    """Build ``arch`` for ``dataset`` with the registry and load a state_dict file into it (eval mode)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such teacher checkpoint")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {str(exc)[:200]})") from exc
+    state = _state_dict_from(obj, path)
+    model = create_model(arch, dataset.channels, dataset.num_classes, dataset.image_size, **(model_kwargs or {}))
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        detail = " ".join(str(exc).split())
+        raise CheckpointError(f"{path}: does not fit {arch!r} for {dataset.name} "
+                              f"({dataset.channels}x{dataset.image_size}, {dataset.num_classes} classes): "
+                              f"{detail[:600]}") from exc
+    return model.to(resolve_device(device)).eval()
+
+
+@contextlib.contextmanager
+def _quiet_downloads() -> Iterator[None]:
+    """No MLflow download progress bar in notebooks (unless the user configured it explicitly)."""
+    name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+def get_teachers(
+    dataset: "Dataset",
+    arch: str,
+    count: int,
+    recipe: Recipe,
+    *,
+    device: str | torch.device = "auto",
+    seeds: Sequence[int] | None = None,
+    checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    progress: bool = False,
+    augment: AugmentHook | None = None,
+    augment_name: str = "none",
+    model_kwargs: dict | None = None,
+) -> list[nn.Module]:
+    """``count`` teachers of architecture ``arch`` for ``dataset``, in eval mode on ``device``.
+
+    With ``checkpoint`` (a state_dict file, or a list of them) the teachers are loaded from there.
+    Otherwise each is trained on the full real training set (``train_and_evaluate``, seeds
+    ``0..count-1`` unless given) ONCE per (dataset content, arch, recipe, augmentation, seed,
+    ddlib version): the state_dict is logged as artifact ``teacher.pt`` of a run in MLflow
+    experiment ``teachers`` (tags ``ddlib.kind=teacher``, ``ddlib.teacher_key``), and any later
+    call, in any process, downloads it instead of training. A file lock keeps parallel workers from
+    training the same teachers twice. ``augment``/``augment_name`` train them with an augmentation
+    hook (the name is part of the key, so give a distinct one per hook configuration).
+    """
+    dev = resolve_device(device)
+    if checkpoint is not None:
+        paths = [checkpoint] if isinstance(checkpoint, (str, os.PathLike)) else list(checkpoint)
+        if len(paths) != count:
+            raise ValueError(f"{count} teacher(s) asked for but {len(paths)} checkpoint(s) given: {[str(p) for p in paths]}")
+        return [load_teacher(arch, dataset, p, device=dev, model_kwargs=model_kwargs) for p in paths]
+    seeds = list(range(count)) if seeds is None else [int(s) for s in seeds]
+    if len(seeds) != count or len(set(seeds)) != len(seeds):
+        raise ValueError(f"need {count} distinct seeds, got {seeds}")
+    init_store()
+    tracker = Tracker(TEACHER_EXPERIMENT)
+    keys = {s: teacher_key(dataset, arch, recipe, s, augment_name, model_kwargs) for s in seeds}
+    # One lock per (data, arch, recipe, augment): overlapping seed lists never train a teacher twice.
+    group = config_hash(_teacher_group(dataset, arch, recipe, augment_name, model_kwargs))
+    found: dict[int, nn.Module] = {}
+    with file_lock(f"teacher-{group}"), tempfile.TemporaryDirectory(prefix="ddlib-teacher-") as tmp:
+        for seed, key in keys.items():
+            runs = tracker.find_finished({TAG["kind"]: "teacher", TEACHER_KEY_TAG: key})
+            if runs:
+                target = Path(tmp) / key
+                target.mkdir(parents=True, exist_ok=True)
+                with _quiet_downloads():
+                    local = tracker.client.download_artifacts(runs[0].info.run_id, TEACHER_ARTIFACT, str(target))
+                found[seed] = load_teacher(arch, dataset, local, device=dev, model_kwargs=model_kwargs)
+        missing = [s for s in seeds if s not in found]
+        if missing:
+            results = train_and_evaluate(
+                arch, dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels,
+                num_classes=dataset.num_classes, mean=dataset.mean, std=dataset.std, recipe=recipe, seeds=missing,
+                augment=augment, device=dev, model_kwargs=model_kwargs, keep_models=True, progress=progress,
+                desc=f"teacher {arch}",
+            )
+            for r in results:
+                run_id = tracker.start_run(
+                    f"teacher-{dataset.name}-{arch}-seed{r.seed}",
+                    params={"arch": arch, "seed": r.seed, "recipe": recipe.to_dict(), "dataset": dataset.name,
+                            "dataset_source": dataset.source, "dataset_digest": dataset_identity(dataset)["train"],
+                            "augment": augment_name, "model_kwargs": model_kwargs or {},
+                            "train_size": len(dataset.train_labels)},
+                    tags={**default_tags(TEACHER_EXPERIMENT, str(dev)), TAG["kind"]: "teacher",
+                          TEACHER_KEY_TAG: keys[r.seed]},
+                )
+                try:
+                    file = Path(tmp) / f"seed{r.seed}" / TEACHER_ARTIFACT
+                    file.parent.mkdir(parents=True, exist_ok=True)
+                    torch.save({k: v.detach().cpu() for k, v in r.model.state_dict().items()}, file)
+                    tracker.log_artifact(run_id, file)
+                    tracker.log_metrics(run_id, {"test_accuracy": r.test_accuracy, "train_seconds": r.train_seconds,
+                                                 "eval_seconds": r.eval_seconds})
+                    tracker.log_series(run_id, "train_loss", r.epoch_losses)
+                    tracker.end_run(run_id)
+                except BaseException as error:
+                    tracker.fail_run(run_id, error)
+                    raise
+                found[r.seed] = r.model.eval()
+    return [found[s] for s in seeds]
+
+
+# --------------------------------------------------------------------------- stored soft labels
+
+
+def stored_targets(distilled: "DistilledSet", temperature: float = 1.0, atol: float = 1e-3) -> torch.Tensor:
+    """A set's stored ``soft_labels`` (N x C) as probability rows at ``temperature``, ready to be the
+    training targets of ``ce``/``sce``/``kl`` (built with ``targets_are_logits=False``).
+
+    The whole tensor is read one way: if every entry is non-negative and every row sums to 1
+    (within ``atol``) the rows are probabilities, else logits (DATM and MTT-style learned labels
+    are logits). Logits become ``softmax(z / T)``; probabilities ``softmax(log p / T)``, which is
+    the same distribution when ``p = softmax(z)`` (and ``p`` itself at T = 1). Pass the ``kl``
+    loss's temperature here so both sides of the KL are at the same T.
+    Raises ``ValueError`` for a missing tensor, a wrong shape, or NaN/Inf.
+    """
+    soft = distilled.soft_labels
+    if soft is None:
+        raise ValueError(f"distilled set {distilled.method or distilled.source!r} has no soft labels")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature!r}")
+    soft = soft.detach().float()
+    expected = (len(distilled), distilled.num_classes)
+    if tuple(soft.shape) != expected:
+        raise ValueError(f"soft labels have shape {tuple(soft.shape)}, expected {expected} (images x classes)")
+    if not torch.isfinite(soft).all():
+        raise ValueError("soft labels contain NaN or Inf")
+    if bool((soft >= 0).all()) and bool(((soft.sum(1) - 1).abs() <= atol).all()):
+        if temperature == 1.0:
+            return soft / soft.sum(1, keepdim=True)
+        return F.softmax(torch.log(soft) / temperature, dim=1)
+    return F.softmax(soft / temperature, dim=1)
