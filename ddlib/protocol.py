@@ -18,11 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import pandas as pd
 import torch
 
 import ddlib
 from ddlib.data import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.device import configure_threads, resolve_device
+from ddlib.metrics import mean_std
 from ddlib.distilled import DistilledSet, image_grid
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
 from ddlib.train import AugmentHook, LossHook, Recipe, train_and_evaluate
@@ -139,10 +141,17 @@ class Cell:
                                   f"sets/{name}.json")
         return path
 
-    def log_per_seed(self, rows: Sequence[dict]) -> None:
-        """Per-seed values as metric histories with step = seed, so summaries can pool seeds."""
+    def record_per_seed(self, rows: Sequence[dict]) -> tuple[pd.DataFrame, dict[str, float]]:
+        """Log per-seed values as metric histories (step = seed, so summaries can pool seeds over
+        runs) and their mean and std over seeds as run metrics; return both."""
         triples = [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"]
         self.tracker._log(self.run_id, triples)
+        per_seed = pd.DataFrame(list(rows))
+        summary = {}
+        for col in per_seed.columns.drop("seed"):
+            summary[f"{col}_mean"], summary[f"{col}_std"] = mean_std(per_seed[col])
+        self.tracker.log_metrics(self.run_id, summary)
+        return per_seed, summary
 
     # ------------------------------------------------------------------ trained evaluations
 

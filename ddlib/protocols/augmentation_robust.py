@@ -67,10 +67,5 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationRobustResult:
             ior_noaug = metrics.ior(a["syn_noaug"], a["rdm_noaug"])
             rows.append({"seed": seed, **{f"acc_{k}": v for k, v in a.items()}, "ior_aug": ior_aug,
                          "ior_noaug": ior_noaug, "ars": metrics.ars(ior_aug, ior_noaug, p["gamma"])})
-        cell.log_per_seed(rows)
-        per_seed = pd.DataFrame(rows)
-        summary = {}
-        for col in per_seed.columns.drop("seed"):
-            summary[f"{col}_mean"], summary[f"{col}_std"] = metrics.mean_std(per_seed[col])
-        cell.tracker.log_metrics(cell.run_id, summary)
+        per_seed, summary = cell.record_per_seed(rows)
     return AugmentationRobustResult(per_seed, summary)

@@ -18,7 +18,7 @@ SET_PARAMS = {
     "source": None,  # None: a built-in method (random, kcenter, dm); else a source spec
     "ipc": 1,
     "model": "convnet",
-    "seeds": [0, 1, 2],
+    "seeds": [0, 1, 2, 3, 4],  # DD-Ranking reports 5 seeds
     "baseline_seed": 0,
     "device": "auto",
     # CPU smoke runs only: fewer real images (per class) and a stratified test subset. null = full.

@@ -92,10 +92,5 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
             rows.append({"seed": s.seed, "acc_syn_hard": s.accuracy, "acc_rdm_hard": r.accuracy,
                          "acc_real_hard": f.accuracy, "acc_syn_any": sa.accuracy, "acc_rdm_any": ra.accuracy,
                          "hlr": h, "ior": i, "lrs": metrics.lrs(h, i, p["w"])})
-        cell.log_per_seed(rows)
-        per_seed = pd.DataFrame(rows)
-        summary = {}
-        for col in per_seed.columns.drop("seed"):
-            summary[f"{col}_mean"], summary[f"{col}_std"] = metrics.mean_std(per_seed[col])
-        cell.tracker.log_metrics(cell.run_id, summary)
+        per_seed, summary = cell.record_per_seed(rows)
     return LabelRobustResult(per_seed, summary)
