@@ -31,6 +31,7 @@ PRESET_PARAMS = {
     "preset": None,  # params/methods/<name>.yaml or a path; null = hard labels only
     "preset_epochs": None,  # override the preset's epochs (CPU smoke runs)
     "teacher_recipe": {},  # how the suite trains teachers on the real data (Recipe keys)
+    "teacher_checkpoints": None,  # or your own teachers: one state_dict path per ensemble member
     "lr_select": "validation",  # validation | test (the peer's choice, labelled) | none
     "lr_grid": list(LR_GRID),
     "val_fraction": 0.1,  # held out of the real training set when a preset searches the lr on validation
@@ -80,6 +81,9 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
         raise ValueError(f"lr_grid must be a non-empty list of positive numbers, got {grid!r}")
     if p["val_fraction"] is not None and not (isinstance(p["val_fraction"], (int, float)) and 0 < p["val_fraction"] < 1):
         raise ValueError(f"val_fraction must be null or a number in (0, 1), got {p['val_fraction']!r}")
+    checkpoints = p["teacher_checkpoints"]
+    if checkpoints is not None and (not isinstance(checkpoints, list) or not all(isinstance(c, str) for c in checkpoints)):
+        raise ValueError(f"teacher_checkpoints must be null or a list of paths, got {checkpoints!r}")
     try:
         Recipe.from_dict(p["teacher_recipe"])
     except (ValueError, TypeError) as e:
@@ -99,7 +103,7 @@ def open_protocol_cell(protocol: str, p: dict, run_id: str | None, experiment: s
 def preset_options(p: dict) -> dict:
     """Keyword arguments of :func:`ddlib.protocols.preset_eval.evaluate_with_preset` from the params."""
     return dict(lr_select=p["lr_select"], lr_grid=p["lr_grid"], epochs=p["preset_epochs"],
-                teacher_recipe=Recipe.from_dict(p["teacher_recipe"]))
+                teacher_recipe=Recipe.from_dict(p["teacher_recipe"]), teacher_checkpoints=p["teacher_checkpoints"])
 
 
 def obtain(cell: Cell) -> DistilledSet:

@@ -43,15 +43,20 @@ def resolve_preset(spec) -> Preset | None:
     return load_preset(spec)
 
 
-def _teacher_hook(cell: Cell, preset: Preset, teacher_recipe: Recipe):
+def _teacher_hook(cell: Cell, preset: Preset, teacher_recipe: Recipe, checkpoints: Sequence[str] | None = None):
     from ddlib.labels import TeacherRelabel, get_teachers
 
-    key = ("teachers", tuple(preset.teacher_archs()), teacher_recipe)
+    archs = preset.teacher_archs()
+    if checkpoints is not None and len(checkpoints) != len(archs):
+        raise ValueError(f"teacher_checkpoints: the preset has {len(archs)} teacher(s) {archs}, "
+                         f"but {len(checkpoints)} checkpoint(s) were given")
+    key = ("teachers", tuple(archs), teacher_recipe, tuple(checkpoints or ()))
     if key not in cell.cache:
         teachers = []
-        for seed, arch in enumerate(preset.teacher_archs()):  # one seed per ensemble member
+        for seed, arch in enumerate(archs):  # one seed (or checkpoint) per ensemble member
             teachers += get_teachers(cell.dataset, arch, 1, teacher_recipe, seeds=[seed], device=cell.device,
-                                     progress=cell.progress)
+                                     progress=cell.progress,
+                                     checkpoint=checkpoints[seed] if checkpoints is not None else None)
         cell.cache[key] = TeacherRelabel(teachers, loss=preset.loss)
     return cell.cache[key]
 
@@ -65,13 +70,14 @@ def _zca(cell: Cell):
     return cell.cache["zca"]
 
 
-def _targets_and_loss(cell: Cell, preset: Preset, subset: DistilledSet, teacher_recipe: Recipe):
+def _targets_and_loss(cell: Cell, preset: Preset, subset: DistilledSet, teacher_recipe: Recipe,
+                      teacher_checkpoints: Sequence[str] | None = None):
     """(targets, loss hook, loss name) for ``subset`` under ``preset``'s label type."""
     from ddlib.labels import create_loss, stored_targets
 
     kind = preset.label_type
     if kind == "teacher":
-        hook = _teacher_hook(cell, preset, teacher_recipe)
+        hook = _teacher_hook(cell, preset, teacher_recipe, teacher_checkpoints)
         return subset.labels, hook, hook.name
     if kind == "stored" and subset.soft_labels is not None:
         loss, name = create_loss(preset.loss)
@@ -96,6 +102,7 @@ def evaluate_with_preset(
     lr_select: str = "validation",
     lr_grid: Sequence[float] = LR_GRID,
     teacher_recipe: Recipe | None = None,
+    teacher_checkpoints: Sequence[str] | None = None,
     epochs: int | None = None,
 ) -> tuple[list[Evaluation], float]:
     """Train ``subset`` under ``preset`` for every seed and test it; returns the evaluations and the lr used.
@@ -113,7 +120,7 @@ def evaluate_with_preset(
     augment_name = augment.describe() if augment is not None else "none"
     preprocess = _zca(cell) if preset.zca else None
     preprocess_name = "zca(eps=0.1)" if preset.zca else "none"
-    targets, loss, loss_name = _targets_and_loss(cell, preset, subset, teacher_recipe or Recipe())
+    targets, loss, loss_name = _targets_and_loss(cell, preset, subset, teacher_recipe or Recipe(), teacher_checkpoints)
     common = dict(augment=augment, augment_name=augment_name, loss=loss, loss_name=loss_name,
                   preprocess=preprocess, preprocess_name=preprocess_name)
 
