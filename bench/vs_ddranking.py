@@ -1,0 +1,718 @@
+#!/usr/bin/env python
+"""ddlib and the peer package DD-Ranking (``ddranking==0.2.0``) on the same workload.
+
+Workload: the DC-distilled CIFAR-10 set at IPC 10 (``../shared/data/distilled/dc_cifar10_convnet_ipc10.pt``)
+scored with
+
+* the soft-label Label-Robust Score (teacher relabelling every CutMix batch, KL loss): the peer's
+  ``LabelRobustScoreSoft`` and ``ddlib.protocols.label_robust`` with a preset whose labels come
+  from a teacher;
+* the soft-label Augmentation-Robust Score: the peer's ``AugmentationRobustScore`` and
+  ``ddlib.protocols.augmentation_robust`` with the same preset;
+
+with the same model (ConvNet-3, instance norm), epochs, optimizer, lr grid, teacher (trained once
+by ddlib, handed to the peer as its checkpoint), random subset, seeds and data (CIFAR-10 (JPEG)
+from ``../shared/data/cifar10-jpeg.tar.gz``, decoded by ddlib and written in torchvision's
+``cifar-10-batches-py`` layout for the peer, once, under ``${DDLIB_CACHE:-~/.cache/ddlib}``).
+
+The peer runs in its own virtual environment (``bench/.venv-ddranking``, created on first use,
+reused after) through ``bench/ddranking_wrapper.py``, which holds every workaround for the peer's
+defects. ddlib runs in this process against a scratch MLflow store (``DDLIB_MLRUNS`` in a temporary
+folder), one per protocol, so neither protocol reuses the other's trained models.
+
+Writes ``bench/results/vs_ddranking.json`` and prints a comparison table.
+
+    .venv/bin/python bench/vs_ddranking.py --quick   # ~15 min on 2 CPU cores (first run: + ~2 min venv setup)
+    .venv/bin/python bench/vs_ddranking.py           # default reductions, 2 seeds
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import pickle
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # before anything imports tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+SHARED = ROOT.parent / "shared" / "data"
+ARCHIVE = SHARED / "cifar10-jpeg.tar.gz"
+DC_FILE = SHARED / "distilled" / "dc_cifar10_convnet_ipc10.pt"
+PEER_VENV = BENCH / ".venv-ddranking"
+WRAPPER = BENCH / "ddranking_wrapper.py"
+RESULTS = BENCH / "results" / "vs_ddranking.json"
+
+PEER_PACKAGE = "ddranking==0.2.0"
+# Installed after `pip install --no-deps ddranking==0.2.0`: what its source imports (read from its
+# files: torch, torchvision, timm, kornia, numpy, pandas, tqdm, yaml). torch/torchvision are the
+# exact pins of this project (any other version is a multi-GB download). The peer declares
+# numpy<2.0.0, so numpy 1.26.4, and pandas 2.2.3 (pandas 3 needs numpy >= 2). It declares scipy
+# but never imports it (not installed) and imports yaml without declaring it (pyyaml installed).
+PEER_PINS = ["torch==2.14.1", "torchvision==0.29.1", "numpy==1.26.4", "pandas==2.2.3", "timm==1.0.31",
+             "kornia==0.9.0", "tqdm==4.70.1", "pyyaml==6.0.3"]
+
+LR_GRID = [0.001, 0.005, 0.01, 0.05, 0.1]  # the peer's hard-coded grid (soft_label.py, aug_robust.py)
+IPC = 10
+PEER_MODEL = "ConvNet-3"  # = ddlib "convnet": width 128, depth 3, GroupNorm(C, C) instance norm, avg pool
+
+QUICK = dict(seeds=[0], epochs=10, teacher_epochs=10, train_per_class=100, test_size=1000)
+DEFAULT = dict(seeds=[0, 1], epochs=20, teacher_epochs=20, train_per_class=200, test_size=2000)
+
+
+# --------------------------------------------------------------------------- the peer's venv
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
+
+
+def peer_python() -> Path:
+    return PEER_VENV / "bin" / "python"
+
+
+def _peer_versions() -> dict | None:
+    py = peer_python()
+    if not py.exists():
+        return None
+    code = ("import importlib.metadata as m, json\n"
+            "names=['ddranking','torch','torchvision','numpy','pandas','timm','kornia','tqdm','pyyaml']\n"
+            "out={}\n"
+            "for n in names:\n"
+            "    try: out[n]=m.version(n)\n"
+            "    except m.PackageNotFoundError: out[n]=None\n"
+            "print(json.dumps(out))")
+    try:
+        return json.loads(_run([str(py), "-c", code]).stdout)
+    except (subprocess.CalledProcessError, json.JSONDecodeError):
+        return None
+
+
+def ensure_peer_venv() -> dict:
+    """Create ``bench/.venv-ddranking`` with the peer and its imports, or reuse it if it has them."""
+    wanted = {p.split("==")[0]: p.split("==")[1] for p in [PEER_PACKAGE, *PEER_PINS]}
+
+    def ok(v):
+        return v is not None and all((v.get(k) or "").split("+")[0] == want for k, want in wanted.items())
+
+    t = time.perf_counter()
+    versions = _peer_versions()
+    reused = ok(versions)
+    if not reused:
+        print(f"creating {PEER_VENV} (pip install --no-deps {PEER_PACKAGE}; then {' '.join(PEER_PINS)}) ...", flush=True)
+        if not peer_python().exists():
+            _run([sys.executable, "-m", "venv", str(PEER_VENV)])
+        pip = [str(peer_python()), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+        _run([*pip, "--no-deps", PEER_PACKAGE])
+        _run([*pip, *PEER_PINS])
+        versions = _peer_versions()
+        if not ok(versions):
+            raise RuntimeError(f"{PEER_VENV}: installed versions {versions} differ from the pins {wanted}")
+    return {"path": str(PEER_VENV.relative_to(ROOT)), "reused": reused, "setup_seconds": round(time.perf_counter() - t, 1),
+            "install": [f"pip install --no-deps {PEER_PACKAGE}", "pip install " + " ".join(PEER_PINS)],
+            "versions": versions}
+
+
+# --------------------------------------------------------------------------- data
+
+
+def data_digest(images_nchw, labels) -> str:
+    """SHA-256 of uint8 NCHW images and int64 labels (the wrapper computes the same on the peer's view)."""
+    import numpy as np
+
+    h = hashlib.sha256()
+    for a in (np.ascontiguousarray(np.asarray(images_nchw)), np.asarray(labels, dtype=np.int64)):
+        h.update(f"{a.shape}{a.dtype}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:24]
+
+
+def write_torchvision_cifar10(ds, dest: Path) -> Path:
+    """Write a ddlib Dataset in torchvision's ``cifar-10-batches-py`` layout under ``dest`` (once).
+
+    ``data_batch_1..5`` split the training images in order, ``test_batch`` holds the test images;
+    each is a pickled dict with ``data`` (uint8 rows, CHW order, 3072 values) and ``labels``;
+    ``batches.meta`` holds ``label_names``. Written to a temporary sibling, then renamed, so a
+    crash never leaves a half-written folder that later looks complete. The md5 sums are not the
+    official ones: torchvision's check must be bypassed to read it (the wrapper does)."""
+    import numpy as np
+
+    base = dest / "cifar-10-batches-py"
+    manifest = dest / "ddlib-manifest.json"
+    if manifest.exists() and (base / "test_batch").exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    try:
+        out = tmp / "cifar-10-batches-py"
+        out.mkdir()
+        train_x = ds.train_images.numpy().reshape(len(ds.train_labels), -1)
+        train_y = ds.train_labels.numpy()
+        for i, idx in enumerate(np.array_split(np.arange(len(train_y)), 5)):
+            entry = {"batch_label": f"training batch {i + 1} of 5", "labels": train_y[idx].tolist(),
+                     "data": np.ascontiguousarray(train_x[idx], dtype=np.uint8),
+                     "filenames": [f"train_{j:05d}.png" for j in idx]}
+            with open(out / f"data_batch_{i + 1}", "wb") as f:
+                pickle.dump(entry, f, protocol=2)
+        test_x = ds.test_images.numpy().reshape(len(ds.test_labels), -1)
+        entry = {"batch_label": "testing batch 1 of 1", "labels": ds.test_labels.numpy().tolist(),
+                 "data": np.ascontiguousarray(test_x, dtype=np.uint8),
+                 "filenames": [f"test_{j:05d}.png" for j in range(len(test_x))]}
+        with open(out / "test_batch", "wb") as f:
+            pickle.dump(entry, f, protocol=2)
+        with open(out / "batches.meta", "wb") as f:
+            pickle.dump({"label_names": list(ds.class_names), "num_cases_per_batch": 10000, "num_vis": 3072}, f, protocol=2)
+        (tmp / "ddlib-manifest.json").write_text(json.dumps({
+            "written_by": "bench/vs_ddranking.py", "from": ds.source,
+            "train": len(train_y), "test": len(test_x), "classes": list(ds.class_names),
+            "train_digest": data_digest(ds.train_images.numpy(), train_y),
+            "test_digest": data_digest(ds.test_images.numpy(), ds.test_labels.numpy()),
+        }, indent=1))
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.rename(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+# --------------------------------------------------------------------------- ddlib side
+
+
+def write_preset(path: Path, cfg: dict) -> Path:
+    """The workload as a ddlib method preset (a temporary YAML file; presets may be paths)."""
+    import yaml
+
+    preset = {
+        "method": "vs-ddranking",
+        "citation": "bench/vs_ddranking.py workload: DD-Ranking 0.2.0 LabelRobustScoreSoft / AugmentationRobustScore "
+                    "with soft_label_mode M (teacher relabelling), KL, CutMix",
+        "recipe": {"epochs": cfg["epochs"], "batch_size": cfg["batch_size"], "optimizer": "sgd", "lr": 0.01,
+                   "momentum": 0.9, "weight_decay": 0.0005, "scheduler": "cosine"},
+        "labels": {"type": "teacher",
+                   "loss": {"name": "kl", "temperature": cfg["temperature"], "t_squared": False},
+                   "teacher": {"arch": "convnet", "count": 1}},
+        "augment": [{"cutmix": {"alpha": cfg["cutmix_beta"], "p": 1.0}}],
+        "zca": False,
+        "lr_search": True,
+    }
+    path.write_text(yaml.safe_dump(preset, sort_keys=False))
+    return path
+
+
+def _child_trials(cell) -> list[dict]:
+    """Every model the cell trained (child runs): role, seed, accuracy, seconds."""
+    client = cell.tracker.client
+    run = client.get_run(cell.run_id)
+    children = client.search_runs([run.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{cell.run_id}'", max_results=1000)
+    out = []
+    for r in children:
+        m, p = r.data.metrics, r.data.params
+        out.append({"role": p.get("role"), "seed": int(p.get("seed", -1)),
+                    "lr": float(p["recipe.lr"]) if "recipe.lr" in p else None,
+                    "acc": m.get("test_accuracy"), "train_seconds": round(m.get("train_seconds", float("nan")), 2),
+                    "eval_seconds": round(m.get("eval_seconds", float("nan")), 2)})
+    return sorted(out, key=lambda r: (str(r["role"]), r["seed"]))
+
+
+def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, export_teacher: Path | None) -> dict:
+    """One ddlib cell in its own scratch store; the teacher is trained first (timed apart)."""
+    import torch
+
+    os.environ["DDLIB_MLRUNS"] = str(store)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    from ddlib.labels import get_teachers
+    from ddlib.protocols import augmentation_robust, label_robust
+    from ddlib.train import Normalize, Recipe, evaluate
+
+    module = label_robust if protocol == "lrs" else augmentation_robust
+    t0 = time.perf_counter()
+    load_before = os.getloadavg()
+    cell = module.open_cell(**params)
+    cell.progress = False  # no per-training progress bars in the benchmark's output
+    t_open = time.perf_counter() - t0
+    ds = cell.dataset
+
+    t = time.perf_counter()
+    (teacher,) = get_teachers(ds, "convnet", 1, Recipe.from_dict(teacher_recipe), seeds=[0], device=cell.device)
+    teacher_seconds = time.perf_counter() - t
+    state = {k: v.detach().cpu().clone() for k, v in teacher.state_dict().items()}
+    teacher_digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in state.values())).hexdigest()[:24]
+    teacher_acc = evaluate(teacher, ds.test_images, ds.test_labels, Normalize(ds.mean, ds.std).to(cell.device))
+    if export_teacher is not None:
+        export_teacher.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(state, export_teacher)
+
+    t1 = time.perf_counter()
+    distilled = module.obtain(cell)
+    result = module.evaluate(cell, distilled)
+    cell.close()
+    t_eval = time.perf_counter() - t1
+
+    metrics = cell.tracker.client.get_run(cell.run_id).data.metrics
+    return {
+        "per_seed": result.per_seed.to_dict("records"),
+        "summary": dict(result.summary),
+        "lr_chosen": {k[:-3]: v for k, v in metrics.items() if k.endswith("_lr")},
+        "trials": _child_trials(cell),
+        "open_seconds": round(t_open, 2), "evaluate_seconds": round(t_eval, 2),
+        "wall_seconds": round(t_open + t_eval, 2),  # teacher excluded: the peer gets it as a file
+        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "teacher": {"seconds": round(teacher_seconds, 2), "test_acc": teacher_acc, "state_digest": teacher_digest},
+        "dataset": {"source": ds.source, "train": len(ds.train_labels), "test": len(ds.test_labels),
+                    "train_digest": data_digest(ds.train_images.numpy(), ds.train_labels.numpy()),
+                    "test_digest": data_digest(ds.test_images.numpy(), ds.test_labels.numpy())},
+        "_cell_dataset": ds, "_distilled": distilled,
+    }
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def _ms(values) -> tuple[float, float]:
+    vals = [float(v) for v in values]
+    if not vals:
+        return float("nan"), float("nan")
+    m = sum(vals) / len(vals)
+    return m, math.sqrt(sum((v - m) ** 2 for v in vals) / len(vals))
+
+
+def peer_per_iteration(peer: dict, protocol: str, seeds: list[int], w: float) -> list[dict]:
+    """The peer's accuracies per evaluation run (from the instrumented helpers), as fractions, with
+    its own (percent-scale) score next to ddlib's formula applied to the same accuracies."""
+    from ddlib import metrics
+
+    raw = peer[protocol]
+    rows = []
+    for i, seed in enumerate(seeds):
+        h = [x for x in raw["helpers"] if x["iteration"] == i]
+
+        def pick(helper, side):
+            hits = [x for x in h if x["helper"] == helper and x["side"] == side]
+            return hits[0] if hits else None
+
+        row = {"seed": seed}
+        if protocol == "lrs":
+            parts = {"acc_syn_hard": pick("_compute_hard_label_metrics_helper", "syn"),
+                     "acc_real_hard": pick("_compute_hard_label_metrics_helper", "real"),
+                     "acc_syn_any": pick("_compute_soft_label_metrics_helper", "syn"),
+                     "acc_rdm_any": pick("_compute_soft_label_metrics_helper", "rdm")}
+        else:
+            parts = {"acc_syn_aug": pick("_compute_with_aug_metrics_helper", "syn"),
+                     "acc_rdm_aug": pick("_compute_with_aug_metrics_helper", "rdm"),
+                     "acc_syn_noaug": pick("_compute_without_aug_metrics_helper", "syn"),
+                     "acc_rdm_noaug": pick("_compute_without_aug_metrics_helper", "rdm")}
+        for k, x in parts.items():
+            row[k] = x["acc_percent"] / 100 if x else float("nan")
+            row[k.replace("acc_", "lr_")] = x["best_lr"] if x else None
+        if protocol == "lrs":
+            fixed = [t for t in raw["trials"] if t["iteration"] == i and t["kind"] == "hard" and t["side"] == "syn"
+                     and t["lr"] == 0.01]
+            row["acc_syn_hard_at_lr0.01"] = fixed[0]["acc_percent"] / 100 if fixed else float("nan")
+            row["hlr"] = row["acc_real_hard"] - row["acc_syn_hard"]
+            row["ior"] = row["acc_syn_any"] - row["acc_rdm_any"]
+            row["score_ddlib_formula"] = metrics.lrs(row["hlr"], row["ior"], w)
+        else:
+            row["ior_aug"] = row["acc_syn_aug"] - row["acc_rdm_aug"]
+            row["ior_noaug"] = row["acc_syn_noaug"] - row["acc_rdm_noaug"]
+            row["score_ddlib_formula"] = metrics.ars(row["ior_aug"], row["ior_noaug"], w)
+        rows.append(row)
+    # the peer's own per-run score, from the CSV it saved (column lrs / ars_list)
+    csv = raw.get("saved_csv") or ""
+    lines = [ln for ln in csv.strip().splitlines() if ln]
+    if lines:
+        header = lines[0].split(",")
+        col = header.index("lrs" if protocol == "lrs" else "ars_list")
+        for row, line in zip(rows, lines[1:]):
+            row["score_peer"] = float(line.split(",")[col])
+    return rows
+
+
+def defects(peer: dict, cfg: dict) -> list[dict]:
+    """Every peer defect met (``hit``: in this workload's path; else latent), with the evidence."""
+    c, p = peer.get("citations", {}), peer.get("probes", {})
+    imports = peer.get("imports", {})
+    out = []
+
+    def add(id_, title, hit, evidence, effect, workaround):
+        out.append({"id": id_, "title": title, "hit": hit, "evidence": evidence, "effect": effect,
+                    "workaround": workaround})
+
+    add("md5-download", "CIFAR-10 is opened with download=True and torchvision's md5 check", True,
+        [c.get("download_true"), p.get("torchvision_md5_check_on_reencoded_cifar")],
+        "Any CIFAR-10 copy that is not byte-identical to the official archive (here CIFAR-10 (JPEG), re-encoded) is "
+        "refused ('Dataset not found or corrupted'), and download=True would try to fetch the archive from the "
+        "internet; the peer cannot score on the data the suite uses.",
+        "wrapper: torchvision.datasets.cifar.check_integrity patched to return True")
+    add("clock-seed", "every evaluation run is seeded from the wall clock", True,
+        [c.get("clock_seed"), c.get("set_seed_called_without_seed_lrs"), c.get("set_seed_called_without_seed_ars"),
+         p.get("set_seed_without_argument")],
+        "set_seed() is called without a seed once per evaluation run, so seed = int(time.time()*1000) % 1000000: "
+        "results are not reproducible and cannot be paired with another tool's seeds.",
+        "wrapper: set_seed replaced in the metric modules so that evaluation run i uses the i-th seed of the workload")
+    add("lr-on-test", "learning rate chosen by test accuracy", True,
+        [c.get("lr_grid_best_test_acc_lrs"), c.get("test_loader_is_test_split")],
+        "Every accuracy (hard and soft, distilled and random, every evaluation run) is the best of 5 trainings "
+        "(lr 0.001..0.1) judged on the test set: an optimistic, test-selected number.",
+        "none in the peer (it is its method); ddlib was run with lr_select='test' to mirror it (tagged as such in "
+        "MLflow; ddlib's default is a held-out validation split)")
+    add("best-epoch-on-test", "test every 20 epochs and keep the best; 0 when num_epochs < 20", True,
+        [c.get("test_interval"), c.get("best_epoch_on_test_lrs"), p.get("fewer_epochs_than_test_interval_returns_0")],
+        "Accuracies are the maximum over periodic test evaluations (another test-set selection); with fewer than 20 "
+        "epochs (or the last epochs past a multiple of 20) the model is never tested and the reported accuracy is "
+        "0.0 (or ignores those epochs), silently.",
+        f"wrapper: test_interval set to num_epochs ({cfg['epochs']}) on each evaluator (one test after the last "
+        "epoch, as ddlib)")
+    add("percent-scores", "LRS and ARS computed from percentage points", True,
+        [c.get("accuracy_percent"), c.get("lrs_formula_percent"), c.get("lrs_exp"), c.get("ars_formula_percent"),
+         c.get("ars_exp"), {"lrs_returned": (peer.get("lrs") or {}).get("returned"),
+                            "ars_returned": (peer.get("ars") or {}).get("returned")}],
+        "Accuracies are in percent, so HLR/IOR are in points and alpha = w*IOR - (1-w)*HLR ranges over [-100, 100] "
+        "instead of [-1, 1]: (e^alpha - e^-1)/(e - e^-1) then leaves [0, 1] (negative for any HLR above a few "
+        "points, astronomically large for IOR above ~20 points), and the log prints it with a '%'.",
+        "none in the peer; the comparison also reports ddlib's formula applied to the peer's own accuracies "
+        "(score_ddlib_formula)")
+    add("random-format-default", "LabelRobustScoreSoft's default random_data_format is rejected by its own code",
+        True, [c.get("random_format_default_lrs"), c.get("random_format_checked_lrs"),
+               p.get("lrs_default_random_data_format")],
+        "With the default ('tensors') compute_metrics raises ValueError when it reaches the random subset, after "
+        "the distilled set's trainings.",
+        "wrapper: random_data_format='tensor'")
+    add("random-tensors-arguments", "get_random_data_tensors called with its arguments shifted", True,
+        [c.get("random_tensors_call_lrs"), c.get("random_tensors_signature"), p.get("lrs_random_data_format_tensor"),
+         p.get("ars_random_data_format_tensor")],
+        "random_data_format='tensor' always crashes: eval_iter is passed as class_map (TypeError: 'int' object is not "
+        "subscriptable).",
+        "wrapper: get_random_data_tensors replaced in both metric modules by one returning ddlib's random subset "
+        "(baseline_seed 0, sorted class-major), so both tools train the same random images")
+    add("random-format-image", "random_data_format='image' re-encodes the random subset as JPEG and needs a transform",
+        False, [p.get("lrs_random_data_format_image_without_custom_train_trans")],
+        "The only working format writes the random images to ./random_data as JPEG (lossy, while the distilled set "
+        "stays float) and reads them back through custom_train_trans, which defaults to None and then crashes in "
+        "the DataLoader; ARS applies custom_train_trans to the random side only.",
+        "not used (tensor format with the replaced sampler)")
+    add("mode-S-teacher", "soft_label_mode='S' (stored soft labels) crashes on the random subset", False,
+        [c.get("teacher_model_singular_lrs"), p.get("lrs_soft_label_mode_S_teacher_labels")],
+        "LabelRobustScoreSoft._generate_soft_labels calls self.teacher_model, which does not exist (the teachers "
+        "are self.teacher_models): AttributeError.",
+        "not used (this workload relabels online, mode 'M')")
+    add("loss-kwargs-none", "LabelRobustScoreSoft's default loss_fn_kwargs=None crashes", True,
+        [c.get("loss_kwargs_default_none"), p.get("lrs_loss_fn_kwargs_default_none")],
+        "KLDivergenceLoss(**None): TypeError at the first soft-label training.",
+        f"wrapper: loss_fn_kwargs={{'temperature': {cfg['temperature']}, 'scale_loss': False}}")
+    add("ars-step-scheduler", "AugmentationRobustScore crashes with lr_scheduler='step'", True,
+        [c.get("ars_scheduler_without_step_size"), c.get("step_scheduler_asserts"), p.get("ars_step_scheduler")],
+        "The ARS trainings call get_lr_scheduler without step_size; 'step' (the DC/DSA/DM recipe) asserts.",
+        "both tools use cosine annealing (peer 'cosineannealing' = torch CosineAnnealingLR = ddlib 'cosine')")
+    add("ars-hard-labels", "AugmentationRobustScore with label_type='hard' crashes", False,
+        [c.get("ars_hard_uses_missing_test_loader"), c.get("ars_deletes_test_loader"), p.get("ars_label_type_hard")],
+        "The hard-label path passes self.teacher_models (never set for hard labels) and validates on "
+        "self.test_loader_real (deleted in __init__): AttributeError.",
+        "not used (soft labels)")
+    add("real-acc-cache", "no cached full-data accuracy for CIFAR-10; the full-data run mixes two configs", True,
+        [c.get("real_acc_cache"), c.get("real_epochs_from_soft_config"), p.get("real_data_acc_cache_keys")],
+        "eval_full_data=False raises ValueError for CIFAR10 (only ImageNet1K and TinyImageNet are cached); with "
+        "True, the full-data model is retrained in every evaluation run for num_epochs of the distilled-set config "
+        "while its optimizer and StepLR(100) come from REAL_DATA_TRAINING_CONFIG (200 epochs): with fewer than "
+        "100 epochs its lr never decays.",
+        "wrapper: eval_full_data=True; ddlib's real_recipe set to the same constant lr 0.01 (scheduler none)")
+    add("class-major-assumption", "labels are never read: the set is assumed sorted class-major", False,
+        [c.get("hard_labels_class_major")],
+        "compute_metrics takes no labels: hard labels are rebuilt as [0]*ipc + [1]*ipc + ...; a set stored in any "
+        "other order is silently mislabelled.",
+        "the DC file is class-major (checked); the random subset handed to the peer is sorted class-major")
+    add("missing-teacher", "no teacher training; a missing checkpoint crashes", True,
+        [c.get("pretrained_path_none")],
+        "Teachers must exist as <teacher_dir>/<dataset>/<model>/ckpt_best.pt; otherwise the path is None and "
+        "torch.load(None) fails. The package cannot make one.",
+        "ddlib trains the teacher (get_teachers) and the script writes its state_dict where the peer looks")
+    add("cwd-writes", "results and random subsets written into the current directory", True,
+        ["save_path default ./results/<dataset>/<model>/ipc<ipc>/...; random_data_path default ./random_data/..."],
+        "Running the peer litters the working directory.",
+        "wrapper: runs in a temporary working directory")
+    add("requirements", "declared requirements differ from what the code imports", True,
+        [{"imported_but_not_declared": imports.get("imported_but_not_declared"),
+          "declared_but_never_imported": imports.get("declared_but_never_imported"),
+          "declared": imports.get("declared_requires")}],
+        "pyyaml (ddranking.config) is imported but not declared: 'import ddranking' fails without it; scipy is "
+        "declared but never imported; numpy<2.0.0 is declared (so pandas 3, which needs numpy>=2, cannot be used).",
+        "venv: pip install --no-deps ddranking==0.2.0, then " + " ".join(PEER_PINS))
+    add("dataloader-workers", "num_workers=4 by default, re-forked every epoch", True,
+        ["DataLoader(..., num_workers=num_workers) built per training, no persistent_workers"],
+        "On a 2-core CPU each epoch of a 100-image set forks 4 worker processes.",
+        "both peer evaluators run with num_workers=0 (ddlib keeps tensors on the device and has no loader)")
+    add("mislabelled-log", "ARS log lines are mislabelled", True, [c.get("ars_mislabelled_log")],
+        "The random subset's with-augmentation accuracy is printed as 'Without augmentation acc'.", "none needed")
+    add("teacher-autograd", "teacher forward passes record autograd graphs", True, [c.get("teacher_forward_with_autograd")],
+        "In mode 'M' the teachers run outside torch.no_grad() with requires_grad parameters: every batch builds "
+        "a graph that is never used (time and memory).", "none (performance only)")
+    return out
+
+
+def fmt(mean: float, std: float, scale: float = 100.0, digits: int = 1) -> str:
+    if mean != mean:
+        return "n/a"
+    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
+
+
+def table(results: dict) -> str:
+    lines = []
+    row = "{:<34} {:>18} {:>18} {:>22}"
+    for protocol, keys in (("lrs", ["acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any", "hlr", "ior"]),
+                           ("ars", ["acc_syn_aug", "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug", "ior_aug", "ior_noaug"])):
+        if protocol not in results["ours"]:
+            continue
+        ours, peer = results["ours"][protocol], results["peer"].get(protocol)
+        name = "LRS" if protocol == "lrs" else "ARS"
+        lines.append(f"\n{name} (accuracies and differences in %, points; scores 0-100 unless marked)")
+        lines.append(row.format("", "ddlib", "DD-Ranking", "DD-Ranking note"))
+        for k in keys:
+            o = _ms([r[k] for r in ours["per_seed"]])
+            pv = _ms([r[k] for r in peer["per_seed"]]) if peer else (float("nan"), float("nan"))
+            note = ""
+            if k in ("acc_syn_hard",) and peer:
+                note = "best of 5 lr on test"
+            if k in ("acc_syn_any", "acc_rdm_any", "acc_syn_aug", "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug"):
+                note = "best of 5 lr on test" + (" (ddlib too)" if results["settings"]["lr_select"] == "test" else "")
+            lines.append(row.format(k, fmt(*o), fmt(*pv), note))
+        if peer and protocol == "lrs":
+            pv = _ms([r["acc_syn_hard_at_lr0.01"] for r in peer["per_seed"]])
+            lines.append(row.format("acc_syn_hard (peer at lr 0.01)", "", fmt(*pv), "same lr as ddlib"))
+        score = "lrs" if protocol == "lrs" else "ars"
+        o = _ms([r[score] for r in ours["per_seed"]])
+        lines.append(row.format(f"{name} (ddlib formula)", fmt(*o, scale=1.0, digits=2),
+                                fmt(*_ms([r["score_ddlib_formula"] for r in peer["per_seed"]]), scale=1.0, digits=2)
+                                if peer else "n/a", "peer accuracies"))
+        if peer:
+            raw = [r.get("score_peer", float("nan")) for r in peer["per_seed"]]
+            lines.append(row.format(f"{name} (as the peer reports it)", "",
+                                    fmt(*_ms(raw), scale=1.0, digits=4), "percent-scale defect"))
+        lines.append(row.format("wall seconds", f"{ours['wall_seconds']:.0f}",
+                                f"{peer['wall_seconds']:.0f}" if peer else "n/a", "ddlib: teacher excluded"))
+        lines.append(row.format("trainings", str(len(ours["trials"])), str(len(peer["trials"])) if peer else "n/a",
+                                "models trained"))
+        o_each = _ms([t["train_seconds"] + t["eval_seconds"] for t in ours["trials"] if t["role"] != "real_hard"])
+        p_each = _ms([t["seconds"] for t in peer["trials"] if t["side"] != "real"]) if peer else (float("nan"),) * 2
+        lines.append(row.format("s per 100-image training", fmt(*o_each, scale=1.0), fmt(*p_each, scale=1.0),
+                                "train + test"))
+        if peer:
+            lines.append(row.format("load average before/after", "/".join(map(str, ours["load_average_before_after"])),
+                                    "/".join(map(str, results["peer_load_average_before_after"])), "both peer protocols"))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help=f"minimal run: {QUICK}")
+    ap.add_argument("--seeds", type=int, nargs="+", help=f"default {DEFAULT['seeds']}")
+    ap.add_argument("--epochs", type=int, help=f"epochs of every training on a 100-image set and of the full-data "
+                                               f"reference (the peer uses one number for both); default {DEFAULT['epochs']}")
+    ap.add_argument("--teacher-epochs", type=int, help=f"teacher training epochs; default {DEFAULT['teacher_epochs']}")
+    ap.add_argument("--train-per-class", type=int, help=f"real training images per class; default {DEFAULT['train_per_class']}")
+    ap.add_argument("--test-size", type=int, help=f"stratified test subset; default {DEFAULT['test_size']}")
+    ap.add_argument("--full-data", action="store_true", help="all 50,000 / 10,000 images (GPU-scale; hours on a CPU)")
+    ap.add_argument("--temperature", type=float, default=4.0, help="KL temperature (both tools); default 4")
+    ap.add_argument("--protocols", nargs="+", choices=["lrs", "ars"], default=["lrs", "ars"])
+    ap.add_argument("--lr-select", choices=["test", "validation"], default="test",
+                    help="ddlib's lr policy; 'test' mirrors the peer (the same workload), 'validation' is ddlib's default")
+    ap.add_argument("--no-probes", action="store_true", help="skip the peer's defect probes (a few seconds)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--keep", action="store_true", help="keep the scratch folder (MLflow stores, peer workdir)")
+    args = ap.parse_args(argv)
+
+    base = dict(QUICK if args.quick else DEFAULT)
+    for key in ("seeds", "epochs", "teacher_epochs", "train_per_class", "test_size"):
+        if getattr(args, key) is not None:
+            base[key] = getattr(args, key)
+    if args.full_data:
+        base["train_per_class"] = base["test_size"] = None
+    if base["epochs"] > 100:
+        print("note: with more than 100 epochs the peer's full-data StepLR(100) decays once; ddlib's real_recipe "
+              "keeps a constant lr, so the full-data references then differ", file=sys.stderr)
+    cfg = {**base, "quick": args.quick, "temperature": args.temperature, "cutmix_beta": 1.0, "batch_size": 256,
+           "lr_grid": LR_GRID, "lr_select": args.lr_select, "ipc": IPC, "w": 0.5, "gamma": 0.5,
+           "model": {"ddlib": "convnet", "peer": PEER_MODEL}, "baseline_seed": 0, "device": "cpu",
+           "optimizer": "sgd, momentum 0.9, weight decay 5e-4", "scheduler": "cosine annealing to 0 (per epoch)",
+           "full_data_recipe": "sgd lr 0.01 constant (the peer's REAL_DATA_TRAINING_CONFIG with StepLR(100) "
+                               "never decaying below 100 epochs), batch 256, same epochs",
+           "teacher_recipe": {"epochs": base["teacher_epochs"], "batch_size": 256, "optimizer": "sgd", "lr": 0.01,
+                              "momentum": 0.9, "weight_decay": 0.0005, "scheduler": "step"},
+           "threads": None}
+    for need in (ARCHIVE, DC_FILE):
+        if not need.exists():
+            print(f"missing {need}", file=sys.stderr)
+            return 2
+
+    import torch
+
+    cfg["threads"] = torch.get_num_threads()
+    from ddlib.data import load_dataset, reduce_dataset
+    from ddlib.data_sources import cache_dir, extract_archive
+
+    results: dict = {"benchmark": "vs_ddranking", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                                 "cpus": os.cpu_count(), "torch_threads": cfg["threads"],
+                                 "cuda": torch.cuda.is_available()},
+                     "settings": cfg, "ours": {}, "peer": {}}
+    t_all = time.perf_counter()
+
+    # 1. the peer's venv
+    results["peer_env"] = ensure_peer_venv()
+    print(f"peer venv: {results['peer_env']['path']} ({'reused' if results['peer_env']['reused'] else 'created'}, "
+          f"{results['peer_env']['setup_seconds']} s)", flush=True)
+
+    # 2. data: one decode (ddlib), written once in torchvision's layout for the peer
+    t = time.perf_counter()
+    tree = extract_archive(ARCHIVE, cache_dir() / "cifar10-jpeg")
+    full = load_dataset("cifar10", tree)
+    full_tv = write_torchvision_cifar10(full, cache_dir() / "cifar10-jpeg-torchvision")
+    reduced = reduce_dataset(full, cfg["train_per_class"], cfg["test_size"])
+    if reduced is full:
+        peer_root = full_tv
+    else:
+        tag = f"train{cfg['train_per_class']}pc-test{cfg['test_size']}-seed0"
+        peer_root = write_torchvision_cifar10(reduced, cache_dir() / "cifar10-jpeg-torchvision-reduced" / tag)
+    results["data"] = {"archive": str(ARCHIVE), "extracted_tree": str(tree), "torchvision_full": str(full_tv),
+                       "peer_root": str(peer_root), "label": "CIFAR-10 (JPEG)",
+                       "reduction": "ddlib.data.reduce_dataset(train_per_class, test_size, seed 0): the same images "
+                                    "for both tools (the peer reads them from peer_root)",
+                       "seconds": round(time.perf_counter() - t, 1)}
+    print(f"data: {peer_root} ({len(reduced.train_labels)} train / {len(reduced.test_labels)} test)", flush=True)
+
+    scratch = Path(tempfile.mkdtemp(prefix="vs-ddranking-"))
+    teacher_file = scratch / "teachers" / "CIFAR10" / PEER_MODEL / "ckpt_best.pt"
+    try:
+        # 3. ddlib
+        preset = write_preset(scratch / "vs_ddranking_preset.yaml", cfg)
+        hard_recipe = {"epochs": cfg["epochs"], "batch_size": 256, "optimizer": "sgd", "lr": 0.01, "momentum": 0.9,
+                       "weight_decay": 0.0005, "scheduler": "cosine"}
+        shared = dict(dataset="cifar10", data_root=str(tree), method="dc",
+                      source={"kind": "file", "path": str(DC_FILE)}, ipc=IPC, model="convnet", seeds=list(cfg["seeds"]),
+                      baseline_seed=0, device="cpu", train_per_class=cfg["train_per_class"], test_size=cfg["test_size"],
+                      preset=str(preset), preset_epochs=None, teacher_recipe=cfg["teacher_recipe"],
+                      lr_select=cfg["lr_select"], lr_grid=LR_GRID)
+        params = {"lrs": {**shared, "recipe": hard_recipe, "real_recipe": {"scheduler": "none"}, "w": cfg["w"]},
+                  "ars": {**shared, "gamma": cfg["gamma"]}}
+        cfg["ddlib_params"] = {k: {**v, "preset": "vs_ddranking_preset.yaml (temporary; see settings.preset)"}
+                               for k, v in params.items()}
+        cfg["preset"] = preset.read_text()
+        ds = distilled = None
+        for i, protocol in enumerate(args.protocols):
+            print(f"ddlib {protocol} ...", flush=True)
+            out = run_ours(protocol, params[protocol], scratch / f"mlruns-{protocol}", cfg["teacher_recipe"],
+                           teacher_file if i == 0 else None)
+            ds, distilled = out.pop("_cell_dataset"), out.pop("_distilled")
+            results["ours"][protocol] = out
+            print(f"  {out['wall_seconds']:.0f} s (+ teacher {out['teacher']['seconds']:.0f} s)", flush=True)
+        digests = {results["ours"][p]["teacher"]["state_digest"] for p in args.protocols}
+        results["teacher"] = {"arch": "convnet = ConvNet-3", "recipe": cfg["teacher_recipe"],
+                              "same_weights_in_every_store": len(digests) == 1,
+                              "test_acc_ddlib": results["ours"][args.protocols[0]]["teacher"]["test_acc"]}
+
+        # 4. the peer's inputs: the DC tensor as stored (normalised), ddlib's random subset (normalised)
+        from ddlib.select import random_subset
+
+        dc = torch.load(DC_FILE, map_location="cpu", weights_only=False)
+        syn_images, syn_labels = dc["data"][-1]
+        syn_images, syn_labels = torch.as_tensor(syn_images).float(), torch.as_tensor(syn_labels).long()
+        class_major = bool(torch.equal(syn_labels, torch.arange(10).repeat_interleave(IPC)))
+        mean = torch.tensor(ds.mean).view(1, 3, 1, 1)
+        std = torch.tensor(ds.std).view(1, 3, 1, 1)
+        rdm = random_subset(ds, IPC, 0)
+        rdm_images = (rdm.images - mean) / std
+        ours_syn = (distilled.images - mean) / std
+        results["inputs"] = {"dc_labels_class_major": class_major,
+                             "max_abs_diff_dc_tensor_vs_ddlib_loaded": float((ours_syn - syn_images).abs().max()),
+                             "random_subset": "ddlib.select.random_subset(reduced data, ipc 10, seed 0), normalised"}
+        if not class_major:
+            raise RuntimeError("the DC set is not stored class-major; the peer would mislabel it")
+        tensors = scratch / "peer_inputs.pt"
+        torch.save({"syn_images": syn_images, "rdm_images": rdm_images, "rdm_labels": rdm.labels}, tensors)
+
+        # 5. the peer
+        spec = {"data_root": str(peer_root), "teacher_dir": str(scratch / "teachers"), "workdir": str(scratch / "peer"),
+                "tensors": str(tensors), "out": str(scratch / "peer_out.json"), "seeds": cfg["seeds"],
+                "epochs": cfg["epochs"], "ipc": IPC, "model_name": PEER_MODEL, "optimizer": "sgd",
+                "lr_scheduler": "cosineannealing", "weight_decay": 0.0005, "momentum": 0.9,
+                "temperature": cfg["temperature"], "cutmix_beta": cfg["cutmix_beta"], "batch_size": 256,
+                "num_workers": 0, "w": cfg["w"], "gamma": cfg["gamma"], "protocols": args.protocols,
+                "probes": not args.no_probes, "threads": cfg["threads"]}
+        spec_file = scratch / "peer_spec.json"
+        spec_file.write_text(json.dumps(spec, indent=1))
+        print("DD-Ranking ...", flush=True)
+        t = time.perf_counter()
+        load_before = os.getloadavg()
+        log_file = scratch / "peer_process.log"
+        with open(log_file, "w") as log:
+            proc = subprocess.run([str(peer_python()), str(WRAPPER), str(spec_file)], stdout=log,
+                                  stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"})
+        peer_wall = time.perf_counter() - t
+        log_text = log_file.read_text()
+        if proc.returncode != 0:
+            results["peer"] = {"failed": proc.returncode, "log_tail": log_text[-8000:]}
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=1, default=str))
+            print(log_text[-4000:], file=sys.stderr)
+            print(f"the peer failed (exit {proc.returncode}); partial results in {args.out}", file=sys.stderr)
+            return 1
+        raw = json.loads(Path(spec["out"]).read_text())
+        results["peer_raw"] = raw
+        results["peer_raw"]["process_log_tail"] = log_text[-4000:]
+        results["peer_process_seconds"] = round(peer_wall, 1)
+        results["peer_load_average_before_after"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
+        results["teacher"]["test_acc_peer"] = raw["teacher_test_acc_percent"] / 100
+        for protocol in args.protocols:
+            results["peer"][protocol] = {
+                "per_seed": peer_per_iteration(raw, protocol, cfg["seeds"], cfg["w"] if protocol == "lrs" else cfg["gamma"]),
+                "returned": raw[protocol]["returned"], "wall_seconds": raw[protocol]["wall_seconds"],
+                "setup_seconds": raw[protocol]["setup_seconds"], "compute_seconds": raw[protocol]["compute_seconds"],
+                "trials": raw[protocol]["trials"]}
+        results["data"]["digests"] = {
+            "ddlib_train": results["ours"][args.protocols[0]]["dataset"]["train_digest"],
+            "ddlib_test": results["ours"][args.protocols[0]]["dataset"]["test_digest"],
+            "peer_train": raw["data"]["train_digest"], "peer_test": raw["data"]["test_digest"]}
+        d = results["data"]["digests"]
+        results["data"]["same_images"] = d["ddlib_train"] == d["peer_train"] and d["ddlib_test"] == d["peer_test"]
+        results["peer_defects"] = defects(raw, cfg)
+    finally:
+        if args.keep:
+            print(f"scratch kept: {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    results["total_seconds"] = round(time.perf_counter() - t_all, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1, default=str))
+
+    s = cfg
+    print(f"\nDC CIFAR-10 (JPEG) IPC {IPC}, ConvNet-3, seeds {s['seeds']}, {s['epochs']} epochs, teacher "
+          f"{s['teacher_epochs']} epochs, train {s['train_per_class']}/class, test {s['test_size'] or 'all'}, "
+          f"KL T={s['temperature']}, CutMix, lr grid {LR_GRID} on test")
+    print(f"same images in both tools: {results['data']['same_images']}; teacher test acc ddlib "
+          f"{results['teacher']['test_acc_ddlib'] * 100:.1f}% / peer {results['teacher']['test_acc_peer'] * 100:.1f}%")
+    print(table(results))
+    hit = [d["id"] for d in results["peer_defects"] if d["hit"]]
+    latent = [d["id"] for d in results["peer_defects"] if not d["hit"]]
+    print(f"\npeer defects met on this workload ({len(hit)}): {', '.join(hit)}")
+    print(f"latent peer defects shown by probes ({len(latent)}): {', '.join(latent)}")
+    print(f"\nwrote {args.out} ({results['total_seconds']:.0f} s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
