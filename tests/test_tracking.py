@@ -1,5 +1,3 @@
-import pytest
-
 from ddlib import tracking
 from ddlib.tracking import TAG, Tracker
 

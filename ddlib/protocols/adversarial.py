@@ -32,7 +32,7 @@ from ddlib.augment import create_augment
 from ddlib.data import stratified_subset
 from ddlib.distilled import DistilledSet
 from ddlib.protocol import Cell, Evaluation, device_name, tensor_digest
-from ddlib.protocols.common import SET_PARAMS, _positive_int, check_recipe, check_weight, obtain, validate_set_params
+from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, obtain, validate_set_params
 from ddlib.protocols.dcbench import check_augment
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
@@ -85,11 +85,11 @@ def validate(params: dict) -> dict:
         raise ValueError(f"target must be one of {TARGET_KINDS}, got {p['target']!r}")
     if p["mode"] == "targeted" and all(targeted_skip_reason(a) for a in attacks):
         raise ValueError(f"mode targeted: none of {[a.name for a in attacks]} can target")
-    if p["attack_size"] is not None and not _positive_int(p["attack_size"]):
+    if p["attack_size"] is not None and not positive_int(p["attack_size"]):
         raise ValueError(f"attack_size must be null or a positive integer, got {p['attack_size']!r}")
     if not isinstance(p["attack_seed"], int) or p["attack_seed"] < 0:
         raise ValueError(f"attack_seed must be a non-negative integer, got {p['attack_seed']!r}")
-    if not _positive_int(p["attack_batch_size"]):
+    if not positive_int(p["attack_batch_size"]):
         raise ValueError(f"attack_batch_size must be a positive integer, got {p['attack_batch_size']!r}")
     curve = p["eps_curve"]
     if curve is not None:

@@ -42,7 +42,7 @@ PRESET_PARAMS = {
 FULL_IPC = 0  # the ipc of a ``full`` cell: all images (shown as "all" in leaderboards)
 
 
-def _positive_int(value) -> bool:
+def positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
@@ -75,7 +75,7 @@ def validate_set_params(protocol: str, defaults: dict, params: dict) -> dict:
     p["source"] = validate_source(p["method"], p["source"]) if p["source"] is not None else resolve_source(p["method"])
     if p["source"]["kind"] == "full":
         p["ipc"] = FULL_IPC  # the whole training set: one cell, one leaderboard row, whatever ipc the grid crossed it with
-    elif not _positive_int(p["ipc"]):
+    elif not positive_int(p["ipc"]):
         raise ValueError(f"ipc must be a positive integer, got {p['ipc']!r}")
     seeds = p["seeds"]
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
@@ -83,7 +83,7 @@ def validate_set_params(protocol: str, defaults: dict, params: dict) -> dict:
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must not repeat, got {seeds!r}")
     for key in ("train_per_class", "test_size"):
-        if p[key] is not None and not _positive_int(p[key]):
+        if p[key] is not None and not positive_int(p[key]):
             raise ValueError(f"{key} must be null or a positive integer, got {p[key]!r}")
     return p
 
@@ -93,7 +93,7 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
     p = validate_set_params(protocol, defaults, params)
     if not isinstance(p["baseline_seed"], int):
         raise ValueError(f"baseline_seed must be an integer, got {p['baseline_seed']!r}")
-    if p["preset_epochs"] is not None and not _positive_int(p["preset_epochs"]):
+    if p["preset_epochs"] is not None and not positive_int(p["preset_epochs"]):
         raise ValueError(f"preset_epochs must be null or a positive integer, got {p['preset_epochs']!r}")
     if p["preset"] is not None:
         try:

@@ -21,7 +21,7 @@ import pandas as pd
 from ddlib.augment import create_augment
 from ddlib.distilled import DistilledSet
 from ddlib.protocol import Cell, Evaluation
-from ddlib.protocols.common import _positive_int, check_recipe
+from ddlib.protocols.common import positive_int, check_recipe
 from ddlib.train import Recipe
 
 __all__ = ["RECIPE_PARAMS", "Condition", "train_conditions", "check_recipe_params", "augment_label",
@@ -49,7 +49,7 @@ class Condition:
 def check_recipe_params(p: dict) -> Recipe:
     recipe = check_recipe(p, "recipe")
     check_recipe(p, "real_recipe", base=recipe)
-    if p["aug_epochs"] is not None and not _positive_int(p["aug_epochs"]):
+    if p["aug_epochs"] is not None and not positive_int(p["aug_epochs"]):
         raise ValueError(f"aug_epochs must be null or a positive integer, got {p['aug_epochs']!r}")
     return recipe
 

@@ -17,7 +17,7 @@ import pandas as pd
 from ddlib import metrics
 from ddlib.distilled import DistilledSet
 from ddlib.protocol import Cell
-from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_weight, obtain, open_protocol_cell,
+from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain, open_protocol_cell,
                                     preset_options, validate_common)
 from ddlib.protocols.preset_eval import evaluate_with_preset, resolve_preset
 from ddlib.select import random_subset
@@ -41,14 +41,7 @@ def validate(params: dict) -> dict:
     """Fill defaults and check every value; errors name the key."""
     p = validate_common(PROTOCOL, PARAMS, params)
     check_weight(p, "w")
-    for key in ("recipe", "real_recipe"):
-        if not isinstance(p[key], dict):
-            raise ValueError(f"{key} must be a mapping of recipe keys, got {p[key]!r}")
-    try:
-        base = Recipe.from_dict(p["recipe"])
-        Recipe.from_dict(p["real_recipe"], base=base)
-    except ValueError as e:
-        raise ValueError(f"recipe: {e}") from None
+    check_recipe(p, "real_recipe", base=check_recipe(p, "recipe"))
     return p
 
 

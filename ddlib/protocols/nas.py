@@ -22,7 +22,7 @@ import pandas as pd
 from ddlib import nas
 from ddlib.distilled import DistilledSet
 from ddlib.protocol import Cell
-from ddlib.protocols.common import SET_PARAMS, _positive_int, obtain, validate_set_params
+from ddlib.protocols.common import SET_PARAMS, positive_int, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, check_augment, check_recipe_params, condition_recipe,
                                      train_conditions)
 
@@ -50,7 +50,7 @@ def validate(params: dict) -> dict:
     check_recipe_params(p)
     check_augment(p["augment"], "augment")
     for key in ("num_archs", "C", "N"):
-        if not _positive_int(p[key]):
+        if not positive_int(p[key]):
             raise ValueError(f"{key} must be a positive integer, got {p[key]!r}")
     if p["num_archs"] < 2:
         raise ValueError(f"num_archs must be at least 2 (a rank correlation needs two), got {p['num_archs']}")
