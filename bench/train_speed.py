@@ -3,7 +3,7 @@
     python bench/train_speed.py            # training-loop throughput (about a minute on a 2-core CPU)
     python bench/train_speed.py --demo     # also the wall time of the demo grid in a scratch MLflow store
 
-Throughput is measured with ddlib.train.train_and_evaluate itself (the loop every protocol uses),
+Throughput is measured with ddlib.engine.train.train_and_evaluate itself (the loop every protocol uses),
 on the device `auto` picks, so CPU and GPU numbers are comparable run to run.
 """
 
@@ -23,8 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddlib.device import resolve_device  # noqa: E402
-from ddlib.train import Recipe, train_and_evaluate  # noqa: E402
+from ddlib.engine.device import resolve_device  # noqa: E402
+from ddlib.engine.train import Recipe, train_and_evaluate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -233,9 +233,9 @@ def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, exp
 
     os.environ["DDLIB_MLRUNS"] = str(store)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
-    from ddlib.labels import get_teachers
+    from ddlib.protocols.teachers import get_teachers
     from ddlib.protocols import augmentation_robust, label_robust
-    from ddlib.train import Normalize, Recipe, evaluate
+    from ddlib.engine.train import Normalize, Recipe, evaluate
 
     module = label_robust if protocol == "lrs" else augmentation_robust
     t0 = time.perf_counter()
@@ -561,8 +561,8 @@ def main(argv=None) -> int:
     import torch
 
     cfg["threads"] = torch.get_num_threads()
-    from ddlib.data import load_dataset, reduce_dataset
-    from ddlib.data_sources import cache_dir, extract_archive
+    from ddlib.data.datasets import load_dataset, reduce_dataset
+    from ddlib.data.loaders import cache_dir, extract_archive
 
     results: dict = {"benchmark": "vs_ddranking", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "machine": {"platform": platform.platform(), "python": platform.python_version(),
@@ -589,7 +589,7 @@ def main(argv=None) -> int:
         peer_root = write_torchvision_cifar10(reduced, cache_dir() / "cifar10-jpeg-torchvision-reduced" / tag)
     results["data"] = {"archive": str(ARCHIVE), "extracted_tree": str(tree), "torchvision_full": str(full_tv),
                        "peer_root": str(peer_root), "label": "CIFAR-10 (JPEG)",
-                       "reduction": "ddlib.data.reduce_dataset(train_per_class, test_size, seed 0): the same images "
+                       "reduction": "ddlib.data.datasets.reduce_dataset(train_per_class, test_size, seed 0): the same images "
                                     "for both tools (the peer reads them from peer_root)",
                        "seconds": round(time.perf_counter() - t, 1)}
     print(f"data: {peer_root} ({len(reduced.train_labels)} train / {len(reduced.test_labels)} test)", flush=True)
@@ -625,7 +625,7 @@ def main(argv=None) -> int:
                               "test_acc_ddlib": results["ours"][args.protocols[0]]["teacher"]["test_acc"]}
 
         # 4. the peer's inputs: the DC tensor as stored (normalised), ddlib's random subset (normalised)
-        from ddlib.select import random_subset
+        from ddlib.methods.select import random_subset
 
         dc = torch.load(DC_FILE, map_location="cpu", weights_only=False)
         syn_images, syn_labels = dc["data"][-1]
@@ -638,7 +638,7 @@ def main(argv=None) -> int:
         ours_syn = (distilled.images - mean) / std
         results["inputs"] = {"dc_labels_class_major": class_major,
                              "max_abs_diff_dc_tensor_vs_ddlib_loaded": float((ours_syn - syn_images).abs().max()),
-                             "random_subset": "ddlib.select.random_subset(reduced data, ipc 10, seed 0), normalised"}
+                             "random_subset": "ddlib.methods.select.random_subset(reduced data, ipc 10, seed 0), normalised"}
         if not class_major:
             raise RuntimeError("the DC set is not stored class-major; the peer would mislabel it")
         tensors = scratch / "peer_inputs.pt"

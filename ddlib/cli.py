@@ -26,8 +26,8 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_summary(args) -> int:
-    from ddlib.summary import log_summary
-    from ddlib.summary.report import build_report, shown
+    from ddlib.report import log_summary
+    from ddlib.report.report import build_report, shown
 
     sections = build_report(w=args.w, gamma=args.gamma, alpha=args.alpha)
     if not sections:

@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
-from ddlib.protocol import cell_tags, run_name
+from ddlib.protocols.cell import cell_tags, run_name
 from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, default_tags, init_store, store_environment
 
@@ -124,7 +124,7 @@ def expand(spec: GridSpec) -> list[dict]:
                             f"known: {sorted(module.PARAMS)}")
         method = cell.get("method")
         if method is not None and "source" in module.PARAMS and cell.get("source") is None:
-            from ddlib.sources import resolve_source
+            from ddlib.methods.sources import resolve_source
 
             try:
                 source = resolve_source(method, spec.methods)

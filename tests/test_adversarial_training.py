@@ -5,12 +5,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ddlib.adversarial_training import PixelSpace, adversarial_batch, create_objective
-from ddlib.data import load_dataset
-from ddlib.device import generator
+from ddlib.engine.adversarial_training import PixelSpace, adversarial_batch, create_objective
+from ddlib.data.datasets import load_dataset
+from ddlib.engine.device import generator
 from ddlib.models import create_model
-from ddlib.select import random_subset
-from ddlib.train import Recipe, train_and_evaluate
+from ddlib.methods.select import random_subset
+from ddlib.engine.train import Recipe, train_and_evaluate
 
 EPS, ALPHA = 8 / 255, 2 / 255
 

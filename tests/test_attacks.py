@@ -1,4 +1,4 @@
-"""ddlib.attacks: the torchattacks registry, pixel-space ε, targets, seeds and BEARD's measurements.
+"""ddlib.protocols.attacks: the torchattacks registry, pixel-space ε, targets, seeds and BEARD's measurements.
 
 A tiny ConvNet (width 8, depth 2) trained for a second on synthetic 16x16 colour images, 16 test
 images, few attack steps: fast on a CPU.
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import torchattacks
 import yaml
 
-from ddlib.attacks import (
+from ddlib.protocols.attacks import (
     AttackSpec,
     PixelModel,
     batch_seed,
@@ -30,7 +30,7 @@ from ddlib.attacks import (
     targeted_skip_reason,
 )
 from ddlib.models import create_model
-from ddlib.train import Normalize, evaluate
+from ddlib.engine.train import Normalize, evaluate
 
 C = 10
 MEAN, STD = [0.5, 0.5, 0.5], [0.25, 0.25, 0.25]
@@ -109,7 +109,7 @@ def test_defaults_and_canonical_descriptions():
     )
 
 
-# Where our defaults differ from the torchattacks 3.5.1 constructor's (documented in ddlib.attacks).
+# Where our defaults differ from the torchattacks 3.5.1 constructor's (documented in ddlib.protocols.attacks).
 OVERRIDES = {
     "pgd": {"random_start"},
     "pgd_l2": {"eps", "alpha", "random_start"},
@@ -366,7 +366,7 @@ def test_targeted_mode_hits_the_targets(setup):
 @pytest.mark.parametrize("name", ["deepfool", "autoattack"])
 def test_attacks_that_cannot_target_are_skipped_not_run(setup, name, monkeypatch):
     _, model, x, y = setup
-    monkeypatch.setattr("ddlib.attacks.create_attack", lambda *a, **k: pytest.fail("must not build the attack"))
+    monkeypatch.setattr("ddlib.protocols.attacks.create_attack", lambda *a, **k: pytest.fail("must not build the attack"))
     out = run_attack(name, model, x, y, num_classes=C, targeted=True, device="cpu")
     assert out.skipped and out.targeted and out.n == 16 and "no targeted mode" in out.reason
     assert out.robust_acc is None and out.asr is None and out.attack_seconds is None and out.clean_acc is None

@@ -1,4 +1,4 @@
-"""ddlib.augment: the registry, DSA against the original's math, mixing ops, crops, ZCA against kornia."""
+"""ddlib.engine.augment: the registry, DSA against the original's math, mixing ops, crops, ZCA against kornia."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ddlib.augment import (
+from ddlib.engine.augment import (
     DSAParams,
     ZCA,
     Augment,
@@ -19,7 +19,7 @@ from ddlib.augment import (
     list_ops,
     register_op,
 )
-from ddlib.augment import _rrc_boxes, _resized_crop  # noqa: PLC2701 (box sampling is tested on its own)
+from ddlib.engine.augment import _rrc_boxes, _resized_crop  # noqa: PLC2701 (box sampling is tested on its own)
 
 MEAN, STD, NC = (0.49, 0.48, 0.45), (0.2, 0.2, 0.2), 10
 TV = [{"ColorJitter": {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.2}},
@@ -423,9 +423,9 @@ def test_register_op_adds_a_custom_op():
         with pytest.raises(ValueError, match="already registered"):
             register_op("test_negate")(_negate)
     finally:
-        from ddlib import augment
+        from ddlib.engine.augment import registry
 
-        augment._REGISTRY.pop("test_negate", None)
+        registry._REGISTRY.pop("test_negate", None)
 
 
 # --------------------------------------------------------------------------- ZCA
@@ -475,7 +475,7 @@ def test_fit_zca_normalises_pixels_first():
 
 
 def test_augment_plugs_into_the_training_loop_deterministically():
-    from ddlib.train import Recipe, train_and_evaluate
+    from ddlib.engine.train import Recipe, train_and_evaluate
 
     g = gen(0)
     images = torch.rand(40, 3, 8, 8, generator=g)

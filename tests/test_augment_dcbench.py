@@ -1,4 +1,4 @@
-"""ddlib.augment: DC-Bench's autoaugment, randaugment and imagenet_aug (per sample, seeded, uint8 pixel space).
+"""ddlib.engine.augment: DC-Bench's autoaugment, randaugment and imagenet_aug (per sample, seeded, uint8 pixel space).
 
 Faithfulness is checked against torchvision itself: the grouped, batched application of the drawn
 parameters must equal torchvision's kernels applied image by image with the same parameters, bit for bit.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddlib import augment as A
-from ddlib.augment import create_augment
+from ddlib.engine import augment as A
+from ddlib.engine.augment import create_augment
 
 RGB = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))  # CIFAR-10 (DC-Bench's constants)
 GRAY = ((0.1307,), (0.3081,))  # MNIST

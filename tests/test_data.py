@@ -19,10 +19,10 @@ import pytest
 import torch
 from PIL import Image
 
-import ddlib.data as data
-import ddlib.data_sources as src
-from ddlib.data import DatasetError, load_dataset
-from ddlib.data_sources import extract_archive, load_imagefolder_dataset
+import ddlib.data.datasets as data
+import ddlib.data.loaders as src
+from ddlib.data.datasets import DatasetError, load_dataset
+from ddlib.data.loaders import extract_archive, load_imagefolder_dataset
 
 _USER_CACHE = os.environ.get("DDLIB_CACHE")  # before the autouse fixture below redirects it
 FILE_BACKED = ["mnist", "fashionmnist", "cifar10", "cifar100", "svhn", "tinyimagenet"]

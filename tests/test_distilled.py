@@ -11,8 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from ddlib.data import Dataset
-from ddlib.distilled import DistilledSet, DistilledSetError, image_grid, load, save, validate
+from ddlib.data.datasets import Dataset
+from ddlib.data.distilled import DistilledSet, DistilledSetError, image_grid, load, save, validate
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DISTILLED = SHARED / "distilled"

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from ddlib.presets import load_preset
+from ddlib.protocols.presets import load_preset
 from ddlib.protocols import augmentation_robust, label_robust
 
 

@@ -3,7 +3,9 @@
 import pytest
 import yaml
 
-from ddlib import summary, tracking
+from ddlib import tracking
+
+from ddlib import report
 from ddlib.runner import run_grid
 
 
@@ -21,9 +23,9 @@ def test_dc_distilled_mnist_beats_random_through_the_runner(mlflow_store, shared
     }
     path = tmp_path / "mnist.yaml"
     path.write_text(yaml.safe_dump(grid))
-    report = run_grid(path, workers=1, progress=False)
-    assert report.ok, report.failed
-    board = summary.lrs_leaderboard()
+    outcome = run_grid(path, workers=1, progress=False)
+    assert outcome.ok, outcome.failed
+    board = report.lrs_leaderboard()
     row = board.iloc[0]
     assert (row["dataset"], row["method"], row["ipc"], row["seeds"]) == ("mnist", "dc", 1, 2)
     # DC reports ~91% for this set (1,000 epochs with augmentation); a random image per class

@@ -5,15 +5,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ddlib import labels
-from ddlib.data import load_dataset, reduce_dataset
-from ddlib.distilled import DistilledSet
-from ddlib.labels import (
-    CheckpointError, TeacherRelabel, create_loss, get_teachers, kl_loss, load_teacher, mse_ce_loss, sce_loss,
-    stored_targets,
-)
+from ddlib.data.datasets import load_dataset, reduce_dataset
+from ddlib.data.distilled import DistilledSet
+from ddlib.engine.labels import TeacherRelabel, create_loss, kl_loss, mse_ce_loss, sce_loss, stored_targets
+from ddlib.protocols import teachers
+from ddlib.protocols.teachers import CheckpointError, get_teachers, load_teacher
 from ddlib.models import create_model
-from ddlib.train import Recipe, train_and_evaluate
+from ddlib.engine.train import Recipe, train_and_evaluate
 
 TINY = Recipe(epochs=1, batch_size=256)
 
@@ -225,12 +223,12 @@ def test_get_teachers_trains_once_and_reuses_the_mlflow_artifact(small_digits, m
     assert {r.data.params["seed"] for r in runs} == {"0", "1"}
     assert all(0.0 <= r.data.metrics["test_accuracy"] <= 1.0 for r in runs)
     assert all(r.data.params["arch"] == "convnet" and r.data.params["dataset"] == "digits" for r in runs)
-    assert all(r.data.tags[labels.TEACHER_KEY_TAG] for r in runs)
+    assert all(r.data.tags[teachers.TEACHER_KEY_TAG] for r in runs)
 
     def no_training(*args, **kwargs):
         raise AssertionError("teachers were trained a second time")
 
-    monkeypatch.setattr(labels, "train_and_evaluate", no_training)
+    monkeypatch.setattr(teachers, "train_and_evaluate", no_training)
     second = get_teachers(digits, "convnet", 2, TINY, device="cpu")
     for a, b in zip(first, second):
         sa, sb = a.state_dict(), b.state_dict()
@@ -243,11 +241,11 @@ def test_get_teachers_trains_once_and_reuses_the_mlflow_artifact(small_digits, m
 
 
 def test_teacher_key_depends_on_content_arch_recipe_and_seed(digits, small_digits):
-    key = labels.teacher_key(digits, "convnet", TINY, 0)
-    assert key == labels.teacher_key(digits, "convnet", TINY, 0)
-    others = [labels.teacher_key(small_digits, "convnet", TINY, 0), labels.teacher_key(digits, "mlp", TINY, 0),
-              labels.teacher_key(digits, "convnet", Recipe(epochs=2), 0), labels.teacher_key(digits, "convnet", TINY, 1),
-              labels.teacher_key(digits, "convnet", TINY, 0, augment_name="flip")]
+    key = teachers.teacher_key(digits, "convnet", TINY, 0)
+    assert key == teachers.teacher_key(digits, "convnet", TINY, 0)
+    others = [teachers.teacher_key(small_digits, "convnet", TINY, 0), teachers.teacher_key(digits, "mlp", TINY, 0),
+              teachers.teacher_key(digits, "convnet", Recipe(epochs=2), 0), teachers.teacher_key(digits, "convnet", TINY, 1),
+              teachers.teacher_key(digits, "convnet", TINY, 0, augment_name="flip")]
     assert key not in others and len(set(others)) == len(others)
 
 

@@ -5,11 +5,11 @@ import torch
 import yaml
 
 from ddlib import tracking
-from ddlib.data import load_dataset
-from ddlib.protocol import Cell
+from ddlib.data.datasets import load_dataset
+from ddlib.protocols.cell import Cell
 from ddlib.runner import GridError, expand, load_grid
-from ddlib.sources import full_set, obtain_set, resolve_source
-from ddlib.train import Recipe
+from ddlib.methods.sources import full_set, obtain_set, resolve_source
+from ddlib.engine.train import Recipe
 
 TINY = Recipe(epochs=2, batch_size=64)
 PARAMS = {"dataset": "digits", "model": "convnet", "seeds": [0], "device": "cpu"}

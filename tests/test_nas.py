@@ -1,4 +1,4 @@
-"""NAS-Bench-201 search space (ddlib.models.nasbench201) and DC-Bench's NAS protocol parts (ddlib.nas)."""
+"""NAS-Bench-201 search space (ddlib.models.nasbench201) and DC-Bench's NAS protocol parts (ddlib.protocols.nas_space)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from ddlib.models import count_parameters, create_model, list_models
 from ddlib.models.nasbench201 import OP_NAMES, TinyNetwork, format_arch, parse_arch
-from ddlib.nas import NasError, load_ground_truth, rank_correlation, sample_architectures
+from ddlib.protocols.nas_space import NasError, load_ground_truth, rank_correlation, sample_architectures
 
 EXAMPLE = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
 ALL_NONE = "|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"
@@ -360,8 +360,8 @@ def test_rank_correlation_constant_and_bad_inputs():
 
 
 def test_smoke_training_two_architectures_on_digits():
-    from ddlib.data import load_dataset
-    from ddlib.train import Recipe, train_and_evaluate
+    from ddlib.data.datasets import load_dataset
+    from ddlib.engine.train import Recipe, train_and_evaluate
 
     ds = load_dataset("digits")
     recipe = Recipe(epochs=2, batch_size=128)

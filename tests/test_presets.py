@@ -1,4 +1,4 @@
-"""Method presets (params/methods/*.yaml, ddlib.presets): the 13 files exist, load, match
+"""Method presets (params/methods/*.yaml, ddlib.protocols.presets): the 13 files exist, load, match
 DD-Ranking's configuration table, cite their sources, and the loader refuses what it should."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ddlib.presets import PRESETS_DIR, Preset, list_presets, load_preset, parse_preset
-from ddlib.train import Recipe
+from ddlib.protocols.presets import PRESETS_DIR, Preset, list_presets, load_preset, parse_preset
+from ddlib.engine.train import Recipe
 
 # DD-Ranking's configuration table (Li et al., arXiv 2505.13300), as data:
 # epochs, batch, optimizer, scheduler, label type, loss, teacher (None | single | ensemble),
@@ -142,21 +142,21 @@ def test_teacher_archs_are_registered_models():
         assert set(load_preset(name).teacher_archs()) <= set(list_models())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ddlib.augment") is None, reason="ddlib.augment not written yet")
+@pytest.mark.skipif(importlib.util.find_spec("ddlib.engine.augment") is None, reason="ddlib.engine.augment not written yet")
 def test_augment_specs_build():
-    augment = pytest.importorskip("ddlib.augment")
+    augment = pytest.importorskip("ddlib.engine.augment")
     if not hasattr(augment, "create_augment"):
-        pytest.skip("ddlib.augment has no create_augment yet")
+        pytest.skip("ddlib.engine.augment has no create_augment yet")
     for name in list_presets():
         hook = augment.create_augment(load_preset(name).augment, mean=(0.5,) * 3, std=(0.25,) * 3, num_classes=10)
         assert (hook is None) == (name == "dc")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ddlib.labels") is None, reason="ddlib.labels not written yet")
+@pytest.mark.skipif(importlib.util.find_spec("ddlib.engine.labels") is None, reason="ddlib.engine.labels not written yet")
 def test_loss_specs_build():
-    labels = pytest.importorskip("ddlib.labels")
+    labels = pytest.importorskip("ddlib.engine.labels")
     if not hasattr(labels, "create_loss"):
-        pytest.skip("ddlib.labels has no create_loss yet")
+        pytest.skip("ddlib.engine.labels has no create_loss yet")
     for name in list_presets():
         labels.create_loss(load_preset(name).loss, targets_are_logits=load_preset(name).label_type == "teacher")
 

@@ -2,7 +2,9 @@
 
 import pytest
 
-from ddlib import metrics, summary, tracking
+from ddlib import metrics, tracking
+
+from ddlib import report
 from ddlib.protocols import adversarial
 
 TINY = {"dataset": "digits", "seeds": [0], "device": "cpu", "method": "random", "ipc": 5,
@@ -79,15 +81,15 @@ def test_targeted_then_untargeted_reuses_the_pool_and_skips_what_cannot_target(m
     assert len(tracking.runs("adversarial", kind="result")) == n_results
     assert again.per_seed.equals(untargeted.per_seed)
 
-    board = summary.robustness_leaderboard()
+    board = report.robustness_leaderboard()
     assert sorted(board["mode"]) == ["targeted", "untargeted"]
     assert set(board.seeds) == {1}  # the rerun's seeds replace the first run's, never double
     by_mode = board.set_index("mode")
     assert by_mode.loc["untargeted", "rr_mean"] == pytest.approx(untargeted.per_seed.rr.iloc[0])
     assert by_mode.loc["targeted", "crei_mean"] == pytest.approx(row.crei)
-    unified = summary.unified_leaderboard().set_index("mode")
+    unified = report.unified_leaderboard().set_index("mode")
     assert unified.loc["targeted", "rrm_mean"] == pytest.approx(row.rr)  # one IPC: RRM is RR
-    curves = summary.eps_curves()
+    curves = report.eps_curves()
     assert list(curves.eps.round(6)) == [0.007843, 0.031373]
 
 
@@ -99,13 +101,13 @@ def test_unified_scores_pool_the_ipcs(mlflow_store):
     clean = [100 * r.clean_acc for r in results]
     accs = [[100 * r["fgsm.robust_acc"], 100 * r["pgd.robust_acc"]] for r in results]
     times = [[r["fgsm.attack_seconds"], r["pgd.attack_seconds"]] for r in results]
-    unified = summary.unified_leaderboard()
+    unified = report.unified_leaderboard()
     assert len(unified) == 1 and unified.loc[0, "ipcs"] == "1,3"
     assert unified.loc[0, "rrm_mean"] == pytest.approx(metrics.rr_multi(clean, accs))
     assert unified.loc[0, "aem_mean"] == pytest.approx(metrics.ae_multi([r.clean_seconds for r in results], times))
     assert unified.loc[0, "rcrm_mean"] == pytest.approx(metrics.rcr_multi(clean, accs))
     _run(ipc=1, attacks=["fgsm", "pgd"], attack_size=40)  # the same IPC in another configuration: never pooled
-    unified = summary.unified_leaderboard().sort_values("ipcs").reset_index(drop=True)
+    unified = report.unified_leaderboard().sort_values("ipcs").reset_index(drop=True)
     assert list(unified.ipcs) == ["1", "1,3"]
     assert unified.loc[1, "rrm_mean"] == pytest.approx(metrics.rr_multi(clean, accs))
 
@@ -116,12 +118,12 @@ def test_adversarial_training_is_a_different_pool_entry(mlflow_store):
     assert not robust[0].reused and robust[0].run_id != standard[0].run_id
     run = tracking.client().get_run(robust[0].run_id)
     assert run.data.params["objective"].startswith("pgd_at(")
-    board = summary.robustness_leaderboard()
+    board = report.robustness_leaderboard()
     assert sorted(board.training) == ["standard", '{"pgd_at": {"steps": 2}}']  # nested params read back whole
 
 
 def test_the_leaderboard_row_ignores_spelling_and_what_the_summary_recomputes():
-    from ddlib.protocol import cell_tags
+    from ddlib.protocols.cell import cell_tags
     from ddlib.tracking import TAG
 
     def group(**params):
@@ -151,9 +153,9 @@ def test_timings_from_another_device_are_another_row(mlflow_store):
     first, _, _ = _run(attacks=["fgsm"])
     second, _, _ = _run(attacks=["fgsm"], seeds=[1])
     tracking.client().set_tag(second.run_id, TAG["device_name"], "cuda: a GPU")  # as if run on another machine
-    board = summary.robustness_leaderboard().set_index("device")
+    board = report.robustness_leaderboard().set_index("device")
     assert len(board) == 2 and set(board.seeds) == {1}  # one seed each: never pooled across devices
-    assert sorted(summary.unified_leaderboard().device) == sorted(board.index)
+    assert sorted(report.unified_leaderboard().device) == sorted(board.index)
 
 
 def test_random_targets_and_the_full_reference(mlflow_store):
@@ -162,7 +164,7 @@ def test_random_targets_and_the_full_reference(mlflow_store):
     cell, models, full = _run(attacks=["fgsm"], method="full", real_recipe={"epochs": 2})
     assert cell.params["ipc"] == 0 and tracking.client().get_run(models[0].run_id).data.params["recipe.epochs"] == "2"
     assert tracking.client().get_run(models[0].run_id).data.params["train_size"] == "1347"  # every training image
-    board = summary.format_leaderboard(summary.robustness_leaderboard())
+    board = report.format_leaderboard(report.robustness_leaderboard())
     assert set(board.ipc) == {5, "all"}
 
 

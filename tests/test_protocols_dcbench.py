@@ -4,7 +4,9 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from ddlib import summary, tracking
+from ddlib import tracking
+
+from ddlib import report
 from ddlib.protocols import augmentation, compression, nas, transfer
 from ddlib.protocols.dcbench import condition_recipe
 
@@ -65,7 +67,7 @@ def test_augmentation_reports_none_mean_and_best(mlflow_store):
     evals = tracking.runs("augmentation", kind="eval")
     epochs = {r["tags.ddlib.role"]: r["params.recipe.epochs"] for _, r in evals.iterrows()}
     assert epochs == {"syn-none": "2", "syn-dsa": "3", "syn-flip": "3"}
-    board = summary.augmentation_leaderboard()
+    board = report.augmentation_leaderboard()
     assert len(board) == 1 and board.loc[0, "acc_aug_best_mean"] == row.acc_aug_best
     assert "acc_none_mean" not in board  # shown once, as acc_noaug
 
@@ -81,23 +83,23 @@ def test_compression_trains_the_full_data_once_for_every_cell(mlflow_store):
     assert len({r.acc_full for r in rows}) == 1
     real = tracking.runs("compression", kind="eval")
     assert (real["tags.ddlib.role"] == "real-full").sum() == 1  # trained once, reused twice
-    board = summary.compression_leaderboard()
+    board = report.compression_leaderboard()
     assert sorted(zip(board.method, board.ipc)) == [("kcenter", 1), ("random", 1), ("random", 3)]
-    assert summary.plot_compression(board) is not None
+    assert report.plot_compression(board) is not None
 
 
 def test_synthesis_versus_selection():
     board = pd.DataFrame({"dataset": "d", "model": "m", "family": "f", "method": ["random", "kcenter", "dm"] * 3,
                           "ipc": [1, 1, 1, 10, 10, 10, 50, 50, 50],
                           "acc_set_mean": [.2, .25, .3, .5, .45, .52, .7, .72, .71]})
-    table = summary.synthesis_vs_selection(board)
+    table = report.synthesis_vs_selection(board)
     assert list(table.ipc) == [1, 10, 50]
     assert list(table.beats_selection) == [True, True, False]
     assert list(table.margin.round(2)) == [0.05, 0.02, -0.01]
     assert set(table.beats_selection_up_to_ipc) == {10}
     # another setting (another recipe, say) is compared within itself, never with the first
     other = board.assign(family="g", acc_set_mean=[.2, .1, .3, .5, .4, .6, .7, .6, .8])
-    both = summary.synthesis_vs_selection(pd.concat([board, other]))
+    both = report.synthesis_vs_selection(pd.concat([board, other]))
     assert list(both.beats_selection) == [True, True, False, True, True, True]
     assert list(both.beats_selection_up_to_ipc) == [10, 10, 10, 50, 50, 50]
 
@@ -125,12 +127,12 @@ def test_transfer_tau_measures_whether_the_ranking_survives():
     board = pd.DataFrame({"dataset": "d", "ipc": 10, "model": "convnet", "family": "f", "method": ["a", "b", "c"],
                           "acc_reference_mean": [.5, .4, .3], "acc_convnet_mean": [.5, .4, .3],
                           "acc_mlp_mean": [.3, .2, .1], "acc_vit_mean": [.1, .2, .3]})
-    tau = summary.transfer_tau(board).set_index("model")
+    tau = report.transfer_tau(board).set_index("model")
     assert list(tau.index) == ["mlp", "vit"]
     assert tau.loc["mlp", "tau"] == pytest.approx(1.0) and tau.loc["mlp", "ranking_preserved"]
     assert tau.loc["vit", "tau"] == pytest.approx(-1.0) and not tau.loc["vit", "ranking_preserved"]
     # the same methods under another recipe are another family: each gets its own tau, none is counted twice
-    twice = summary.transfer_tau(pd.concat([board, board.assign(family="g")]))
+    twice = report.transfer_tau(pd.concat([board, board.assign(family="g")]))
     assert len(twice) == 4 and set(twice.methods) == {3}
 
 
@@ -154,5 +156,5 @@ def test_nas_ranks_architectures_against_the_ground_truth(mlflow_store, tmp_path
     assert len(evals) == 3 and set(evals["params.model"]) == {"nasbench201"}
     artifacts = tracking.client().list_artifacts(cell.run_id)
     assert "architectures.csv" in [a.path for a in artifacts]
-    board = summary.nas_leaderboard()
+    board = report.nas_leaderboard()
     assert board.loc[0, "spearman_mean"] == row.spearman

@@ -2,7 +2,9 @@
 
 import pytest
 
-from ddlib import summary, tracking
+from ddlib import tracking
+
+from ddlib import report
 from ddlib.protocols import augmentation_robust, label_robust
 from ddlib.protocols.preset_eval import evaluate_with_preset, resolve_preset
 from ddlib.tracking import TAG
@@ -57,16 +59,16 @@ def test_ars_runs_with_and_without_augmentation(mlflow_store):
     evals = tracking.runs("augmentation_robust", kind="eval")
     augments = dict(zip(evals["tags.ddlib.role"], evals["params.augment"]))
     assert augments["syn_noaug"] == "none" and augments["syn_aug"].startswith("dsa(")
-    board = summary.ars_leaderboard()
+    board = report.ars_leaderboard()
     assert list(board["method"]) == ["kcenter"] and 0 <= board.iloc[0]["ars_mean"] <= 100
-    sweep = summary.weight_sweep("ars")
-    assert [c for c in sweep.columns if c.startswith("ars @")] == [f"ars @ {g:g}" for g in summary.SWEEP]
+    sweep = report.weight_sweep("ars")
+    assert [c for c in sweep.columns if c.startswith("ars @")] == [f"ars @ {g:g}" for g in report.SWEEP]
 
 
 def test_stored_soft_labels_are_used_and_random_side_gets_one_hot(mlflow_store):
     import torch
 
-    from ddlib.select import random_subset
+    from ddlib.methods.select import random_subset
 
     cell = label_robust.open_cell(**{**TINY, "seeds": [0]}, preset="datm", lr_select="none")
     cell.progress = False

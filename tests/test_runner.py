@@ -6,7 +6,9 @@ import pytest
 import torch
 import yaml
 
-from ddlib import summary, tracking
+from ddlib import tracking
+
+from ddlib import report
 from ddlib.cli import main as cli_main
 from ddlib.protocols import label_robust
 from ddlib.runner import GridError, expand, load_grid, run_grid
@@ -99,10 +101,10 @@ def test_repository_params_files_are_valid():
 @pytest.mark.slow
 def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, capsys):
     path, broken = tiny_grid
-    report = run_grid(path, workers=2, progress=False)
-    assert report.finished == ["digits-random-ipc1"]
-    assert len(report.failed) == 1
-    name, error = report.failed[0]
+    outcome = run_grid(path, workers=2, progress=False)
+    assert outcome.finished == ["digits-random-ipc1"]
+    assert len(outcome.failed) == 1
+    name, error = outcome.failed[0]
     assert name == "digits-broken-ipc1"
     assert str(broken) in error and "DistilledSetError" in error
 
@@ -132,7 +134,7 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
     assert cli_main(["run", str(path)]) == 1
     assert "FAILED digits-broken-ipc1" in capsys.readouterr().err
 
-    board = summary.lrs_leaderboard()
+    board = report.lrs_leaderboard()
     assert list(board["method"]) == ["random"]
     row = board.iloc[0]
     assert row["ior_mean"] == 0.0  # random vs its own random baseline

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from ddlib.data import load_dataset
-from ddlib.distill import distribution_matching
-from ddlib.select import farthest_point_indices, kcenter_subset, random_subset
+from ddlib.data.datasets import load_dataset
+from ddlib.methods.dm import distribution_matching
+from ddlib.methods.select import farthest_point_indices, kcenter_subset, random_subset
 
 
 @pytest.fixture(scope="module")

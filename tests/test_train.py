@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from ddlib.data import load_dataset
-from ddlib.device import resolve_device
-from ddlib.select import random_subset
-from ddlib.train import Recipe, train_and_evaluate
+from ddlib.data.datasets import load_dataset
+from ddlib.engine.device import resolve_device
+from ddlib.methods.select import random_subset
+from ddlib.engine.train import Recipe, train_and_evaluate
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ddlib.models import register_model
+from ddlib.models._registry import register_model
 
 
 def _norm(kind: str, width: int) -> nn.Module:

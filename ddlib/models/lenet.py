@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ddlib.models import register_model
+from ddlib.models._registry import register_model
 from ddlib.models._dc import check_map, first_padding
 
 

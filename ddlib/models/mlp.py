@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ddlib.models import register_model
+from ddlib.models._registry import register_model
 
 
 class MLP(nn.Module):

@@ -51,7 +51,7 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
-from ddlib.models import register_model
+from ddlib.models._registry import register_model
 
 __all__ = ["OPS", "OP_NAMES", "parse_arch", "format_arch", "TinyNetwork", "InferCell", "ResNetBasicblock",
            "ReLUConvBN", "Pooling", "Zero", "Identity", "FactorizedReduce", "NUM_NODES"]

@@ -30,7 +30,7 @@ import torch.nn as nn
 from timm.models.resnet import BasicBlock, Bottleneck
 from timm.models.resnet import ResNet as TimmResNet
 
-from ddlib.models import register_model
+from ddlib.models._registry import register_model
 
 __all__ = ["ResNet", "instance_norm", "BasicBlock", "Bottleneck"]
 

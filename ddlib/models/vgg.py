@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ddlib.models import register_model
+from ddlib.models._registry import register_model
 from ddlib.models._dc import check_map, first_padding
 from ddlib.models.resnet import instance_norm
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 from timm.models.vision_transformer import VisionTransformer
 
-from ddlib.models import register_model
+from ddlib.models._registry import register_model
 
 
 class ViT(VisionTransformer):

@@ -25,13 +25,14 @@ import pandas as pd
 import torch
 
 from ddlib import metrics
-from ddlib.adversarial_training import create_objective
-from ddlib.attacks import (TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attack, parse_attacks, run_attack,
+from ddlib.engine.adversarial_training import create_objective
+from ddlib.protocols.attacks import (TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attack, parse_attacks, run_attack,
                            targeted_skip_reason)
-from ddlib.augment import create_augment
-from ddlib.data import stratified_subset
-from ddlib.distilled import DistilledSet
-from ddlib.protocol import Cell, Evaluation, device_name, tensor_digest
+from ddlib.engine.augment import create_augment
+from ddlib.data.datasets import stratified_subset
+from ddlib.data.distilled import DistilledSet
+from ddlib.data.digest import tensor_digest
+from ddlib.protocols.cell import Cell, Evaluation, device_name
 from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, obtain, validate_set_params
 from ddlib.protocols.dcbench import check_augment
 
@@ -48,8 +49,8 @@ PARAMS = {
     "recipe": {"epochs": 1000},  # BEARD: SGD 0.01, momentum 0.9, wd 5e-4, 1000 epochs, lr x0.1 at half, batch 256
     "real_recipe": {},  # overrides for method full (the full-size reference), e.g. {epochs: 200}
     "augment": "dsa",  # BEARD trains with DSA
-    "training": "standard",  # or an adversarial-training objective: pgd_at, trades, mart (ddlib.adversarial_training)
-    "attacks": list(BEARD_ATTACKS),  # ddlib.attacks specs: names or {name: {params}}
+    "training": "standard",  # or an adversarial-training objective: pgd_at, trades, mart (ddlib.engine.adversarial_training)
+    "attacks": list(BEARD_ATTACKS),  # ddlib.protocols.attacks specs: names or {name: {params}}
     "mode": "untargeted",  # untargeted | targeted
     "target": "next",  # targeted mode: next ((y + 1) mod C) | random (a seeded other class)
     "attack_size": None,  # a seeded, class-stratified test subset of this many images; null = the whole test set
@@ -139,7 +140,7 @@ class AdversarialResult:
 
     def curve(self) -> pd.DataFrame:
         """Robust accuracy against epsilon (``eps_curve``), mean and std over seeds, in the layout of
-        :func:`ddlib.summary.eps_curves` (so :func:`ddlib.summary.plot_eps_curves` draws it)."""
+        :func:`ddlib.report.eps_curves` (so :func:`ddlib.report.plot_eps_curves` draws it)."""
         rows = []
         for column in (c for c in self.per_seed.columns if c.startswith("curve.")):
             _, attack, eps = column.split(".", 2)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ddlib.distilled import DistilledSet
-from ddlib.protocol import Cell
+from ddlib.data.distilled import DistilledSet
+from ddlib.protocols.cell import Cell
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, augment_label, check_augment,
                                      check_recipe_params, condition_recipe, mean_std_table, train_conditions)
@@ -27,7 +27,7 @@ PROTOCOL = "augmentation"
 PARAMS = {
     **SET_PARAMS,
     **RECIPE_PARAMS,
-    # DC-Bench's five settings; each entry is one op of ddlib.augment, a name or {op: {params}}
+    # DC-Bench's five settings; each entry is one op of ddlib.engine.augment, a name or {op: {params}}
     "augmentations": ["none", "dsa", "autoaugment", "randaugment", "imagenet_aug"],
 }
 

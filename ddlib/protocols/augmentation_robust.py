@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ddlib import metrics
-from ddlib.distilled import DistilledSet
-from ddlib.protocol import Cell
+from ddlib.data.distilled import DistilledSet
+from ddlib.protocols.cell import Cell
 from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_weight, obtain, open_protocol_cell,
                                     preset_options, validate_common)
 from ddlib.protocols.preset_eval import evaluate_with_preset, resolve_preset
-from ddlib.select import random_subset
+from ddlib.methods.select import random_subset
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationRobustResult"]
 

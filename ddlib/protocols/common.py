@@ -3,13 +3,13 @@ and, for the DD-Ranking protocols, how a method's own evaluation is reproduced (
 
 from __future__ import annotations
 
-from ddlib.data import list_datasets
-from ddlib.distilled import DistilledSet
+from ddlib.data.datasets import list_datasets
+from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
-from ddlib.protocol import Cell
+from ddlib.protocols.cell import Cell
 from ddlib.protocols.preset_eval import LR_GRID, LR_SELECT, resolve_preset
-from ddlib.sources import obtain_set, resolve_source, validate_source
-from ddlib.train import Recipe
+from ddlib.methods.sources import obtain_set, resolve_source, validate_source
+from ddlib.engine.train import Recipe
 
 # Which set, compared with which random subset, on which data and model.
 SET_PARAMS = {

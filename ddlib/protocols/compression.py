@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ddlib.distilled import DistilledSet
-from ddlib.protocol import Cell
+from ddlib.data.distilled import DistilledSet
+from ddlib.protocols.cell import Cell
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, check_augment, check_recipe_params,
                                      condition_recipe, mean_std_table, train_conditions)
-from ddlib.sources import full_set
+from ddlib.methods.sources import full_set
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "CompressionResult"]
 
@@ -26,7 +26,7 @@ PROTOCOL = "compression"
 PARAMS = {
     **SET_PARAMS,
     **RECIPE_PARAMS,
-    "augment": None,  # one augmentation spec (ddlib.augment) or null; DC-Bench's compression table uses none
+    "augment": None,  # one augmentation spec (ddlib.engine.augment) or null; DC-Bench's compression table uses none
     "full_data": True,  # also train on the whole training set (once, reused): the reference line
 }
 

@@ -4,7 +4,7 @@ DC-Bench (Cui et al., NeurIPS 2022 Datasets & Benchmarks) looks at a distilled s
 several lenses that differ only in how the set is trained: under which augmentation
 (``augmentation``), at which size (``compression``), on which architecture (``transfer``). Each
 lens is a list of :class:`Condition` given to :func:`train_conditions`, which trains every
-condition with the one training loop through :meth:`ddlib.protocol.Cell.train_eval` (so identical
+condition with the one training loop through :meth:`ddlib.protocols.cell.Cell.train_eval` (so identical
 trainings are reused across cells and protocols).
 
 DC-Bench's recipe: ConvNet, SGD lr 0.01, momentum 0.9, weight decay 5e-4, batch 256, lr x 0.1 at
@@ -18,18 +18,18 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from ddlib.augment import create_augment
-from ddlib.distilled import DistilledSet
-from ddlib.protocol import Cell, Evaluation
+from ddlib.engine.augment import create_augment
+from ddlib.data.distilled import DistilledSet
+from ddlib.protocols.cell import Cell, Evaluation
 from ddlib.protocols.common import positive_int, check_recipe
-from ddlib.train import Recipe
+from ddlib.engine.train import Recipe
 
 __all__ = ["RECIPE_PARAMS", "Condition", "train_conditions", "check_recipe_params", "augment_label",
            "condition_recipe", "accuracy_rows"]
 
 # How every condition is trained unless it says otherwise.
 RECIPE_PARAMS = {
-    "recipe": {},  # ddlib.train.Recipe keys; defaults are DC-Bench's (300 epochs: the no-augmentation setting)
+    "recipe": {},  # ddlib.engine.train.Recipe keys; defaults are DC-Bench's (300 epochs: the no-augmentation setting)
     "aug_epochs": 1000,  # epochs when a condition trains with an augmentation (DC-Bench); null = recipe's
     "real_recipe": {},  # overrides when training on the whole training set (method full, full-data reference)
 }
@@ -42,7 +42,7 @@ class Condition:
     label: str
     model: str
     recipe: Recipe
-    augment: object = None  # an augmentation spec (ddlib.augment), None = none
+    augment: object = None  # an augmentation spec (ddlib.engine.augment), None = none
     model_kwargs: dict | None = None
 
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ddlib import metrics
-from ddlib.distilled import DistilledSet
-from ddlib.protocol import Cell
+from ddlib.data.distilled import DistilledSet
+from ddlib.protocols.cell import Cell
 from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain, open_protocol_cell,
                                     preset_options, validate_common)
 from ddlib.protocols.preset_eval import evaluate_with_preset, resolve_preset
-from ddlib.select import random_subset
-from ddlib.train import Recipe
+from ddlib.methods.select import random_subset
+from ddlib.engine.train import Recipe
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "LabelRobustResult"]
 
@@ -30,7 +30,7 @@ PROTOCOL = "label_robust"
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).
 PARAMS = {
     **SET_PARAMS,
-    "recipe": {},  # hard-label recipe for the distilled and the random set (ddlib.train.Recipe keys)
+    "recipe": {},  # hard-label recipe for the distilled and the random set (ddlib.engine.train.Recipe keys)
     "real_recipe": {},  # overrides for the full-data reference (e.g. fewer epochs)
     "w": 0.5,
     **PRESET_PARAMS,

@@ -1,7 +1,7 @@
 """DC-Bench's NAS lens: does training on the set rank architectures like training on the full data?
 
 Per cell (one set): ``num_archs`` NAS-Bench-201 architectures are drawn with ``arch_seed`` (one
-per isomorphism class, :func:`ddlib.nas.sample_architectures`), each is built as the reduced
+per isomorphism class, :func:`ddlib.protocols.nas_space.sample_architectures`), each is built as the reduced
 search proxy (``C`` channels, ``N`` cells per stage; DC-Bench uses 3 cells, N=1, instead of the
 benchmark's 15) and trained on the set with the recipe, as a discrete network (not a softmax
 mixture of operations). Per seed: Spearman's rho and Kendall's tau between the proxy accuracies
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddlib import nas
-from ddlib.distilled import DistilledSet
-from ddlib.protocol import Cell
+from ddlib.protocols import nas_space
+from ddlib.data.distilled import DistilledSet
+from ddlib.protocols.cell import Cell
 from ddlib.protocols.common import SET_PARAMS, positive_int, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, check_augment, check_recipe_params, condition_recipe,
                                      train_conditions)
@@ -34,7 +34,7 @@ MODEL = "nasbench201"
 PARAMS = {
     **{k: v for k, v in SET_PARAMS.items() if k != "model"},  # the models are the sampled architectures
     **RECIPE_PARAMS,
-    "augment": None,  # one augmentation spec (ddlib.augment) or null
+    "augment": None,  # one augmentation spec (ddlib.engine.augment) or null
     "ground_truth": None,  # CSV: architecture string -> accuracy (e.g. ../shared/data/nasbench201-accuracy.csv)
     "gt_column": None,  # accuracy column; null = the one for the dataset (cifar10, cifar100)
     "num_archs": 100,  # DC-Bench's table ranks 100 architectures
@@ -59,9 +59,9 @@ def validate(params: dict) -> dict:
     if not isinstance(p["ground_truth"], str):
         raise ValueError("ground_truth: give the path of a NAS-Bench-201 accuracy CSV "
                          "(architecture string -> accuracy), e.g. ../shared/data/nasbench201-accuracy.csv")
-    if p["gt_column"] is None and p["dataset"] not in nas.DATASET_COLUMNS:
+    if p["gt_column"] is None and p["dataset"] not in nas_space.DATASET_COLUMNS:
         raise ValueError(f"gt_column: no ground-truth column is known for dataset {p['dataset']!r} "
-                         f"(known: {sorted(nas.DATASET_COLUMNS)}); name the CSV column to rank against")
+                         f"(known: {sorted(nas_space.DATASET_COLUMNS)}); name the CSV column to rank against")
     return p
 
 
@@ -80,9 +80,9 @@ def sample(cell: Cell) -> pd.DataFrame:
     """The cell's architectures with their ground-truth accuracy (percent)."""
     p = cell.params
     with cell.guard():
-        table = nas.load_ground_truth(p["ground_truth"], column=p["gt_column"],
+        table = nas_space.load_ground_truth(p["ground_truth"], column=p["gt_column"],
                                       dataset=None if p["gt_column"] else p["dataset"])
-        return nas.sample_architectures(table, p["num_archs"], p["arch_seed"])
+        return nas_space.sample_architectures(table, p["num_archs"], p["arch_seed"])
 
 
 def evaluate(cell: Cell, distilled: DistilledSet, architectures: pd.DataFrame | None = None) -> NasResult:
@@ -98,7 +98,7 @@ def evaluate(cell: Cell, distilled: DistilledSet, architectures: pd.DataFrame | 
         for i, seed in enumerate(p["seeds"]):
             proxy = [100 * evaluations[c.label][i].accuracy for c in conditions]
             table[f"proxy_seed{seed}"] = proxy
-            ranks = nas.rank_correlation(proxy, table["ground_truth"].to_numpy())
+            ranks = nas_space.rank_correlation(proxy, table["ground_truth"].to_numpy())
             rows.append({"seed": seed, **{k: ranks[k] for k in ("spearman", "kendall", "top1", "best_possible")}})
         per_seed, summary = cell.record_per_seed(rows)
         with tempfile.TemporaryDirectory() as tmp:

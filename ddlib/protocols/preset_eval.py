@@ -25,10 +25,10 @@ from typing import Sequence
 
 import torch
 
-from ddlib.distilled import DistilledSet
-from ddlib.presets import Preset, load_preset
-from ddlib.protocol import Cell, Evaluation
-from ddlib.train import Recipe
+from ddlib.data.distilled import DistilledSet
+from ddlib.protocols.presets import Preset, load_preset
+from ddlib.protocols.cell import Cell, Evaluation
+from ddlib.engine.train import Recipe
 
 __all__ = ["LR_GRID", "LR_SELECT", "resolve_preset", "evaluate_with_preset"]
 
@@ -44,7 +44,8 @@ def resolve_preset(spec) -> Preset | None:
 
 
 def _teacher_hook(cell: Cell, preset: Preset, teacher_recipe: Recipe, checkpoints: Sequence[str] | None = None):
-    from ddlib.labels import TeacherRelabel, get_teachers
+    from ddlib.engine.labels import TeacherRelabel
+    from ddlib.protocols.teachers import get_teachers
 
     archs = preset.teacher_archs()
     if checkpoints is not None and len(checkpoints) != len(archs):
@@ -62,7 +63,7 @@ def _teacher_hook(cell: Cell, preset: Preset, teacher_recipe: Recipe, checkpoint
 
 
 def _zca(cell: Cell):
-    from ddlib.augment import fit_zca
+    from ddlib.engine.augment import fit_zca
 
     if "zca" not in cell.cache:
         ds = cell.dataset
@@ -73,7 +74,7 @@ def _zca(cell: Cell):
 def _targets_and_loss(cell: Cell, preset: Preset, subset: DistilledSet, teacher_recipe: Recipe,
                       teacher_checkpoints: Sequence[str] | None = None):
     """(targets, loss hook, loss name) for ``subset`` under ``preset``'s label type."""
-    from ddlib.labels import create_loss, stored_targets
+    from ddlib.engine.labels import create_loss, stored_targets
 
     kind = preset.label_type
     if kind == "teacher":
@@ -109,7 +110,7 @@ def evaluate_with_preset(
 
     ``epochs`` overrides the preset's epochs (CPU smoke runs); it is part of every evaluation's key.
     """
-    from ddlib.augment import create_augment
+    from ddlib.engine.augment import create_augment
 
     if lr_select not in LR_SELECT:
         raise ValueError(f"lr_select must be one of {LR_SELECT}, got {lr_select!r}")

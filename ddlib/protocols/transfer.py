@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ddlib.distilled import DistilledSet
+from ddlib.data.distilled import DistilledSet
 from ddlib.models import create_model, list_models
-from ddlib.protocol import Cell
+from ddlib.protocols.cell import Cell
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, check_augment, check_recipe_params,
                                      condition_recipe, mean_std_table, train_conditions)
-from ddlib.train import Recipe
+from ddlib.engine.train import Recipe
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "TransferResult"]
 
@@ -30,7 +30,7 @@ PARAMS = {
     **RECIPE_PARAMS,
     "models": ["convnet", "mlp", "lenet", "alexnet", "vgg11", "resnet18", "resnet152", "vit"],
     "model_recipes": {},  # per-architecture recipe overrides, e.g. {vit: {optimizer: adam, lr: 0.001}}
-    "augment": None,  # one augmentation spec (ddlib.augment) or null
+    "augment": None,  # one augmentation spec (ddlib.engine.augment) or null
 }
 
 

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-if TYPE_CHECKING:  # ddlib.data imports the file-backed loaders; keep this module light to import
-    from ddlib.data import Dataset
+if TYPE_CHECKING:  # ddlib.data.datasets imports the file-backed loaders; keep this module light to import
+    from ddlib.data.datasets import Dataset
 
 __all__ = ["DistilledSet", "DistilledSetError", "load", "save", "validate", "image_grid", "grid_tensor", "IMAGE_EXTENSIONS"]
 

@@ -83,8 +83,8 @@ import torch.nn as nn
 import torchattacks
 from tqdm.auto import tqdm
 
-from ddlib.device import resolve_device, synchronize
-from ddlib.train import Normalize, as_pixels
+from ddlib.engine.device import resolve_device, synchronize
+from ddlib.engine.train import Normalize, as_pixels
 
 __all__ = [
     "PixelModel",

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ddlib import metrics
 from ddlib.protocols.common import FULL_IPC
-from ddlib.summary.core import aggregate, per_seed_values
+from ddlib.report.core import aggregate, per_seed_values
 from ddlib.tracking import TAG
 
 __all__ = ["ROW_PARAMS", "robustness_leaderboard", "unified_leaderboard", "eps_curves", "plot_eps_curves"]

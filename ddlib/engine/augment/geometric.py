@@ -9,8 +9,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ddlib.augment import AugmentContext, register_op
-from ddlib.augment._params import _number, _pair
+from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.engine.augment._params import _number, _pair
 
 
 def _rrc_boxes(n: int, h: int, w: int, scale, ratio, g: torch.Generator, device):

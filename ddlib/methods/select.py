@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from ddlib.data import Dataset
-from ddlib.device import generator, resolve_device
-from ddlib.distilled import DistilledSet
-from ddlib.train import Normalize, Recipe, as_pixels, train_and_evaluate
+from ddlib.data.datasets import Dataset
+from ddlib.engine.device import generator, resolve_device
+from ddlib.data.distilled import DistilledSet
+from ddlib.engine.train import Normalize, Recipe, as_pixels, train_and_evaluate
 
 __all__ = ["random_subset", "kcenter_subset", "subset_from_indices", "farthest_point_indices"]
 

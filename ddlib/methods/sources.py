@@ -3,7 +3,7 @@
 A params grid names methods; each name maps to a *source spec*, a small dict with a ``kind``:
 
 * ``{kind: random, seed: 0}`` and ``{kind: kcenter, seed: 0}``: selection baselines;
-* ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.distill.distribution_matching`;
+* ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.methods.dm.distribution_matching`;
 * ``{kind: file, path: "sets/dc_cifar10_ipc{ipc}.pt"}``: a published set; ``{ipc}`` and
   ``{dataset}`` in the path are filled in per grid cell, and the file's IPC must match;
 * ``{kind: full}``: the whole real training set, the reference every compression is measured
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddlib.data import Dataset
-from ddlib.distilled import DistilledSet, DistilledSetError, load
+from ddlib.data.datasets import Dataset
+from ddlib.data.distilled import DistilledSet, DistilledSetError, load
 
 __all__ = ["SOURCE_KINDS", "BUILTIN_SOURCES", "resolve_source", "validate_source", "obtain_set", "full_set"]
 
@@ -80,15 +80,15 @@ def obtain_set(method: str, spec: dict, dataset: Dataset, ipc: int, device="auto
     options = {k: v for k, v in spec.items() if k != "kind"}
     kind = spec["kind"]
     if kind == "random":
-        from ddlib.select import random_subset
+        from ddlib.methods.select import random_subset
 
         out = random_subset(dataset, ipc, **options)
     elif kind == "kcenter":
-        from ddlib.select import kcenter_subset
+        from ddlib.methods.select import kcenter_subset
 
         out = kcenter_subset(dataset, ipc, device=device, **options)
     elif kind == "dm":
-        from ddlib.distill import distribution_matching
+        from ddlib.methods.dm import distribution_matching
 
         out = distribution_matching(dataset, ipc, device=device, progress=progress, **options)
     elif kind == "full":

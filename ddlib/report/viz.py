@@ -9,7 +9,7 @@ if matplotlib.get_backend().lower() not in ("module://matplotlib_inline.backend_
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ddlib.distilled import DistilledSet, grid_tensor
+from ddlib.data.distilled import DistilledSet, grid_tensor
 
 
 def show_set(distilled: DistilledSet, title: str = "", max_per_class: int = 10):

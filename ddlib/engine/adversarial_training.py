@@ -46,7 +46,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ddlib.train import Objective
+from ddlib.engine.train import Objective
 
 __all__ = ["create_objective", "adversarial_batch", "PixelSpace", "OBJECTIVES"]
 

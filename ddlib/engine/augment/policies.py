@@ -9,9 +9,9 @@ import textwrap
 import torch
 import torch.nn.functional as F
 
-from ddlib.augment import AugmentContext, register_op
-from ddlib.augment._params import _int_param, _number
-from ddlib.augment._pixels import _PixelSpace
+from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.engine.augment._params import _int_param, _number
+from ddlib.engine.augment._pixels import _PixelSpace
 
 _DCBENCH_NOTE = """
 DC-Bench and these ops

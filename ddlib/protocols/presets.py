@@ -12,7 +12,7 @@ Schema (every level is strict: an unknown key is a ``ValueError`` naming the fil
     method: SRe2L                       # display name
     citation: "Yin, Xing & Shen, NeurIPS 2023, ..."
     recipe: {epochs: 300, batch_size: 1024, optimizer: adamw, lr: 0.001, momentum: 0.9,
-             weight_decay: 0.01, scheduler: cosine}      # ddlib.train.Recipe keys only
+             weight_decay: 0.01, scheduler: cosine}      # ddlib.engine.train.Recipe keys only
     labels:
       type: teacher                     # hard | stored | teacher
       loss: {name: kl, temperature: 20.0, t_squared: false}
@@ -36,7 +36,7 @@ only used by SGD (AdamW keeps PyTorch's betas 0.9 / 0.999).
 
 ``labels.loss``: ``{name: ce}``; ``{name: kl, temperature, t_squared}``; ``{name: sce,
 temperature}``; ``{name: mse_ce, mse_weight, ce_weight}`` (the names and parameters of
-:func:`ddlib.labels.create_loss`; presets give every parameter explicitly, ``t_squared`` included).
+:func:`ddlib.engine.labels.create_loss`; presets give every parameter explicitly, ``t_squared`` included).
 
 ``labels.teacher``: ``arch`` is a registry name (``ddlib.models.list_models()``) or a list of them,
 one per ensemble member; ``count`` is the number of teachers (with a list it must equal the list's
@@ -45,10 +45,10 @@ architecture trained with different seeds). Ensembles are averaged in logit spac
 ``recipe`` (Recipe keys) overrides how the teachers are trained. :meth:`Preset.teacher_archs`
 gives the member architectures as a list either way.
 
-``augment`` ops: any op of the one augmentation registry (:func:`ddlib.augment.list_ops`: ``dsa``,
+``augment`` ops: any op of the one augmentation registry (:func:`ddlib.engine.augment.list_ops`: ``dsa``,
 ``mixup``, ``cutmix``, ``random_resized_crop``, ``flip``, ``patch_shuffle``, ``autoaugment``,
 ``randaugment``, ``imagenet_aug``, ``torchvision`` and ``none``), with its parameters. ZCA is not an
-augmentation op: use the top-level ``zca`` flag. When :func:`ddlib.augment.create_augment` is
+augmentation op: use the top-level ``zca`` flag. When :func:`ddlib.engine.augment.create_augment` is
 importable, every preset's ``augment`` is also built with it at load time.
 
 ``lr_search``: ``true`` means the protocol searches the learning rate over its grid instead of
@@ -69,8 +69,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from ddlib.augment import list_ops, op_params
-from ddlib.train import Recipe
+from ddlib.engine.augment import list_ops, op_params
+from ddlib.engine.train import Recipe
 
 __all__ = [
     "PRESETS_DIR",
@@ -83,11 +83,11 @@ __all__ = [
     "AUGMENT_OPS",
 ]
 
-PRESETS_DIR = Path(__file__).resolve().parents[1] / "params" / "methods"
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "params" / "methods"
 
 LABEL_TYPES = ("hard", "stored", "teacher")
 
-# loss name -> its parameters, all required in a preset (the names of ddlib.labels.create_loss)
+# loss name -> its parameters, all required in a preset (the names of ddlib.engine.labels.create_loss)
 LOSS_PARAMS: dict[str, tuple[str, ...]] = {
     "ce": (),
     "kl": ("temperature", "t_squared"),
@@ -95,7 +95,7 @@ LOSS_PARAMS: dict[str, tuple[str, ...]] = {
     "mse_ce": ("mse_weight", "ce_weight"),
 }
 
-# augmentation op -> its parameters (all optional here; ddlib.augment gives the defaults)
+# augmentation op -> its parameters (all optional here; ddlib.engine.augment gives the defaults)
 AUGMENT_OPS: dict[str, tuple[str, ...]] = {name: op_params(name) for name in list_ops()}
 
 _TOP_REQUIRED = ("method", "citation", "recipe", "labels")
@@ -139,7 +139,7 @@ class Preset:
 
     @property
     def loss(self) -> dict:
-        """The loss spec (``{"name": ..., params}``), a copy: ready for ``ddlib.labels.create_loss``."""
+        """The loss spec (``{"name": ..., params}``), a copy: ready for ``ddlib.engine.labels.create_loss``."""
         return copy.deepcopy(self.labels["loss"])
 
     @property
@@ -358,11 +358,11 @@ def _check_augment(chk: _Checker, value: Any) -> list:
 
 
 def _cross_check_augment(chk: _Checker, spec: list) -> None:
-    """Build the spec with ddlib.augment.create_augment where that module is ready (it may not be)."""
+    """Build the spec with ddlib.engine.augment.create_augment where that module is ready (it may not be)."""
     if not spec:
         return
     try:
-        from ddlib.augment import create_augment
+        from ddlib.engine.augment import create_augment
     except Exception:  # not written yet, or mid-edit: the checks above are enough
         return
     try:

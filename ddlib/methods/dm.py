@@ -13,12 +13,12 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from ddlib.data import Dataset
-from ddlib.device import generator, resolve_device
-from ddlib.distilled import DistilledSet
+from ddlib.data.datasets import Dataset
+from ddlib.engine.device import generator, resolve_device
+from ddlib.data.distilled import DistilledSet
 from ddlib.models import create_model
-from ddlib.select import kcenter_subset, random_subset
-from ddlib.train import Normalize, as_pixels
+from ddlib.methods.select import kcenter_subset, random_subset
+from ddlib.engine.train import Normalize, as_pixels
 
 __all__ = ["distribution_matching"]
 
@@ -42,7 +42,7 @@ def distribution_matching(
 ) -> DistilledSet:
     """Distil ``ipc`` images per class with DM. ``init``: random real images (the paper),
     K-Center images (in the features of a ConvNet trained ``init_epochs`` on the real data, as
-    :func:`ddlib.select.kcenter_subset`), or Gaussian noise: DC-Bench's combination of selection
+    :func:`ddlib.methods.select.kcenter_subset`), or Gaussian noise: DC-Bench's combination of selection
     and synthesis. The same seed gives the same images on the CPU."""
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
@@ -91,7 +91,7 @@ def distribution_matching(
         labels=start.labels.clone(),
         num_classes=dataset.num_classes,
         method="dm",
-        source=f"ddlib.distill.distribution_matching on {dataset.name}",
+        source=f"ddlib.methods.dm.distribution_matching on {dataset.name}",
         provenance={
             "ipc": ipc, "iterations": iterations, "lr_img": lr_img, "momentum": momentum, "batch_real": batch_real,
             "model": model, "init": init, "init_epochs": init_epochs, "seed": seed,

@@ -1,6 +1,6 @@
 """File-backed dataset loaders: mnist, fashionmnist, cifar10, cifar100, svhn, tinyimagenet, ImageFolder.
 
-Registered into :mod:`ddlib.data` on import. Every loader reads what the user already has on disk
+Registered into :mod:`ddlib.data.datasets` on import. Every loader reads what the user already has on disk
 (a torchvision folder, an ImageFolder tree, an ``.npz``) and downloads only when asked to with
 ``download=True``, so a benchmark never silently fetches data or measures something else than
 what its config names.
@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ddlib.data import Dataset, DatasetError, register_dataset
+from ddlib.data.datasets import Dataset, DatasetError, register_dataset, register_prefix
 
 __all__ = [
     "cache_dir",
@@ -508,6 +508,7 @@ def _read_words(path: Path, classes: Sequence[str]) -> tuple[str, ...]:
     return tuple(names.get(c, c) for c in classes)
 
 
+@register_prefix("imagefolder")
 def load_imagefolder_dataset(path: str | os.PathLike, name: str | None = None) -> Dataset:
     """Any ImageFolder tree: ``path/train/<class>/*`` with ``path/test/<class>/*`` (or ``val/``).
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ddlib.augment import AugmentContext, register_op
-from ddlib.augment._params import _number
+from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.engine.augment._params import _number
 
 
 def _target_rows(targets: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddlib.summary import beard, dcbench, ddranking
-from ddlib.summary.core import format_leaderboard
+from ddlib.report import beard, dcbench, ddranking
+from ddlib.report.core import format_leaderboard
 
 __all__ = ["Section", "build_report", "shown"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import scipy.stats
 
-from ddlib.summary.core import aggregate, per_seed_values
+from ddlib.report.core import aggregate, per_seed_values
 
 __all__ = ["augmentation_leaderboard", "compression_leaderboard", "plot_compression", "synthesis_vs_selection",
            "transfer_leaderboard", "transfer_tau", "nas_leaderboard", "SELECTION"]

@@ -18,7 +18,6 @@ trained models (an attack's robust accuracy on a pooled model, say) are cached t
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,14 +27,15 @@ import pandas as pd
 import torch
 
 import ddlib
-from ddlib.data import Dataset, load_dataset, reduce_dataset, stratified_split
-from ddlib.device import configure_threads, resolve_device
+from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
+from ddlib.data.digest import tensor_digest
+from ddlib.engine.device import configure_threads, resolve_device
 from ddlib.metrics import mean_std
-from ddlib.distilled import DistilledSet, image_grid
+from ddlib.data.distilled import DistilledSet, image_grid
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
-from ddlib.train import AugmentHook, LossHook, Objective, Recipe, train_and_evaluate
+from ddlib.engine.train import AugmentHook, LossHook, Objective, Recipe, train_and_evaluate
 
-__all__ = ["Cell", "Evaluation", "tensor_digest", "group_params", "cell_tags", "device_name"]
+__all__ = ["Cell", "Evaluation", "group_params", "cell_tags", "device_name"]
 
 # Params that do not change what a leaderboard row means (seeds are pooled across runs; the data's
 # location is not its identity: the same grid run from another checkout fills the same rows).
@@ -81,19 +81,6 @@ def device_name(device: torch.device) -> str:
     import platform
 
     return f"cpu ({platform.machine()}) x{torch.get_num_threads()} threads"
-
-
-def tensor_digest(*tensors: torch.Tensor | None) -> str:
-    """SHA-256 of tensors' bytes, shapes and dtypes: identical training data, identical key."""
-    h = hashlib.sha256()
-    for t in tensors:
-        if t is None:
-            h.update(b"none")
-            continue
-        t = t.detach().cpu().contiguous()
-        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
-        h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
-    return h.hexdigest()[:24]
 
 
 @dataclass
@@ -295,7 +282,7 @@ class Cell:
 
     def _load_model(self, run_id: str, model: str, model_kwargs: dict | None) -> torch.nn.Module:
         """A pooled model: the registry's ``model`` for this cell's data with the run's weights (eval mode)."""
-        from ddlib.labels import _quiet_downloads, load_teacher
+        from ddlib.protocols.teachers import _quiet_downloads, load_teacher
 
         with tempfile.TemporaryDirectory(prefix="ddlib-model-") as tmp, _quiet_downloads():
             local = self.tracker.client.download_artifacts(run_id, MODEL_ARTIFACT, tmp)

@@ -1,35 +1,10 @@
-"""The one augmentation registry: every training-time augmentation a protocol can name in YAML.
+"""The augmentation registry: ``register_op``, the :class:`Augment` hook and :func:`create_augment`.
 
-The training loop (:func:`ddlib.train.train_and_evaluate`) calls ``x, targets = augment(x, targets,
-generator)`` on every batch. ``x`` is already normalised with the dataset mean/std; ``targets`` are
-int labels (N,) or float target rows (N x num_classes); ``generator`` is a private
-``torch.Generator`` on ``x``'s device. Every op here draws from that generator only (never from the
-global RNG), works on the whole batch on the device with per-sample parameters, and is
-differentiable w.r.t. ``x`` where the op allows it (DSA runs inside distillation, where gradients
-flow through it).
-
-A spec (from YAML) is ``None`` / ``"none"`` / ``[]`` (no augmentation), an op name, or a list of
-ops, each a name or a single-key mapping ``{op: {params}}``, applied in order::
-
-    augment:
-      - dsa: {strategy: color_crop_cutout_flip_scale_rotate, mode: one}
-      - cutmix: {alpha: 1.0}
-
-Ops: ``dsa`` (Zhao & Bilen, ICML 2021, ported from VICO-UoE/DatasetCondensation ``utils.py``),
-``mixup`` / ``cutmix`` (timm ``timm/data/mixup.py`` batch mode), ``random_resized_crop``
-(torchvision's sampling), ``flip``, ``patch_shuffle`` (RDED's ``ShufflePatches``), ``torchvision``
-(any ``torchvision.transforms.v2`` list, per sample, seeded), DC-Bench's ``autoaugment``,
-``randaugment`` and ``imagenet_aug`` (torchvision's kernels on uint8 pixels, per sample; not
-differentiable) and ``none``. ZCA whitening is a preprocessing module (:class:`ZCA`,
-:func:`fit_zca`), not a random op.
-
-This package holds the registry and the hook (here), parameter validation (``_params.py``) and
-one file per family, each registering its ops on import: ``dsa_ops.py`` (``dsa``), ``mixing.py``
-(``mixup``, ``cutmix``), ``geometric.py`` (``random_resized_crop``, ``flip``, ``patch_shuffle``),
-``torchvision_ops.py`` (``torchvision``), ``policies.py`` (DC-Bench's ``autoaugment``, ``randaugment``,
-``imagenet_aug``; both on the pixel-space round trip of ``_pixels.py``) and ``zca.py``. Adding an
-op is adding a file that uses :func:`register_op` and importing it at the end of this one.
+Kept apart from the op files (as timm keeps ``_registry.py`` apart from its models): every family
+module imports this one to register its ops, and the package's ``__init__`` imports both, so
+imports run one way.
 """
+
 
 from __future__ import annotations
 
@@ -40,19 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-__all__ = [
-    "Augment",
-    "AugmentContext",
-    "DSAParams",
-    "DSA_OPS",
-    "ZCA",
-    "create_augment",
-    "dsa_op",
-    "fit_zca",
-    "list_ops",
-    "op_params",
-    "register_op",
-]
+__all__ = ["Augment", "AugmentContext", "create_augment", "list_ops", "op_params", "register_op"]
 
 OpFn = Callable[[torch.Tensor, torch.Tensor, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
 
@@ -239,23 +202,3 @@ def _none_factory(ctx: AugmentContext):
         return x, targets
 
     return fn
-
-
-# --------------------------------------------------------------------------- the families
-
-# Each module registers its ops on import (in this order). The names imported from them are
-# re-exported: the public API, and the private helpers the tests use.
-from ddlib.augment.dsa_ops import DSA_DEFAULT_STRATEGY, DSA_OPS, DSAParams, dsa, dsa_op  # noqa: E402
-from ddlib.augment import mixing  # noqa: E402, F401
-from ddlib.augment.geometric import _resized_crop, _rrc_boxes  # noqa: E402, F401
-from ddlib.augment import torchvision_ops  # noqa: E402, F401
-from ddlib.augment.policies import (  # noqa: E402, F401
-    _apply_plan,
-    _autoaugment_plan,
-    _autoaugment_policy,
-    _jitter_apply,
-    _jitter_plan,
-    _jitter_ranges,
-    _randaugment_plan,
-)
-from ddlib.augment.zca import ZCA, fit_zca  # noqa: E402

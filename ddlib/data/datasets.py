@@ -24,6 +24,8 @@ __all__ = [
     "load_dataset",
     "register_dataset",
     "list_datasets",
+    "register_prefix",
+    "stratified_split",
     "resolve_root",
     "reduce_dataset",
     "stratified_subset",
@@ -92,6 +94,7 @@ def to_float_pixels(images: torch.Tensor) -> torch.Tensor:
 
 Loader = Callable[..., Dataset]
 _REGISTRY: dict[str, Loader] = {}
+_PREFIXES: dict[str, Callable[[Path, str], Dataset]] = {}  # "imagefolder" -> loader(path, name)
 _CACHE: dict[tuple, Dataset] = {}
 
 
@@ -103,8 +106,17 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
     return decorator
 
 
+def register_prefix(prefix: str) -> Callable:
+    """Register ``loader(path, name)`` for dataset names ``<prefix>:<path>`` (e.g. ``imagefolder:``)."""
+    def decorator(fn):
+        _PREFIXES[prefix] = fn
+        return fn
+
+    return decorator
+
+
 def list_datasets() -> list[str]:
-    return sorted(_REGISTRY) + ["imagefolder:<path>"]
+    return sorted(_REGISTRY) + [f"{prefix}:<path>" for prefix in sorted(_PREFIXES)]
 
 
 def resolve_root(name: str, root: str | os.PathLike | None) -> Path | None:
@@ -120,13 +132,12 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, download: boo
 
     Cached per (name, root) for the life of the process: protocols may call this freely.
     """
-    if name.startswith("imagefolder:"):
-        path = Path(name.split(":", 1)[1]).expanduser()
-        key = ("imagefolder", str(path.resolve()))
+    prefix, _, rest = name.partition(":")
+    if rest and prefix in _PREFIXES:
+        path = Path(rest).expanduser()
+        key = (prefix, str(path.resolve()))
         if key not in _CACHE:
-            from ddlib.data_sources import load_imagefolder_dataset
-
-            _CACHE[key] = load_imagefolder_dataset(path, name=name)
+            _CACHE[key] = _PREFIXES[prefix](path, name=name)
         return _CACHE[key]
     if name not in _REGISTRY:
         raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(list_datasets())}")
@@ -236,5 +247,3 @@ def load_digits_dataset(root: Path | None = None, download: bool = False) -> Dat
     )
 
 
-# The file-backed loaders (mnist, cifar10, ...) register themselves on import.
-from ddlib import data_sources as _data_sources  # noqa: E402,F401

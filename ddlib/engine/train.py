@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ddlib.device import generator, resolve_device, synchronize
+from ddlib.engine.device import generator, resolve_device, synchronize
 from ddlib.models import create_model
 
 __all__ = ["Recipe", "SeedResult", "train_and_evaluate", "evaluate", "Normalize", "cross_entropy_loss", "Objective"]

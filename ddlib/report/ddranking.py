@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ddlib import metrics
-from ddlib.summary.core import aggregate, per_seed_values
+from ddlib.report.core import aggregate, per_seed_values
 
 __all__ = ["ROW_PARAMS", "SWEEP", "lrs_leaderboard", "ars_leaderboard", "weight_sweep", "plot_scores"]
 
@@ -65,7 +65,7 @@ def weight_sweep(score: str = "lrs", weights=SWEEP, experiment: str | None = Non
 
 def plot_scores(board: pd.DataFrame, score: str = "lrs"):
     """Bar chart of a score per method, grouped by IPC (datasets share the figure via labels)."""
-    from ddlib.viz import bar_with_errors
+    from ddlib.report.viz import bar_with_errors
 
     if board.empty:
         return None

@@ -9,8 +9,8 @@ from typing import Callable, Mapping
 
 import torch
 
-from ddlib.augment import AugmentContext, _fmt, register_op
-from ddlib.augment._pixels import _PixelSpace
+from ddlib.engine.augment.registry import AugmentContext, _fmt, register_op
+from ddlib.engine.augment._pixels import _PixelSpace
 
 _TV_REFUSED = {"MixUp", "CutMix"}  # they need labels: use the mixup / cutmix ops
 

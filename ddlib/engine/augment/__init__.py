@@ -1,0 +1,67 @@
+"""The one augmentation registry: every training-time augmentation a protocol can name in YAML.
+
+The training loop (:func:`ddlib.engine.train.train_and_evaluate`) calls ``x, targets = augment(x, targets,
+generator)`` on every batch. ``x`` is already normalised with the dataset mean/std; ``targets`` are
+int labels (N,) or float target rows (N x num_classes); ``generator`` is a private
+``torch.Generator`` on ``x``'s device. Every op here draws from that generator only (never from the
+global RNG), works on the whole batch on the device with per-sample parameters, and is
+differentiable w.r.t. ``x`` where the op allows it (DSA runs inside distillation, where gradients
+flow through it).
+
+A spec (from YAML) is ``None`` / ``"none"`` / ``[]`` (no augmentation), an op name, or a list of
+ops, each a name or a single-key mapping ``{op: {params}}``, applied in order::
+
+    augment:
+      - dsa: {strategy: color_crop_cutout_flip_scale_rotate, mode: one}
+      - cutmix: {alpha: 1.0}
+
+Ops: ``dsa`` (Zhao & Bilen, ICML 2021, ported from VICO-UoE/DatasetCondensation ``utils.py``),
+``mixup`` / ``cutmix`` (timm ``timm/data/mixup.py`` batch mode), ``random_resized_crop``
+(torchvision's sampling), ``flip``, ``patch_shuffle`` (RDED's ``ShufflePatches``), ``torchvision``
+(any ``torchvision.transforms.v2`` list, per sample, seeded), DC-Bench's ``autoaugment``,
+``randaugment`` and ``imagenet_aug`` (torchvision's kernels on uint8 pixels, per sample; not
+differentiable) and ``none``. ZCA whitening is a preprocessing module (:class:`ZCA`,
+:func:`fit_zca`), not a random op.
+
+This package holds the registry and the hook (``registry.py``), parameter validation (``_params.py``) and
+one file per family, each registering its ops on import: ``dsa_ops.py`` (``dsa``), ``mixing.py``
+(``mixup``, ``cutmix``), ``geometric.py`` (``random_resized_crop``, ``flip``, ``patch_shuffle``),
+``torchvision_ops.py`` (``torchvision``), ``policies.py`` (DC-Bench's ``autoaugment``, ``randaugment``,
+``imagenet_aug``; both on the pixel-space round trip of ``_pixels.py``) and ``zca.py``. Adding an
+op is adding a file that uses :func:`register_op` and importing it here.
+"""
+
+from ddlib.engine.augment.registry import Augment, AugmentContext, _fmt, create_augment, list_ops, op_params, register_op  # noqa: F401
+
+__all__ = [
+    "Augment",
+    "AugmentContext",
+    "DSAParams",
+    "DSA_OPS",
+    "ZCA",
+    "create_augment",
+    "dsa_op",
+    "fit_zca",
+    "list_ops",
+    "op_params",
+    "register_op",
+]
+
+# --------------------------------------------------------------------------- the families
+
+# Each module registers its ops on import (in this order). The names imported from them are
+# re-exported: the public API, and the private helpers the tests use.
+from ddlib.engine.augment.dsa_ops import DSA_DEFAULT_STRATEGY, DSA_OPS, DSAParams, dsa, dsa_op
+from ddlib.engine.augment import mixing  # noqa: F401
+from ddlib.engine.augment.geometric import _resized_crop, _rrc_boxes  # noqa: F401
+from ddlib.engine.augment import torchvision_ops  # noqa: F401
+from ddlib.engine.augment.policies import (  # noqa: F401
+    _apply_plan,
+    _autoaugment_plan,
+    _autoaugment_policy,
+    _jitter_apply,
+    _jitter_plan,
+    _jitter_ranges,
+    _randaugment_plan,
+)
+from ddlib.engine.augment.zca import ZCA, fit_zca

@@ -1,0 +1,2 @@
+"""Where a set comes from: selection (``select``: random, K-Center), synthesis (``dm``: Distribution
+Matching) and the source specs a grid names (``sources``: built-ins, files, the full data)."""
