@@ -1,3 +1,3 @@
 """ddlib: fair, reproducible scores for distilled datasets, tracked in MLflow."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -39,6 +39,7 @@ TAG = {
     "commit": "ddlib.git_commit",
     "device": "ddlib.device",
     "kind": "ddlib.kind",  # "cell" (one grid cell / notebook run), "eval" (one trained model), "summary"
+    "revision": "ddlib.protocol_revision",  # the protocol module's REVISION: what its cells compute
     "config": "ddlib.config_hash",  # a cell's full resolved params
     "group": "ddlib.group_key",  # a cell's params without seeds: rows of a leaderboard
     "series": "ddlib.series_key",  # ... and without ipc: one method's cells across IPCs (unified scores, curves)

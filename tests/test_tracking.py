@@ -74,3 +74,18 @@ def test_default_tags_name_version_and_commit():
     tags = tracking.default_tags("label_robust", "cpu")
     assert tags["protocol"] == "label_robust" and tags[TAG["device"]] == "cpu"
     assert tags[TAG["version"]] and tags[TAG["commit"]]
+
+
+def test_a_protocol_revision_changes_every_cell_key(monkeypatch):
+    """Cells computed under an earlier definition of a protocol are neither skipped as finished nor
+    pooled into the same leaderboard row (group, series, family) as new ones."""
+    from ddlib.protocols import label_robust
+    from ddlib.protocols.cell import cell_tags
+
+    params = label_robust.validate({"method": "random", "ipc": 1})
+    before = cell_tags("label_robust", params)
+    monkeypatch.setattr(label_robust, "REVISION", label_robust.REVISION + 1)
+    after = cell_tags("label_robust", params)
+    for key in ("config", "group", "series", "family"):
+        assert before[TAG[key]] != after[TAG[key]], key
+    assert after[TAG["revision"]] == str(label_robust.REVISION)

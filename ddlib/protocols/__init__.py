@@ -29,3 +29,8 @@ def protocol_module(name: str) -> ModuleType:
     if name not in PROTOCOLS:
         raise ValueError(f"unknown protocol {name!r}; known: {sorted(PROTOCOLS)}")
     return importlib.import_module(PROTOCOLS[name][1])
+
+
+def protocol_revision(name: str) -> int:
+    """The protocol module's ``REVISION``: part of every cell's config, group, series and family key."""
+    return int(getattr(protocol_module(name), "REVISION"))

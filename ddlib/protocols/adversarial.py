@@ -40,6 +40,9 @@ __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_ce
            "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key"]
 
 PROTOCOL = "adversarial"
+# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
+# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
+REVISION = 1
 MODES = ("untargeted", "targeted")
 BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 

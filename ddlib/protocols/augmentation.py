@@ -23,6 +23,9 @@ from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, au
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationResult"]
 
 PROTOCOL = "augmentation"
+# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
+# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
+REVISION = 1
 
 PARAMS = {
     **SET_PARAMS,

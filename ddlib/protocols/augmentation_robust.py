@@ -23,6 +23,9 @@ from ddlib.methods.select import random_subset
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationRobustResult"]
 
 PROTOCOL = "augmentation_robust"
+# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
+# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
+REVISION = 1
 
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).
 PARAMS = {**SET_PARAMS, "gamma": 0.5, **PRESET_PARAMS, "preset": "dsa"}

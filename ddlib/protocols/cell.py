@@ -62,15 +62,21 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
     """The tags that place a cell run: its full config (reruns skip it), its leaderboard row
     (``group``), that row across IPCs (``series``) and the rows it is compared with (``family``:
     the same setting for every method)."""
+    from ddlib.protocols import PROTOCOLS, protocol_revision
+
     group = group_params(params, protocol)
     series = {k: v for k, v in group.items() if k != "ipc"}
     family = {k: v for k, v in series.items() if k not in ("method", "source")}
+    # The protocol's revision is part of every key: a row never pools cells computed under two
+    # definitions, and a rerun after a definition change recomputes instead of skipping.
+    head = {"protocol": protocol, "revision": protocol_revision(protocol) if protocol in PROTOCOLS else 0}
     return {
         TAG["kind"]: "cell",
-        TAG["config"]: config_hash({"protocol": protocol, **params, "version": ddlib.__version__}),
-        TAG["group"]: config_hash({"protocol": protocol, **group}),
-        TAG["series"]: config_hash({"protocol": protocol, **series}),
-        TAG["family"]: config_hash({"protocol": protocol, **family}),
+        TAG["revision"]: str(head["revision"]),
+        TAG["config"]: config_hash({**head, **params, "version": ddlib.__version__}),
+        TAG["group"]: config_hash({**head, **group}),
+        TAG["series"]: config_hash({**head, **series}),
+        TAG["family"]: config_hash({**head, **family}),
     }
 
 

@@ -22,6 +22,9 @@ from ddlib.methods.sources import full_set
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "CompressionResult"]
 
 PROTOCOL = "compression"
+# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
+# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
+REVISION = 1
 
 PARAMS = {
     **SET_PARAMS,

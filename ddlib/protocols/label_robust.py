@@ -26,6 +26,9 @@ from ddlib.engine.train import Recipe
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "LabelRobustResult"]
 
 PROTOCOL = "label_robust"
+# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
+# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
+REVISION = 1
 
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).
 PARAMS = {

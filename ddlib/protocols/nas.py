@@ -29,6 +29,9 @@ from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, check_augment, ch
 __all__ = ["PROTOCOL", "PARAMS", "PATH_PARAMS", "validate", "open_cell", "obtain", "evaluate", "NasResult"]
 
 PROTOCOL = "nas"
+# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
+# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
+REVISION = 1
 MODEL = "nasbench201"
 
 PARAMS = {

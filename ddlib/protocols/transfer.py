@@ -24,6 +24,9 @@ from ddlib.engine.train import Recipe
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "TransferResult"]
 
 PROTOCOL = "transfer"
+# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
+# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
+REVISION = 1
 
 PARAMS = {
     **SET_PARAMS,  # model: the reference architecture the set was distilled with
