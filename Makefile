@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.ddlib-installed
 WORKERS ?= 2
 PARAMS ?= params/demo.yaml
 
-.PHONY: demo test setup run summary ui bench clean-store
+.PHONY: demo test setup run summary leaderboard ui bench clean-store
 
 setup: $(STAMP)
 
@@ -29,6 +29,10 @@ run: $(STAMP)
 summary: $(STAMP)
 	$(PY) -m ddlib summary
 
+leaderboard: $(STAMP)
+	$(PY) -m ddlib leaderboard --out site
+
+# prints the runs page of every experiment (stderr), then serves MLflow's UI on the store
 ui: $(STAMP)
 	$(VENV)/bin/$$($(PY) -m ddlib ui)
 

@@ -1,4 +1,5 @@
-"""Command line: ``python -m ddlib run params/demo.yaml``, ``python -m ddlib summary``, ``python -m ddlib ui``."""
+"""Command line: ``python -m ddlib run params/demo.yaml``, ``python -m ddlib summary``,
+``python -m ddlib report --method dm``, ``python -m ddlib leaderboard --out site/``, ``python -m ddlib ui``."""
 
 from __future__ import annotations
 
@@ -36,11 +37,16 @@ def _cmd_summary(args) -> int:
     tables, figures = {}, {}
     with pd.option_context("display.width", 250, "display.max_columns", 60, "display.max_rows", 500):
         for section in sections:
-            print(f"{section.title} (mean ± std over seeds)")
+            print(section.title + (" (mean ± std over seeds)" if any(c.endswith("_mean") for t in section.tables.values()
+                                                                    for c in t.columns) else ""))
+            if section.caption:
+                print(section.caption)
             for name, table in section.tables.items():
                 if not table.empty:
                     print(f"[{name}]")
                     print(shown(table).round(3).to_string(index=False))
+            if section.figures:
+                print(f"plots (PNG, logged with the summary): {', '.join(k for k, f in section.figures.items() if f)}")
             print()
             tables.update({k: v for k, v in section.tables.items() if not v.empty})
             figures.update(section.figures)
@@ -51,15 +57,68 @@ def _cmd_summary(args) -> int:
     return 0
 
 
+UI_PORT = 5000
+
+
 def ui_command() -> str:
     from ddlib.tracking import tracking_uri
 
-    return f"mlflow ui --backend-store-uri {shlex.quote(tracking_uri())} --port 5000"
+    return f"mlflow ui --backend-store-uri {shlex.quote(tracking_uri())} --port {UI_PORT}"
 
 
 def _cmd_ui(args) -> int:
-    print(ui_command())
+    from ddlib.report.ui import ui_urls
+
+    print(ui_command())  # stdout: the command (`make ui` runs it); stderr: where to look
+    for name, url in ui_urls(f"http://127.0.0.1:{UI_PORT}").items():
+        print(f"runs of {name}: {url}", file=sys.stderr)
     return 0
+
+
+def _cmd_report(args) -> int:
+    from pathlib import Path
+
+    from ddlib.report import card as cards
+    from ddlib.report.boards import load_boards
+
+    boards = load_boards(w=args.w, gamma=args.gamma, alpha=args.alpha)
+    sets = cards.list_sets(boards, args.method, args.dataset, args.ipc)
+    if not sets:
+        known = sorted({m for m, _, _ in cards.list_sets(boards)})
+        print(f"error: no finished runs for method {args.method!r}"
+              + (f" on {args.dataset}" if args.dataset else "") + (f" at IPC {args.ipc}" if args.ipc else "")
+              + f"; methods with runs: {known or 'none (python -m ddlib run params/demo.yaml)'}", file=sys.stderr)
+        return 1
+    for method, dataset, ipc in sets:
+        card = cards.build_card(method, dataset, ipc, boards=boards)
+        if args.out is None:
+            path = Path(f"report-{card.name}.html")
+        elif len(sets) == 1:
+            path = Path(args.out)
+        else:  # one page per set: FILE-<set>.html
+            out = Path(args.out)
+            path = out.with_name(f"{out.stem}-{card.name}{out.suffix or '.html'}")
+        written, run_id = cards.write_card(card, path, log=not args.no_log)
+        missing = [b.protocol for b in card.blocks if not b.ran]
+        print(f"{written}: {card.name}" + (f", not run: {', '.join(missing)}" if missing else "")
+              + (f" (logged to MLflow run {run_id}, experiment 'report')" if run_id else ""))
+    return 0
+
+
+def _cmd_leaderboard(args) -> int:
+    from ddlib.report.site import build_site
+
+    pages = build_site(args.out, w=args.w, gamma=args.gamma, alpha=args.alpha, with_cards=not args.no_cards,
+                       progress=True)
+    print(f"wrote {len(pages)} leaderboard pages to {args.out}/index.html" if pages else
+          f"no finished runs yet; wrote an empty {args.out}/index.html (python -m ddlib run params/demo.yaml)")
+    return 0
+
+
+def _weights(parser) -> None:
+    parser.add_argument("--w", type=float, default=0.5, help="LRS weight on IOR (default 0.5)")
+    parser.add_argument("--gamma", type=float, default=0.5, help="ARS weight on IOR with augmentation (default 0.5)")
+    parser.add_argument("--alpha", type=float, default=0.5, help="BEARD's CREI weight on RR (default 0.5)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,12 +131,24 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--dry-run", action="store_true", help="validate and list what would run")
     run.set_defaults(func=_cmd_run)
     summ = sub.add_parser("summary", help="print the leaderboard and log it (CSV, HTML, PNG) to MLflow")
-    summ.add_argument("--w", type=float, default=0.5, help="LRS weight on IOR (default 0.5)")
-    summ.add_argument("--gamma", type=float, default=0.5, help="ARS weight on IOR with augmentation (default 0.5)")
-    summ.add_argument("--alpha", type=float, default=0.5, help="BEARD's CREI weight on RR (default 0.5)")
+    _weights(summ)
     summ.add_argument("--no-log", action="store_true", help="print only; do not create a summary run")
     summ.set_defaults(func=_cmd_summary)
-    ui = sub.add_parser("ui", help="print the command that opens the MLflow UI on this store")
+    rep = sub.add_parser("report", help="write a set's report card (one HTML page) and log it to MLflow")
+    rep.add_argument("--method", required=True, help="the method whose set is reported, e.g. dm")
+    rep.add_argument("--dataset", help="its dataset (needed where the method ran on several)")
+    rep.add_argument("--ipc", type=int, help="its images per class (needed where it ran at several)")
+    rep.add_argument("--out", help="HTML file (default report-<method>-ipc<ipc>-<dataset>.html); with several "
+                                   "sets, one FILE-<set>.html each")
+    _weights(rep)
+    rep.add_argument("--no-log", action="store_true", help="write the file only; do not create a report run")
+    rep.set_defaults(func=_cmd_report)
+    board = sub.add_parser("leaderboard", help="generate the static leaderboard site from MLflow")
+    board.add_argument("--out", default="site", help="output folder (default site/)")
+    board.add_argument("--no-cards", action="store_true", help="leave out the report card of every set")
+    _weights(board)
+    board.set_defaults(func=_cmd_leaderboard)
+    ui = sub.add_parser("ui", help="print the command that opens the MLflow UI on this store (and the runs pages)")
     ui.set_defaults(func=_cmd_ui)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -47,8 +47,14 @@ TAG = {
     "device_name": "ddlib.device_name",  # e.g. "cuda: NVIDIA H100 80GB HBM3" or "cpu x2 threads": what timings ran on
     "eval_key": "ddlib.eval_key",  # what was trained on what, with which seed: reuse key
     "role": "ddlib.role",  # syn / rdm / real ...
+    "data_source": "ddlib.data_source",  # where a cell's real data was read from (a path, "sklearn.datasets.load_digits")
     "error": "ddlib.error",
 }
+
+
+# Every experiment is a training project to MLflow's UI (3.x opens untagged experiments as GenAI
+# projects: traces, token usage); its workflow toggle still decides, so ui_url() asks for training too.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def mlruns_dir() -> Path:
@@ -166,9 +172,12 @@ class Tracker:
         with file_lock("experiments"):
             found = self.client.get_experiment_by_name(name)
             if found is not None:
+                if any(found.tags.get(k) != v for k, v in EXPERIMENT_TAGS.items()):  # a store from before the tag
+                    for key, value in EXPERIMENT_TAGS.items():
+                        self.client.set_experiment_tag(found.experiment_id, key, value)
                 return found.experiment_id
             location = (artifact_root() / name).as_uri() if tracking_uri().startswith("sqlite:") else None
-            return self.client.create_experiment(name, artifact_location=location)
+            return self.client.create_experiment(name, artifact_location=location, tags=EXPERIMENT_TAGS)
 
     def start_run(self, name: str, params: dict | None = None, tags: dict | None = None,
                   parent_run_id: str | None = None) -> str:

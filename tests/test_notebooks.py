@@ -12,8 +12,8 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 ALL = sorted(NOTEBOOKS.glob("*.ipynb"))
 
 
-def test_every_notebook_is_a_protocol_or_the_summary():
-    assert {p.name for p in ALL} == {notebook for notebook, _ in PROTOCOLS.values()} | {"summary.ipynb"}
+def test_every_notebook_is_a_protocol_the_summary_or_the_report_card():
+    assert {p.name for p in ALL} == {notebook for notebook, _ in PROTOCOLS.values()} | {"summary.ipynb", "report.ipynb"}
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)

@@ -102,17 +102,17 @@ def test_repository_params_files_are_valid():
 def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, capsys):
     path, broken = tiny_grid
     outcome = run_grid(path, workers=2, progress=False)
-    assert outcome.finished == ["digits-random-ipc1"]
+    assert outcome.finished == ["random-ipc1-convnet"]
     assert len(outcome.failed) == 1
     name, error = outcome.failed[0]
-    assert name == "digits-broken-ipc1"
+    assert name == "broken-ipc1-convnet"
     assert str(broken) in error and "DistilledSetError" in error
 
     client = tracking.client()
     exp = client.get_experiment_by_name("label_robust")
     cells = {r.data.tags["mlflow.runName"]: r for r in client.search_runs(
         [exp.experiment_id], filter_string=f"tags.`{TAG['kind']}` = 'cell'")}
-    ok, bad = cells["digits-random-ipc1"], cells["digits-broken-ipc1"]
+    ok, bad = cells["random-ipc1-convnet"], cells["broken-ipc1-convnet"]
     assert ok.info.status == "FINISHED" and bad.info.status == "FAILED"
     assert str(broken) in bad.data.tags[TAG["error"]]
     assert "lrs_mean" in ok.data.metrics and "lrs_mean" not in bad.data.metrics  # never a result
@@ -128,11 +128,11 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
 
     # second pass: the finished cell is skipped, the failed one is retried (and fails again)
     again = run_grid(path, workers=1, progress=False)
-    assert again.skipped == ["digits-random-ipc1"] and again.finished == [] and len(again.failed) == 1
+    assert again.skipped == ["random-ipc1-convnet"] and again.finished == [] and len(again.failed) == 1
 
     # the CLI exits non-zero and lists the failure
     assert cli_main(["run", str(path)]) == 1
-    assert "FAILED digits-broken-ipc1" in capsys.readouterr().err
+    assert "FAILED broken-ipc1-convnet" in capsys.readouterr().err
 
     board = report.lrs_leaderboard()
     assert list(board["method"]) == ["random"]

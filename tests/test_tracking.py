@@ -89,3 +89,25 @@ def test_a_protocol_revision_changes_every_cell_key(monkeypatch):
     for key in ("config", "group", "series", "family"):
         assert before[TAG[key]] != after[TAG[key]], key
     assert after[TAG["revision"]] == str(label_robust.REVISION)
+
+
+def test_experiments_open_as_training_projects_in_mlflows_ui(mlflow_store):
+    """MLflow 3 shows an experiment without ``mlflow.experimentKind`` as a GenAI project; every
+    experiment ddlib creates, and any it finds without the tag (an older store), carries it."""
+    tracking.init_store()
+    made = Tracker("fresh")
+    assert made.client.get_experiment(made.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    old = tracking.client().create_experiment("old")
+    Tracker("old")
+    assert tracking.client().get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_cell_runs_have_readable_names():
+    from ddlib.protocols.cell import run_name
+
+    assert run_name("label_robust", {"dataset": "digits", "method": "dm", "ipc": 10, "model": "convnet"}) == \
+        "dm-ipc10-convnet"
+    assert run_name("compression", {"method": "full", "ipc": 0, "model": "convnet"}) == "full-convnet"
+    assert run_name("adversarial", {"method": "dc", "ipc": 1, "model": "convnet", "mode": "targeted"}) == \
+        "dc-ipc1-convnet-targeted"
+    assert run_name("nas", {"method": "random", "ipc": 10}) == "random-ipc10-nas201"

@@ -36,6 +36,11 @@ def test_training_learns_and_reports_timings(digits):
     assert len(r.epoch_losses) == 40 and r.epoch_losses[-1] < r.epoch_losses[0]
     assert r.train_seconds > 0 and r.eval_seconds > 0
     assert r.model is None
+    # the test counts per (true, predicted) class: every test image once, the accuracy on the diagonal
+    counts = torch.tensor(r.confusion)
+    assert counts.shape == (10, 10) and counts.sum() == len(digits.test_labels)
+    assert counts.sum(1).tolist() == torch.bincount(digits.test_labels, minlength=10).tolist()
+    assert counts.trace().item() / counts.sum().item() == r.test_accuracy
 
 
 def test_global_rng_state_does_not_change_results(digits):

@@ -102,6 +102,7 @@ class SeedResult:
     train_seconds: float
     eval_seconds: float
     model: nn.Module | None = field(default=None, repr=False)
+    confusion: list[list[int]] | None = field(default=None, repr=False)  # [true class][predicted class] test counts
 
 
 class Normalize(nn.Module):
@@ -152,6 +153,21 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, norma
         x = normalize(as_pixels(images[i : i + batch_size].to(device, non_blocking=True)))
         correct += (model(x).argmax(1) == labels[i : i + batch_size].to(device)).sum()
     return correct.item() / max(1, len(labels))
+
+
+@torch.inference_mode()
+def evaluate_confusion(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize: nn.Module,
+                       num_classes: int, batch_size: int = 1024) -> torch.Tensor:
+    """Test counts per (true class, predicted class), on the CPU: the accuracy is its trace over
+    the number of images, and the matrix is what a report shows of the model's mistakes."""
+    device = next(model.parameters()).device
+    model.eval()
+    counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=device)
+    for i in range(0, len(labels), batch_size):
+        x = normalize(as_pixels(images[i : i + batch_size].to(device, non_blocking=True)))
+        pairs = labels[i : i + batch_size].to(device) * num_classes + model(x).argmax(1)
+        counts += torch.bincount(pairs, minlength=num_classes * num_classes)
+    return counts.view(num_classes, num_classes).cpu()
 
 
 def train_and_evaluate(
@@ -233,11 +249,11 @@ def train_and_evaluate(
         train_seconds = time.perf_counter() - start
         epoch_losses = (torch.stack(epoch_losses) / n).tolist()  # one sync per seed, not per step
         start = time.perf_counter()
-        accuracy = evaluate(model, test_images, test_labels, normalize, recipe.eval_batch_size)
+        confusion = evaluate_confusion(model, test_images, test_labels, normalize, num_classes, recipe.eval_batch_size)
+        accuracy = confusion.trace().item() / max(1, len(test_labels))  # the same fraction evaluate() gives
         synchronize(dev)
         eval_seconds = time.perf_counter() - start
-        results.append(
-            SeedResult(seed, accuracy, epoch_losses, train_seconds, eval_seconds, model if keep_models else None)
-        )
+        results.append(SeedResult(seed, accuracy, epoch_losses, train_seconds, eval_seconds,
+                                  model if keep_models else None, confusion.tolist()))
     bar.close()
     return results

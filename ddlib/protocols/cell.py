@@ -41,6 +41,7 @@ __all__ = ["Cell", "Evaluation", "group_params", "cell_tags", "device_name"]
 # location is not its identity: the same grid run from another checkout fills the same rows).
 NON_GROUP_PARAMS = ("seeds", "device", "run_id", "experiment", "data_root")
 MODEL_ARTIFACT = "model.pt"
+CONFUSION_ARTIFACT = "confusion.json"  # an evaluation's test counts, [true class][predicted class]
 MODEL_STORED_TAG = "ddlib.model_stored"
 RESULT_KEY_TAG = "ddlib.result_key"
 
@@ -137,6 +138,7 @@ class Cell:
             tracker.log_dict(run_id, params, "config.json")
             cell.dataset = reduce_dataset(load_dataset(params["dataset"], params.get("data_root")),
                                           params.get("train_per_class"), params.get("test_size"))
+            tracker.set_tags(run_id, {TAG["data_source"]: cell.dataset.source})
             if cell.dataset.extra.get("reduced"):
                 tracker.set_tags(run_id, {"ddlib.reduced_data": cell.dataset.source})
             if val_fraction:
@@ -257,7 +259,7 @@ class Cell:
                 )
                 for r in results:
                     run_id = self.tracker.start_run(
-                        f"{role}-seed{r.seed}",
+                        f"{role}-s{r.seed}",  # nested under the cell's run in the MLflow UI
                         params={"role": role, "seed": r.seed, "model": model, "model_kwargs": model_kwargs or {},
                                 "recipe": recipe.to_dict(), "augment": augment_name, "loss": loss_name,
                                 "objective": objective_name, "preprocess": preprocess_name, "eval_split": eval_split,
@@ -272,6 +274,9 @@ class Cell:
                                                       "train_seconds": r.train_seconds,
                                                       "eval_seconds": r.eval_seconds})
                     self.tracker.log_series(run_id, "train_loss", r.epoch_losses)
+                    if r.confusion is not None:  # for the report card's confusion matrix
+                        self.tracker.log_dict(run_id, {"classes": list(ds.class_names), "matrix": r.confusion},
+                                              CONFUSION_ARTIFACT)
                     self.tracker.end_run(run_id)
                     net = r.model.eval() if keep_models else None
                     found[r.seed] = Evaluation(role, r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
@@ -332,8 +337,13 @@ def hold_out_validation(dataset: Dataset, fraction: float, seed: int = 0) -> tup
 
 
 def run_name(protocol: str, params: dict) -> str:
-    parts = [str(params.get(k)) for k in ("dataset", "method") if params.get(k) is not None]
+    """A cell's readable run name: method, IPC and model (``dm-ipc10-convnet``; ``full-convnet`` for
+    the whole training set), then what else tells two cells of one experiment apart at a glance (the
+    attack mode). The dataset and everything else are params: columns of the MLflow UI's table."""
+    parts = [str(params.get("method") or protocol)]
     if params.get("ipc"):  # 0: the whole training set (method full)
         parts.append(f"ipc{params['ipc']}")
-    return "-".join(parts) or protocol
-
+    parts.append(str(params.get("model") or ("nas201" if protocol == "nas" else "")))
+    if params.get("mode"):
+        parts.append(str(params["mode"]))
+    return "-".join(p for p in parts if p)

@@ -16,11 +16,15 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from ddlib import metrics
+from ddlib import metrics, stats
 from ddlib.protocols.common import FULL_IPC
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "aggregate", "format_leaderboard", "log_summary", "SCORES", "UNSCALED"]
+__all__ = ["per_seed_values", "aggregate", "rank_caption", "format_leaderboard", "log_summary", "SCORES",
+           "UNSCALED", "INTERVALS", "display_format"]
+
+# How every leaderboard's intervals and rank groups are made (stated in captions).
+INTERVALS = {"resamples": stats.RESAMPLES, "level": stats.LEVEL, "seed": stats.SEED}
 
 # Shown as logged (0-100 scores, seconds, correlations, percent already); every other value is a
 # fraction shown in percent.
@@ -103,23 +107,36 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
 
 def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[str],
               sort: Sequence[str] = (), descending: str | None = None) -> pd.DataFrame:
-    """Mean and std over seeds of ``value_cols`` per group; ``config`` (the group hash) is kept
-    only where two groups share every row param (e.g. two grids that differ in a recipe)."""
+    """Mean and std over seeds of ``value_cols`` per group, each with its bootstrap interval
+    (``<col>_low``, ``<col>_high``: :data:`INTERVALS`); ``config`` (the group hash) is kept only
+    where two groups share every row param (e.g. two grids that differ in a recipe); ``runs``: the
+    cell runs the row pools. With ``descending`` (the board's score), rows compared with each other
+    (one ``family`` at one IPC) get rank groups on it: ``rank`` (1 + the rows significantly better,
+    paired by seed) and ``tied_with`` (:func:`_rank_groups`)."""
     if df.empty:
         return df
-    out = []
+    out, pooled = [], []
     for group, sub in df.groupby("group", sort=False):
+        pooled.append(sub)
         row = {p: sub[p].iloc[0] for p in row_params}
         row.update({k: sub[k].iloc[0] for k in ("series", "family") if k in sub})
         row["seeds"] = len(sub)
+        present = [c for c in value_cols if c in sub]
+        low, high = stats.bootstrap_mean_intervals(sub[present].to_numpy(dtype=float), **INTERVALS) if present \
+            else ([], [])
+        bounds = dict(zip(present, zip(low, high)))
         for col in value_cols:
             row[f"{col}_mean"], row[f"{col}_std"] = metrics.mean_std(sub[col].dropna()) if col in sub else (
                 float("nan"), float("nan"))
+            row[f"{col}_low"], row[f"{col}_high"] = (float(v) for v in bounds.get(col, (float("nan"), float("nan"))))
         row["config"] = group[:8]
+        row["runs"] = " ".join(dict.fromkeys(sub["run_id"])) if "run_id" in sub else ""
         out.append(row)
     board = pd.DataFrame(out)
     if not board.duplicated(subset=[p for p in row_params if p in board], keep=False).any():
         board = board.drop(columns="config")
+    if descending and descending in df:
+        board = _rank_groups(board, pooled, descending)
     order = [*sort, *([f"{descending}_mean"] if descending else [])]
     if order:
         board = board.sort_values(order, ascending=[True] * len(sort) + ([False] if descending else []),
@@ -127,7 +144,48 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
     return board.reset_index(drop=True)
 
 
-def _display(base: str) -> tuple[float, str]:
+def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,
+                 higher_is_better: bool = True) -> pd.DataFrame:
+    """``rank`` and ``tied_with`` of every row on ``score`` (``pooled[i]``: row i's per-seed values)
+    among the rows it is compared with (the same ``family`` at the same IPC: one setting, every
+    method), from paired comparisons of
+    the per-seed scores (:func:`ddlib.stats.paired_difference`, by seed, at :data:`INTERVALS`'s
+    level). Rows are named by method (and config where one method has two rows)."""
+    board = board.copy()
+    board["rank"], board["tied_with"] = pd.array([pd.NA] * len(board), dtype="Int64"), ""
+    block_keys = [k for k in ("family", "ipc", "ipcs") if k in board]
+    if "method" not in board or not block_keys:
+        return board
+    for _, block in board.groupby(block_keys, sort=False, dropna=False):
+        index = list(block.index)
+        names = list(block["method"].astype(str))
+        if len(set(names)) < len(names) and "config" in block:
+            names = [f"{n} [{c}]" for n, c in zip(names, block["config"])]
+        seeds = [pooled[i] for i in index]
+        estimates = [float(s[score].mean()) for s in seeds]
+
+        def different(i, j):
+            a, b = seeds[i].dropna(subset=[score]), seeds[j].dropna(subset=[score])
+            return stats.paired_difference(a[score].to_numpy(), b[score].to_numpy(), seeds_a=list(a["seed"]),
+                                           seeds_b=list(b["seed"]), **INTERVALS).significant
+
+        ranked = stats.rank_groups(names, estimates, different, higher_is_better)
+        board.loc[index, "rank"] = list(ranked["rank"])
+        board.loc[index, "tied_with"] = [", ".join(t) for t in ranked["tied_with"]]
+    # the per-seed scores themselves (the CSV's raw data; the summary's rank stability across seeds)
+    board[f"{score}_per_seed"] = [json.dumps({str(int(s)): float(v) for s, v in zip(sub["seed"], sub[score])
+                                              if pd.notna(v)}) for sub in pooled]
+    return board
+
+
+def rank_caption(score: str) -> str:
+    """What the ``rank`` and ``tied_with`` columns mean, for a table's caption."""
+    return (f"rank: 1 + the rows whose {score.upper()} is significantly higher (paired by seed, "
+            f"{100 * INTERVALS['level']:g} % bootstrap interval of the difference excludes 0); equal ranks and "
+            f"'tied with' are not significantly different. {stats.describe_method(**INTERVALS)}.")
+
+
+def display_format(base: str) -> tuple[float, str]:
     """(scale, format) of a value: fractions become percent; scores, seconds, correlations stay."""
     if base in ("spearman", "kendall", "tau") or base.endswith(".tau"):
         return 1.0, "{:.2f}"
@@ -138,25 +196,40 @@ def _display(base: str) -> tuple[float, str]:
     return 100.0, "{:.1f}"
 
 
-def format_leaderboard(board: pd.DataFrame, row_params: Sequence[str] | None = None) -> pd.DataFrame:
+HIDDEN = ("seeds", "series", "family", "runs", "rank", "tied_with")  # shown by format_leaderboard in its own place
+PER_SEED = "_per_seed"  # <score>_per_seed: {seed: value} as JSON
+
+
+def format_leaderboard(board: pd.DataFrame, row_params: Sequence[str] | None = None,
+                       intervals: bool = False) -> pd.DataFrame:
     """Readable table: accuracies in percent, differences in points, scores 0-100, times in seconds,
-    correlations as they are, each as mean ± std."""
+    correlations as they are, each as mean ± std (``intervals=True``: mean [low, high], the
+    bootstrap interval over seeds); then ``rank`` and ``tied with`` where the board has them."""
     if board.empty:
         return board
     bases = [c[: -len("_mean")] for c in board.columns if c.endswith("_mean")]
-    keys = row_params if row_params is not None else [c for c in board.columns if not c.endswith(("_mean", "_std"))
-                                                      and c not in ("seeds", "series", "family")]
+    keys = row_params if row_params is not None else [
+        c for c in board.columns if not c.endswith(("_mean", "_std", "_low", "_high", PER_SEED)) and c not in HIDDEN]
     shown = board[[c for c in (*keys, "config", "seeds") if c in board.columns]].copy()
     shown = shown.loc[:, ~shown.columns.duplicated()]
     if "ipc" in shown:
         shown["ipc"] = ["all" if v == FULL_IPC else v for v in shown["ipc"]]
+    if "rank" in board and board["rank"].notna().any():
+        shown["rank"] = ["" if pd.isna(r) else int(r) for r in board["rank"]]
+        shown["tied with"] = board["tied_with"].fillna("")
     known = [b for b in VALUE_ORDER if b in bases]
     for base in known + [b for b in bases if b not in known]:
-        scale, fmt = _display(base)
-        shown[base.upper() if base in UPPER else base] = [
-            "n/a" if pd.isna(m) else f"{fmt.format(m * scale)} ± {fmt.format(s * scale)}"
-            for m, s in zip(board[f"{base}_mean"], board[f"{base}_std"])
-        ]
+        scale, fmt = display_format(base)
+        name = base.upper() if base in UPPER else base
+        if intervals and f"{base}_low" in board:
+            shown[name] = [
+                "n/a" if pd.isna(m) else fmt.format(m * scale) if pd.isna(lo)
+                else f"{fmt.format(m * scale)} [{fmt.format(lo * scale)}, {fmt.format(hi * scale)}]"
+                for m, lo, hi in zip(board[f"{base}_mean"], board[f"{base}_low"], board[f"{base}_high"])]
+        else:
+            shown[name] = [
+                "n/a" if pd.isna(m) else f"{fmt.format(m * scale)} ± {fmt.format(s * scale)}"
+                for m, s in zip(board[f"{base}_mean"], board[f"{base}_std"])]
     return shown
 
 

@@ -1,0 +1,436 @@
+"""The report card: everything ddlib knows about one distilled set (method x dataset x IPC) on one
+self-contained HTML page, also logged to MLflow (experiment ``report``, one run per card).
+
+Every number comes from the leaderboard functions of :mod:`ddlib.report` (so the card shows what
+the leaderboards show, with their definitions and weights), each as its mean over seeds with the
+bootstrap interval those functions compute (:data:`ddlib.report.core.INTERVALS`), the number of
+seeds, and the set's rank among the methods it was compared with. A protocol with no finished cell
+for the set says "not run" and gives the command that would run it. Loss curves and the confusion
+matrix come from the evaluations the label-robust cell trained (:mod:`ddlib.report.evals`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from ddlib.protocols import PROTOCOLS
+from ddlib.protocols.common import FULL_IPC
+from ddlib.report import beard, evals, viz
+from ddlib.report.boards import Boards, load_boards
+from ddlib.report.plots import board_rows, ipc_points, radar_profile
+from ddlib.report.core import INTERVALS, _param, display_format, rank_caption
+from ddlib.report.html import escape, figure_png, image_tag, page, table_html
+from ddlib.stats import describe_method
+from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, client, default_tags
+
+__all__ = ["list_sets", "Block", "Card", "build_card", "render_html", "log_card",
+           "write_card", "data_label", "run_command", "format_value"]
+
+# protocol -> (board, title, value columns as (column, label) with None = every other value column,
+#              the columns that tell this set's rows apart, the board's score)
+LAYOUT = {
+    "label_robust": ("lrs", "DD-Ranking: Label-Robust Score",
+                     [("acc_syn_any", "accuracy under the method's own preset (acc_syn_any)"),
+                      ("acc_syn_hard", "accuracy, hard labels (acc_syn_hard)"),
+                      ("acc_rdm_any", "random subset, same evaluation (acc_rdm_any)"),
+                      ("acc_real_hard", "full training set, hard labels (acc_real_hard)"),
+                      ("hlr", "HLR = acc_real_hard - acc_syn_hard (lower is better)"),
+                      ("ior", "IOR = acc_syn_any - acc_rdm_any"), ("lrs", "LRS (0-100)")],
+                     ("model", "preset"), "lrs"),
+    "augmentation_robust": ("ars", "DD-Ranking: Augmentation-Robust Score",
+                            [("acc_syn_aug", "accuracy with the preset's augmentation"),
+                             ("acc_syn_noaug", "accuracy without it"), ("acc_rdm_aug", "random subset, with"),
+                             ("acc_rdm_noaug", "random subset, without"), ("ior_aug", "IOR with augmentation"),
+                             ("ior_noaug", "IOR without augmentation"), ("ars", "ARS (0-100)")],
+                            ("model", "preset"), "ars"),
+    "adversarial": ("beard", "BEARD: adversarial robustness (targeted and untargeted)",
+                    [("clean_acc", "clean accuracy"), ("rr", "RR (0-100)"), ("ae", "AE (0-100)"),
+                     ("crei", "CREI (0-100)"), ("rcr", "RCR = robust / clean accuracy (0-100)"), None],
+                    ("mode", "training", "model", "attacks"), "crei"),
+    "augmentation": ("augmentation", "DC-Bench: accuracy without and with augmentation",
+                     [("acc_noaug", "no augmentation"), ("acc_aug_avg", "average over the augmentations"),
+                      ("acc_aug_best", "best augmentation"), None], ("model",), "acc_aug_avg"),
+    "transfer": ("transfer", "DC-Bench: transfer across architectures",
+                 [("acc_reference", "reference architecture (the set's own)"),
+                  ("acc_others_avg", "DC-Bench transfer average (the other architectures)"), None],
+                 ("model",), "acc_reference"),
+    "compression": ("compression", "DC-Bench: accuracy against images per class",
+                    [("acc_set", "accuracy of the set"), ("acc_full", "full training set"),
+                     ("relative", "accuracy relative to the full training set")], ("model",), None),
+    "nas": ("nas", "DC-Bench: neural architecture search on the set",
+            [("spearman", "Spearman rho (proxy vs ground truth)"), ("kendall", "Kendall tau"),
+             ("top1", "ground-truth accuracy of the proxy's top architecture (%)"),
+             ("best_possible", "best ground-truth accuracy in the sample (%)")],
+            ("num_archs", "arch_seed", "C", "N"), "spearman"),
+}
+
+
+def list_sets(boards: Boards, method: str | None = None, dataset: str | None = None,
+              ipc: int | None = None) -> list[tuple[str, str, int]]:
+    """The (method, dataset, ipc) sets with at least one finished cell, in a stable order."""
+    found = set()
+    for name in ("lrs", "ars", "beard", "augmentation", "transfer", "compression", "nas"):
+        board = boards[name]
+        if board.empty:
+            continue
+        for m, d, i in zip(board["method"].astype(str), board["dataset"].astype(str), board["ipc"]):
+            if (method is None or m == method) and (dataset is None or d == dataset) and (ipc is None or i == ipc):
+                found.add((m, d, int(i)))
+    return sorted(found, key=lambda s: (s[1], s[0], s[2]))
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def format_value(base: str, mean: float, low: float, high: float) -> str:
+    """A mean and its interval in the unit the leaderboards show (percent, 0-100, seconds)."""
+    scale, fmt = display_format(base)
+    if pd.isna(mean):
+        return "n/a"
+    if pd.isna(low):
+        return f"{fmt.format(mean * scale)} (no interval)"
+    return f"{fmt.format(mean * scale)} [{fmt.format(low * scale)}, {fmt.format(high * scale)}]"
+
+
+def _variant(row: pd.Series, keys) -> str:
+    parts = []
+    for key in keys:
+        if key not in row:
+            continue
+        value = row[key]
+        if value is None or (isinstance(value, float) and pd.isna(value)):
+            value = "none"
+        parts.append(f"{key} {value}")
+    if "config" in row and isinstance(row.get("config"), str):
+        parts.append(f"config {row['config']}")
+    return ", ".join(parts) or "as run"
+
+
+def _compared(board: pd.DataFrame, row: pd.Series) -> int:
+    """How many rows this row was ranked among (one family at one IPC)."""
+    keep = pd.Series(True, index=board.index)
+    for key in ("family", "ipc"):
+        if key in board:
+            keep &= board[key] == row[key]
+    return int(keep.sum())
+
+
+def score_table(board: pd.DataFrame, rows: pd.DataFrame, values, keys, score: str | None) -> pd.DataFrame:
+    """One column per row of the set (e.g. targeted / untargeted), one line per value: mean and
+    interval in display units, then seeds and the rank among the methods compared."""
+    columns = {}
+    wanted = []
+    for item in values:
+        if item is None:  # every other value the board has
+            listed = {v[0] for v in values if v}
+            wanted += [(b, b) for b in (c[:-len("_mean")] for c in board.columns if c.endswith("_mean"))
+                       if b not in listed and not rows[f"{b}_mean"].isna().all()]
+        elif f"{item[0]}_mean" in board:
+            wanted.append(item)
+    for _, row in rows.iterrows():
+        column = {label: format_value(base, row[f"{base}_mean"], row.get(f"{base}_low"), row.get(f"{base}_high"))
+                  for base, label in wanted}
+        column["seeds"] = str(row["seeds"])
+        if score and "rank" in row and not pd.isna(row["rank"]):
+            tied = row.get("tied_with") or "none"
+            column[f"rank on {score.upper()}"] = f"{int(row['rank'])} of {_compared(board, row)} (tied with: {tied})"
+        columns[_variant(row, keys)] = column
+    return pd.DataFrame(columns)
+
+
+# --------------------------------------------------------------------------- what would run a protocol
+
+
+def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict | None = None) -> str:
+    """The command that fills this protocol for this set: a repository params file that names the
+    method on this dataset, else the protocol's notebook under papermill with the set's params."""
+    root = PROJECT_ROOT / "params"
+    for path in sorted(root.glob("*.yaml")) if root.is_dir() else []:
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(raw, dict) or raw.get("protocol") != protocol:
+            continue
+        params = raw.get("params") or {}
+        grids = raw.get("grid") or {}
+        grids = grids if isinstance(grids, list) else [grids]
+        for grid in grids:
+            if not isinstance(grid, dict):
+                continue
+            methods = grid.get("method", [params.get("method")])
+            datasets = grid.get("dataset", [params.get("dataset", "digits")])
+            ipcs = grid.get("ipc", [params.get("ipc", 1)])
+            if method in methods and dataset in datasets and (ipc in ipcs or method == "full"):
+                return f"python -m ddlib run params/{path.name}"
+    notebook = PROTOCOLS[protocol][0]
+    args = ["papermill", f"notebooks/{notebook}", f"{protocol}-{method}-ipc{ipc}.ipynb", "-p", "dataset", dataset,
+            "-p", "method", method]
+    if ipc != FULL_IPC:
+        args += ["-p", "ipc", str(ipc)]
+    from ddlib.methods.sources import BUILTIN_SOURCES
+
+    if source and BUILTIN_SOURCES.get(method) != source:
+        args += ["-y", json.dumps({"source": source})]
+    if protocol == "nas":
+        args += ["-p", "ground_truth", "PATH/TO/nasbench201-accuracy.csv"]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def data_label(dataset: str, source: str) -> str:
+    """How the data is named in a report: the shared CIFAR-10 is a JPEG re-encoding."""
+    if dataset == "cifar10" and "jpeg" in (source or "").lower():
+        return "CIFAR-10 (JPEG)"
+    return dataset
+
+
+# --------------------------------------------------------------------------- the card
+
+
+@dataclass
+class Block:
+    protocol: str
+    title: str
+    ran: bool
+    command: str = ""  # what would run it (when it has not run)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # (caption, table)
+    runs: list[str] = field(default_factory=list)  # the MLflow cell runs its numbers pool
+    config: dict | None = None  # the resolved params of its first cell
+
+
+@dataclass
+class Card:
+    method: str
+    dataset: str
+    ipc: int
+    data: str  # "CIFAR-10 (JPEG)", "digits"
+    data_source: str  # where the real data was read from
+    blocks: list[Block]
+    headline: pd.DataFrame  # each protocol's score, or "not run"
+    figures: dict = field(default_factory=dict)  # name -> matplotlib figure (or None)
+    image_grid: bytes | None = None  # the set's images, one row per class
+    settings: dict = field(default_factory=dict)
+    created: str = ""
+
+    @property
+    def name(self) -> str:
+        ipc = "full" if self.ipc == FULL_IPC else f"ipc{self.ipc}"
+        return f"{self.method}-{ipc}-{self.dataset}"
+
+
+def _runs(rows: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(r for text in rows.get("runs", pd.Series(dtype=str)).fillna("") for r in text.split()))
+
+
+def _cell_info(run_ids: list[str]) -> tuple[dict | None, dict | None, str]:
+    """(resolved config, source spec, data source) of the first of these cell runs."""
+    for run_id in run_ids:
+        data = evals.artifact_bytes(run_id, "config.json")
+        run = client().get_run(run_id)
+        source = _param(run, "source")
+        source = json.loads(source) if isinstance(source, str) and source.startswith("{") else source
+        return (json.loads(data) if data else None), (source if isinstance(source, dict) else None), \
+            run.data.tags.get(TAG["data_source"], "")
+    return None, None, ""
+
+
+def build_card(method: str, dataset: str | None = None, ipc: int | None = None, boards: Boards | None = None,
+               w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5) -> Card:
+    """The card of one set. ``dataset`` and ``ipc`` may be left out where the method has one set."""
+    boards = boards or load_boards(w, gamma, alpha)
+    sets = list_sets(boards, method, dataset, ipc)
+    if not sets:
+        raise ValueError(f"no finished runs for method {method!r}" + (f" on {dataset}" if dataset else "")
+                         + (f" at IPC {ipc}" if ipc is not None else "") + ": run a grid first")
+    if len(sets) > 1:
+        raise ValueError(f"method {method!r} has several sets {sets}: give --dataset and --ipc")
+    method, dataset, ipc = sets[0]
+    blocks, headline = [], []
+    source, data_source = None, ""
+    for protocol, (name, title, values, keys, score) in LAYOUT.items():
+        board = boards[name]
+        rows = board_rows(board, method, dataset, ipc)
+        if rows.empty:
+            blocks.append(Block(protocol, title, False))
+            headline.append({"protocol": title, "score": (score or "acc_set").upper(), "value": "not run",
+                             "seeds": "", "rank": ""})
+            continue
+        runs = _runs(rows)
+        config, found_source, found_data = _cell_info(runs)
+        source, data_source = source or found_source, data_source or found_data
+        block = Block(protocol, title, True, runs=runs, config=config)
+        caption = (f"Mean over seeds [95 % interval]. {rank_caption(score)}" if score
+                   else f"Mean over seeds [{describe_method(**INTERVALS)}].")
+        block.tables.append((caption, score_table(board, rows, values, keys, score)))
+        if protocol == "transfer" and not boards["transfer_tau"].empty:
+            tau = boards["transfer_tau"]
+            tau = tau[(tau["dataset"].astype(str) == dataset) & (tau["ipc"] == ipc)]
+            if not tau.empty:
+                block.tables.append(("Kendall tau between the method ranking on the reference architecture and "
+                                     "on each other one (all methods at this IPC)", tau.round(3)))
+        blocks.append(block)
+        main = score or "acc_set"
+        for _, row in rows.iterrows():
+            headline.append({"protocol": title + (f" ({row['mode']})" if "mode" in row else ""),
+                             "score": main.upper(),
+                             "value": format_value(main, row[f"{main}_mean"], row.get(f"{main}_low"), row.get(f"{main}_high")),
+                             "seeds": str(row["seeds"]),
+                             "rank": "" if "rank" not in row or pd.isna(row["rank"])
+                             else f"{int(row['rank'])} of {_compared(board, row)}"})
+    for block in blocks:
+        if not block.ran:
+            block.command = run_command(block.protocol, method, dataset, ipc, source)
+    card = Card(method, dataset, ipc, data_label(dataset, data_source), data_source, blocks, pd.DataFrame(headline),
+                settings={"w": boards.w, "gamma": boards.gamma, "alpha": boards.alpha, **INTERVALS},
+                created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    card.image_grid = _image_grid([r for b in blocks for r in b.runs])
+    card.figures = _figures(card, boards)
+    return card
+
+
+def _image_grid(runs: list[str]) -> bytes | None:
+    for run_id in runs:
+        data = evals.artifact_bytes(run_id, "images/distilled.png")
+        if data:
+            return data
+    return None
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _figures(card: Card, boards: Boards) -> dict:
+    figures = {}
+    profiles = {card.method: radar_profile(boards, card.method, card.dataset, card.ipc)}
+    if card.method != "random" and list_sets(boards, "random", card.dataset, card.ipc):
+        profiles["random (same IPC)"] = radar_profile(boards, "random", card.dataset, card.ipc)
+    figures["radar"] = viz.radar(profiles, f"{card.method}, {card.data}, IPC {card.ipc}: scores normalised to [0, 1]")
+    points, full, what = ipc_points(boards, card.dataset, [card.method])
+    figures["accuracy_vs_ipc"] = viz.accuracy_vs_ipc(points, card.method, full,
+                                                     f"{card.data}: accuracy against IPC ({what}; 95 % intervals)") \
+        if not points.empty else None
+    curves = boards["eps_curves"]
+    if not curves.empty:
+        curves = curves[(curves["method"].astype(str) == card.method) & (curves["dataset"].astype(str) == card.dataset)]
+    figures["robust_accuracy_vs_eps"] = beard.plot_eps_curves(curves) if not curves.empty else None
+    lrs = next((b for b in card.blocks if b.protocol == "label_robust" and b.ran), None)
+    cells = lrs.runs if lrs else [r for b in card.blocks for r in b.runs]
+    figures["training_loss"] = viz.loss_curves(
+        {role: evals.loss_curves(cells, role) for role in ("syn_hard", "rdm_hard", "real_hard")},
+        f"{card.method}, IPC {card.ipc}: training loss (syn: the set, rdm: random subset, real: full data)")
+    matrix, classes, models = evals.confusion_counts(cells, "syn_hard")
+    figures["confusion_matrix"] = viz.confusion(
+        matrix, classes, f"Model trained on the set (hard labels): {models} seed{'s' if models != 1 else ''} summed") \
+        if matrix is not None else None
+    return figures
+
+
+# --------------------------------------------------------------------------- HTML and MLflow
+
+
+FIGURE_TITLES = {
+    "radar": "Scores at a glance (radar)", "accuracy_vs_ipc": "Accuracy against images per class",
+    "robust_accuracy_vs_eps": "Robust accuracy against epsilon", "training_loss": "Training-loss curves",
+    "confusion_matrix": "Confusion matrix of the model trained on the set",
+}
+
+
+def render_html(card: Card, pngs: dict[str, bytes] | None = None) -> str:
+    """The card as one HTML document (images inline)."""
+    pngs = pngs if pngs is not None else figure_pngs(card)
+    ipc = "all images" if card.ipc == FULL_IPC else f"IPC {card.ipc}"
+    body = [f"<h1>Report card: {escape(card.method)}, {escape(card.data)}, {escape(ipc)}</h1>",
+            f'<p class="muted">Data: {escape(card.data)} (read from <code>{escape(card.data_source or "?")}</code>). '
+            f"Scores: LRS w = {card.settings['w']}, ARS gamma = {card.settings['gamma']}, CREI alpha = "
+            f"{card.settings['alpha']}. Every value: mean over seeds [{escape(describe_method(**INTERVALS))}]. "
+            f"Generated {escape(card.created)} by ddlib.</p>",
+            "<h2 id=\"overview\">Overview</h2>",
+            table_html(card.headline, "Each protocol's score for this set; rank: among the methods compared "
+                                      "in the same setting (ties: not significantly different)")]
+    figs = []
+    if card.image_grid:
+        figs.append(f"<figure>{image_tag(card.image_grid, 'images of the set', pixels=True)}<figcaption>The set's images, "
+                    f"one row per class</figcaption></figure>")
+    else:
+        figs.append('<p class="notrun">Image grid: not recorded.</p>')
+    if pngs.get("radar"):
+        figs.append(image_tag(pngs["radar"], FIGURE_TITLES["radar"]))
+    body.append(f'<div class="figs">{"".join(figs)}</div>')
+    for block in card.blocks:
+        body.append(f'<h2 id="{escape(block.protocol)}">{escape(block.title)}</h2>')
+        if not block.ran:
+            body.append(f'<p class="notrun"><b>not run</b> for this set. Run it with:<br>'
+                        f"<code>{escape(block.command)}</code></p>")
+            continue
+        for caption, table in block.tables:
+            body.append(table_html(table, caption, index=table.index.name is None and not table.index.equals(
+                pd.RangeIndex(len(table)))))
+    body.append("<h2 id=\"plots\">Plots</h2>")
+    for name in ("accuracy_vs_ipc", "robust_accuracy_vs_eps", "training_loss", "confusion_matrix"):
+        body.append(f"<h3>{escape(FIGURE_TITLES[name])}</h3>")
+        body.append(image_tag(pngs[name], FIGURE_TITLES[name]) if pngs.get(name)
+                    else '<p class="notrun">not run or not recorded for this set.</p>')
+    body.append("<h2 id=\"provenance\">Configuration and MLflow runs</h2>")
+    for block in card.blocks:
+        if block.ran:
+            body.append(f"<h3>{escape(block.title)}</h3><p>MLflow cell runs: "
+                        + ", ".join(f"<code>{escape(r)}</code>" for r in block.runs) + "</p>")
+            if block.config is not None:
+                body.append("<details><summary>resolved configuration (config.json of the first run)</summary>"
+                            f"<pre>{escape(json.dumps(block.config, indent=2, default=str))}</pre></details>")
+    return page(f"ddlib report card: {card.name}", "\n".join(body))
+
+
+def figure_pngs(card: Card) -> dict[str, bytes]:
+    """Every figure of the card as PNG bytes (rendered once; the figures are closed)."""
+    out = {}
+    for name, fig in card.figures.items():
+        if fig is not None:
+            out[name] = figure_png(fig)
+    card.figures = {}
+    return out
+
+
+def log_card(card: Card, html: str, pngs: dict[str, bytes]) -> str:
+    """Log the page (``report.html``) and its plots (``plots/*.png``) as artifacts of a new run in
+    experiment ``report``; returns the run id."""
+    tracker = Tracker("report")
+    run_id = tracker.start_run(card.name, params={"method": card.method, "dataset": card.dataset, "ipc": card.ipc,
+                                                  **card.settings},
+                               tags={**default_tags("report"), TAG["kind"]: "report"})
+    with tempfile.TemporaryDirectory(prefix="ddlib-card-") as tmp:
+        page_path = Path(tmp) / "report.html"
+        page_path.write_text(html)
+        tracker.log_artifact(run_id, page_path)
+        for name, data in pngs.items():
+            path = Path(tmp) / f"{name}.png"
+            path.write_bytes(data)
+            tracker.log_artifact(run_id, path, "plots")
+        if card.image_grid:
+            path = Path(tmp) / "images.png"
+            path.write_bytes(card.image_grid)
+            tracker.log_artifact(run_id, path, "plots")
+    tracker.set_tags(run_id, {"ddlib.report_cells": " ".join(r for b in card.blocks for r in b.runs)[:5000]})
+    tracker.end_run(run_id)
+    return run_id
+
+
+def write_card(card: Card, path: str | Path | None = None, log: bool = True) -> tuple[Path | None, str | None]:
+    """Render the card, write it to ``path`` (if given) and log it to MLflow (if ``log``)."""
+    pngs = figure_pngs(card)
+    html = render_html(card, pngs)
+    written = None
+    if path is not None:
+        written = Path(path)
+        written.parent.mkdir(parents=True, exist_ok=True)
+        written.write_text(html)
+    run_id = log_card(card, html, pngs) if log else None
+    return written, run_id

@@ -1,0 +1,104 @@
+"""The plots of the summary, the report cards and the site, from the leaderboards (and, for loss
+curves and confusion matrices, the evaluations under the cells: :mod:`ddlib.report.evals`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ddlib.protocols.common import FULL_IPC
+from ddlib.report import evals, viz
+from ddlib.report.boards import Boards
+
+__all__ = ["SELECTION", "board_rows", "radar_profile", "ipc_points", "summary_figures"]
+
+SELECTION = ("random", "kcenter")
+
+
+def board_rows(board: pd.DataFrame, method: str, dataset: str, ipc: int | None) -> pd.DataFrame:
+    """The rows of one set (method, dataset and, unless None, IPC) in a leaderboard."""
+    if board.empty or "method" not in board:
+        return pd.DataFrame()
+    keep = (board["method"].astype(str) == method) & (board["dataset"].astype(str) == dataset)
+    if ipc is not None and "ipc" in board:
+        keep &= board["ipc"] == ipc
+    return board[keep]
+
+
+def radar_profile(boards: Boards, method: str, dataset: str, ipc: int) -> dict[str, tuple[float, str]]:
+    """LRS, ARS, CREI, DC-Bench's transfer average and NAS tau of a set, each scaled to [0, 1]
+    (LRS, ARS, CREI / 100; transfer average accuracy as a fraction; (tau + 1) / 2), NaN if not run."""
+
+    def mean(name, column, prefer=None):
+        rows = board_rows(boards[name], method, dataset, ipc)
+        if prefer is not None and not rows.empty and "mode" in rows:
+            preferred = rows[rows["mode"] == prefer]
+            rows = preferred if not preferred.empty else rows
+        return float(rows[f"{column}_mean"].iloc[0]) if not rows.empty and f"{column}_mean" in rows else float("nan")
+
+    lrs, ars = mean("lrs", "lrs"), mean("ars", "ars")
+    crei, transfer, tau = mean("beard", "crei", "untargeted"), mean("transfer", "acc_others_avg"), mean("nas", "kendall")
+
+    def label(value, text):
+        return "not run" if value != value else text
+
+    return {"LRS": (lrs / 100, label(lrs, f"{lrs:.1f} / 100")), "ARS": (ars / 100, label(ars, f"{ars:.1f} / 100")),
+            "CREI": (crei / 100, label(crei, f"{crei:.1f} / 100")),
+            "transfer avg": (transfer, label(transfer, f"{100 * transfer:.1f} %")),
+            "NAS tau": ((tau + 1) / 2, label(tau, f"tau {tau:.2f} -> {(tau + 1) / 2:.2f}"))}
+
+
+def ipc_points(boards: Boards, dataset: str, methods: list[str]) -> tuple[pd.DataFrame, tuple | None, str]:
+    """Accuracy against IPC of ``methods`` (+ random, K-Center): DC-Bench's compression table where it
+    has them, else the hard-label accuracies of the Label-Robust table; the full-data line of the same."""
+    for name, acc, full, what in (("compression", "acc_set", "acc_full", "DC-Bench compression cells"),
+                                  ("lrs", "acc_syn_hard", "acc_real_hard", "label-robust cells, hard labels")):
+        board = boards[name]
+        if board.empty:
+            continue
+        rows = board[(board["dataset"].astype(str) == dataset) & board["method"].isin([*methods, *SELECTION])
+                     & (board["ipc"] != FULL_IPC)]
+        if rows.empty or not set(methods) & set(rows["method"]):
+            continue
+        if "model" in rows and rows["model"].nunique() > 1:  # one architecture per plot: the set's own
+            rows = rows[rows["model"] == rows[rows["method"].isin(methods)]["model"].iloc[0]]
+        points = pd.DataFrame({"method": rows["method"], "ipc": rows["ipc"], "mean": rows[f"{acc}_mean"],
+                               "low": rows[f"{acc}_low"], "high": rows[f"{acc}_high"]})
+        points = points.groupby(["method", "ipc"], as_index=False, sort=False).first()
+        reference = None
+        if f"{full}_mean" in rows and rows[f"{full}_mean"].notna().any():
+            best = rows.dropna(subset=[f"{full}_mean"]).iloc[0]
+            reference = (best[f"{full}_mean"], best[f"{full}_low"], best[f"{full}_high"])
+        return points, reference, what
+    return pd.DataFrame(), None, ""
+
+
+def summary_figures(boards: Boards) -> dict:
+    """Per dataset x IPC of the Label-Robust table: every method's radar, the training-loss curves of
+    the models trained on each set and their confusion matrices; per dataset: accuracy against IPC."""
+    figures = {}
+    board = boards["lrs"]
+    if board.empty:
+        return figures
+    for (dataset, ipc), sub in board[board["ipc"] != FULL_IPC].groupby(["dataset", "ipc"], sort=True):
+        methods = list(dict.fromkeys(sub["method"].astype(str)))
+        tag = f"{dataset}_ipc{ipc}"
+        figures[f"radar_{tag}"] = viz.radar({m: radar_profile(boards, m, str(dataset), ipc) for m in methods},
+                                            f"{dataset}, IPC {ipc}: scores normalised to [0, 1]")
+        cells = {m: [r for text in sub[sub["method"] == m]["runs"] for r in str(text).split()] for m in methods}
+        figures[f"training_loss_{tag}"] = viz.loss_curves(
+            {m: evals.loss_curves(cells[m], "syn_hard") for m in methods},
+            f"{dataset}, IPC {ipc}: training loss on each set (hard labels; band: min to max over seeds)")
+        matrices = {}
+        for m in methods:
+            matrix, classes, models = evals.confusion_counts(cells[m], "syn_hard")
+            if matrix is not None:
+                matrices[f"{m} ({models} seed{'s' if models != 1 else ''})"] = (matrix, classes)
+        figures[f"confusion_{tag}"] = viz.confusion_grid(matrices, f"{dataset}, IPC {ipc}: confusion matrices of "
+                                                                   "the models trained on each set (rows normalised)")
+    for dataset in sorted(board["dataset"].astype(str).unique()):
+        points, full, what = ipc_points(boards, dataset, [m for m in board["method"].astype(str).unique()
+                                                          if m not in ("full",)])
+        if not points.empty and points["ipc"].nunique() > 1:
+            figures[f"accuracy_vs_ipc_{dataset}"] = viz.accuracy_vs_ipc(
+                points, None, full, f"{dataset}: accuracy against IPC ({what}; 95 % intervals)")
+    return {k: v for k, v in figures.items() if v is not None}

@@ -1,0 +1,218 @@
+"""A static leaderboard site generated from MLflow: ``python -m ddlib leaderboard --out site/``.
+
+``index.html`` lists one page per leaderboard x dataset x IPC; each page holds the leaderboard as
+a sortable table (click a header; a few lines of inline script, no server), every value as its mean
+over seeds with its bootstrap interval, the rank groups (methods not significantly different share
+a rank and are listed as "tied with"), the table as CSV beside the page, and its plots as PNG files
+beside it. ``cards/`` holds the report card of every set (:mod:`ddlib.report.card`), linked from the
+tables. Open ``index.html`` from disk or serve the folder with any static server.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ddlib.protocols.common import FULL_IPC
+from ddlib.report import beard, card as cards, ddranking, viz
+from ddlib.report.plots import ipc_points, radar_profile
+from ddlib.report.boards import load_boards
+from ddlib.report.core import INTERVALS, display_format, format_leaderboard, rank_caption
+from ddlib.report.html import escape, figure_png, image_tag, page, table_html
+from ddlib.report.stability import SCORED, stability_table
+from ddlib.stats import describe_method
+
+__all__ = ["Page", "build_site"]
+
+TITLES = {
+    "lrs": "DD-Ranking: Label-Robust Score", "ars": "DD-Ranking: Augmentation-Robust Score",
+    "beard": "BEARD: RR, AE, CREI, RCR", "beard_unified": "BEARD: unified over IPCs (RRM, AEM, CREI)",
+    "augmentation": "DC-Bench: augmentation", "compression": "DC-Bench: accuracy against IPC",
+    "transfer": "DC-Bench: transfer across architectures", "nas": "DC-Bench: NAS rank correlation",
+}
+SCORES = {**SCORED, "beard_unified": "creim", "compression": "acc_set"}
+
+
+@dataclass
+class Page:
+    board: str
+    dataset: str
+    ipc: str  # "10", "all" (the full training set) or "all IPCs" (unified over IPCs)
+    file: str
+    rows: int
+    leader: str
+
+
+def _slug(*parts) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(str(p) for p in parts)).strip("_")
+
+
+def _ipc_label(ipc) -> str:
+    return "all" if ipc == FULL_IPC else str(ipc)
+
+
+def _score_plot(board: pd.DataFrame, score: str, title: str):
+    """The board's score per row with its interval, best first."""
+    import matplotlib.pyplot as plt
+
+    column = f"{score}_mean"
+    if column not in board or board[column].isna().all():
+        return None
+    rows = board.dropna(subset=[column]).sort_values(column)
+    labels = [f"{m}" + (f" [{v}]" if v else "") for m, v in
+              zip(rows["method"].astype(str), _variants(rows))]
+    scale, _ = display_format(score)
+    mean = rows[column] * scale
+    low = (rows[column] - rows[f"{score}_low"]).fillna(0) * scale
+    high = (rows[f"{score}_high"] - rows[column]).fillna(0) * scale
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.6))
+    ax.barh(range(len(rows)), mean, xerr=[low, high], capsize=3, color="tab:blue", alpha=0.8)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_xlabel(f"{score.upper()} (mean over seeds, 95 % interval)")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _variants(rows: pd.DataFrame) -> list[str]:
+    """What tells rows of one method apart on a page (model, preset, mode, ...), where anything does."""
+    keys = [k for k in ("model", "preset", "mode", "training", "config") if k in rows and rows[k].nunique() > 1]
+    return [", ".join(str(r[k]) for k in keys) for _, r in rows.iterrows()]
+
+
+def _shown(board: pd.DataFrame, card_names: dict) -> pd.DataFrame:
+    shown = format_leaderboard(board, intervals=True)
+    drop = [c for c in ("dataset", "ipc", "ipcs") if c in shown and shown[c].nunique() <= 1]
+    shown = shown.drop(columns=drop)
+    if card_names and "method" in shown:
+        shown.insert(0, "card", [card_names.get((str(m), str(d), int(i)), "") if "ipc" in board else ""
+                                 for m, d, i in zip(board["method"], board["dataset"],
+                                                    board["ipc"] if "ipc" in board else [0] * len(board))])
+    return shown
+
+
+def _table_with_links(shown: pd.DataFrame, caption: str) -> str:
+    text = table_html(shown, caption, sortable=True)
+    # card file names were put in the "card" column: turn them into links (the names are our own slugs)
+    return re.sub(r"<td>(cards/[A-Za-z0-9_.-]+\.html)</td>", r'<td><a href="\1">card</a></td>', text)
+
+
+def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5,
+               with_cards: bool = True, progress: bool = False) -> list[Page]:
+    """Write the site under ``out``; returns its pages (empty where MLflow has no finished cells)."""
+    out = Path(out)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    boards = load_boards(w, gamma, alpha)
+    tables = {name: boards[name] for name in ("lrs", "ars", "beard", "beard_unified", "augmentation", "compression",
+                                              "transfer", "nas")}
+    sweeps = {"lrs": ddranking.weight_sweep("lrs"), "ars": ddranking.weight_sweep("ars")}
+
+    card_names = {}
+    if with_cards:
+        sets = cards.list_sets(boards)
+        for method, dataset, ipc in _progress(sets, progress, "report cards"):
+            card = cards.build_card(method, dataset, ipc, boards=boards)
+            file = f"cards/{_slug(card.name)}.html"
+            cards.write_card(card, out / file, log=False)
+            card_names[(method, dataset, ipc)] = file
+
+    pages: list[Page] = []
+    for name, board in tables.items():
+        if board.empty:
+            continue
+        score = SCORES.get(name)
+        by = ["dataset", "ipc"] if "ipc" in board else ["dataset"]
+        for key, sub in board.groupby(by, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
+            dataset, ipc = str(key[0]), (_ipc_label(key[1]) if len(key) > 1 else "all IPCs")
+            slug = _slug(name, dataset, f"ipc{ipc}" if len(key) > 1 else "unified")
+            sub = sub.reset_index(drop=True)
+            sub.to_csv(out / f"{slug}.csv", index=False)
+            title = f"{TITLES[name]}: {dataset}, IPC {ipc}"
+            caption = (f"Every value: mean over seeds [95 % interval]. {rank_caption(score)}"
+                       if score and "rank" in sub and sub["rank"].notna().any()
+                       else f"Every value: mean over seeds [95 % interval]; {describe_method(**INTERVALS)}.")
+            body = [f'<nav><a href="index.html">all leaderboards</a></nav><h1>{escape(title)}</h1>',
+                    f'<p class="muted">{len(sub)} rows; click a column header to sort. '
+                    f'Data: <a href="{slug}.csv">{slug}.csv</a> (every mean, std, interval and the per-seed '
+                    f"scores, with the MLflow runs of each row).</p>",
+                    _table_with_links(_shown(sub, card_names), caption)]
+            figures = {}
+            if score and f"{score}_mean" in sub:
+                figures["scores"] = _score_plot(sub, score, f"{title}: {score.upper()} with 95 % intervals")
+            if name == "lrs" and len(key) > 1:
+                profiles = {m: radar_profile(boards, m, dataset, key[1]) for m in sub["method"].astype(str).unique()}
+                figures["radar"] = viz.radar(profiles, f"{dataset}, IPC {ipc}: every method's scores, normalised")
+            if name in ("lrs", "compression"):
+                points, full, what = ipc_points(boards, dataset, list(sub["method"].astype(str).unique()))
+                if not points.empty:
+                    figures["accuracy_vs_ipc"] = viz.accuracy_vs_ipc(points, None, full,
+                                                                     f"{dataset}: accuracy against IPC ({what})")
+            if name == "beard" and not boards["eps_curves"].empty:
+                curves = boards["eps_curves"]
+                curves = curves[(curves["dataset"].astype(str) == dataset) & (curves["ipc"] == key[1])]
+                if not curves.empty:
+                    figures["eps"] = beard.plot_eps_curves(curves)
+            if name in sweeps and not sweeps[name].empty:
+                sweep = sweeps[name]
+                sweep = sweep[(sweep["dataset"].astype(str) == dataset) & (sweep["ipc"] == key[1])]
+                body.append(table_html(sweep.round(2), f"{name.upper()} (mean over seeds) at each weight of "
+                                                       "DD-Ranking's sweep", sortable=True))
+            images = []
+            for fig_name, fig in figures.items():
+                if fig is None:
+                    continue
+                file = f"plots/{slug}-{fig_name}.png"
+                (out / file).write_bytes(figure_png(fig))
+                images.append(image_tag(src=file, alt=f"{title}: {fig_name}"))
+            if images:
+                body.append(f'<h2>Plots</h2><div class="figs">{"".join(images)}</div>')
+            (out / f"{slug}.html").write_text(page(title, "\n".join(body), sortable=True))
+            leader = ""
+            if score and f"{score}_mean" in sub and sub[f"{score}_mean"].notna().any():
+                best = sub.loc[sub[f"{score}_mean"].idxmax()]
+                value = cards.format_value(score, best[f"{score}_mean"], best[f"{score}_low"], best[f"{score}_high"])
+                leader = f"{best['method']} ({score.upper()} {value})"
+            pages.append(Page(name, dataset, ipc, f"{slug}.html", len(sub), leader))
+    _index(out, pages, card_names, tables)
+    return pages
+
+
+def _progress(items, show: bool, desc: str):
+    if not show:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc)
+
+
+def _index(out: Path, pages: list[Page], card_names: dict, tables: dict) -> None:
+    body = ["<h1>ddlib leaderboards</h1>",
+            f'<p class="muted">Generated from MLflow by <code>python -m ddlib leaderboard</code>. Every value is a mean '
+            f"over seeds with its {describe_method(**INTERVALS)}. Methods whose scores are not significantly "
+            f"different (paired by seed) share a rank.</p>"]
+    if not pages:
+        body.append('<p class="notrun">No finished runs yet: <code>python -m ddlib run params/demo.yaml</code></p>')
+    else:
+        index = pd.DataFrame([{"leaderboard": TITLES[p.board], "dataset": p.dataset, "IPC": p.ipc, "rows": p.rows,
+                               "leader": p.leader, "page": p.file} for p in pages])
+        text = table_html(index, "One page per leaderboard x dataset x IPC", sortable=True)
+        text = re.sub(r"<td>([A-Za-z0-9_.-]+\.html)</td>", r'<td><a href="\1">\1</a></td>', text)
+        body += ["<h2>Leaderboards</h2>", text]
+        stability = stability_table(tables)
+        if not stability.empty:
+            stability.to_csv(out / "rank_stability.csv", index=False)
+            body += ["<h2>Rank stability</h2>",
+                     table_html(stability.round(3), "Kendall tau-b of the method ranking under each setting (a seed, "
+                                "an architecture, a score weight) against the leaderboard's (mean over seeds, the "
+                                "reference architecture, weight 0.5); blocks of 3 or more methods", sortable=True)]
+    if card_names:
+        listed = pd.DataFrame([{"method": m, "dataset": d, "IPC": _ipc_label(i), "card": f}
+                               for (m, d, i), f in sorted(card_names.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2]))])
+        text = table_html(listed, "One report card per distilled set", sortable=True)
+        text = re.sub(r"<td>(cards/[A-Za-z0-9_.-]+\.html)</td>", r'<td><a href="\1">\1</a></td>', text)
+        body += ["<h2>Report cards</h2>", text]
+    (out / "index.html").write_text(page("ddlib leaderboards", "\n".join(body), sortable=True))

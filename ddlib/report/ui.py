@@ -1,0 +1,72 @@
+"""MLflow's UI on ddlib's store: a saved table view per experiment, and the address of its runs page.
+
+MLflow 3.17 opens an experiment as a GenAI project (traces, token usage) unless its workflow
+toggle says "Model training"; ddlib's experiments carry ``mlflow.experimentKind =
+custom_model_development`` (:data:`ddlib.tracking.EXPERIMENT_TAGS`) and the address asks for
+``workflowType=machine_learning``. The runs table shows only a few attribute columns by default;
+:func:`install_views` saves a *shared view* on each experiment (the experiment tag
+``mlflow.sharedViewState.ddlib``, what the UI's "share view" writes) whose columns are the cells'
+dataset, method, IPC and model and their leaderboard scores, so :func:`runs_url` opens the table
+a user wants. Cell runs are named ``<method>-ipc<ipc>-<model>``; their evaluations nest under them.
+
+The UI's search box takes MLflow filters over ddlib's tags and params, e.g.
+``tags.protocol = 'label_robust' and params.ipc = '10'`` or ``tags.`ddlib.kind` = 'cell'``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ddlib.tracking import TAG, client
+
+__all__ = ["VIEW_KEY", "install_views", "runs_url", "ui_urls"]
+
+VIEW_KEY = "ddlib"
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+PARAM_COLUMNS = ("dataset", "method", "ipc", "model", "preset", "mode")
+# the scores first (in this order), then other per-cell means, at most MAX_METRICS columns
+SCORE_ORDER = ("lrs_mean", "ars_mean", "crei_mean", "rr_mean", "ae_mean", "rcr_mean", "spearman_mean", "kendall_mean",
+               "acc_aug_avg_mean", "acc_reference_mean", "acc_others_avg_mean", "acc_set_mean", "relative_mean",
+               "hlr_mean", "ior_mean", "ior_aug_mean", "ior_noaug_mean", "acc_syn_any_mean", "acc_syn_hard_mean",
+               "clean_acc_mean")
+MAX_METRICS = 6
+
+
+def _view(metrics: list[str], params: list[str]) -> dict:
+    """Columns: method and IPC, the scores (the protocol's first), then the other params. The UI
+    sorts selected columns by name unless ``columnOrder`` says otherwise."""
+    ordered = [m for m in SCORE_ORDER if m in metrics] + sorted(m for m in metrics if m not in SCORE_ORDER)
+    first = [f"params.`{p}`" for p in ("method", "ipc") if p in params]
+    rest = [f"params.`{p}`" for p in PARAM_COLUMNS if p in params and p not in ("method", "ipc")]
+    columns = [*first, *(f"metrics.`{m}`" for m in ordered[:MAX_METRICS]), *rest]
+    return {"selectedColumns": columns, "columnOrder": columns, "runsExpanded": {},
+            "orderByKey": "attributes.start_time", "orderByAsc": False}
+
+
+def install_views() -> dict[str, str]:
+    """Save ddlib's table view on every experiment that has cell runs; returns name -> experiment id."""
+    mlflow_client = client()
+    found = {}
+    for experiment in mlflow_client.search_experiments():
+        cells = mlflow_client.search_runs([experiment.experiment_id], max_results=200,
+                                          filter_string=f"tags.`{TAG['kind']}` = 'cell'")
+        if not cells:
+            continue
+        metrics = sorted({k for run in cells for k in run.data.metrics if k.endswith("_mean")})
+        params = sorted({k for run in cells for k in run.data.params})
+        view = json.dumps(_view(metrics, params))
+        if experiment.tags.get(SHARED_VIEW_TAG + VIEW_KEY) != view:
+            mlflow_client.set_experiment_tag(experiment.experiment_id, SHARED_VIEW_TAG + VIEW_KEY, view)
+        found[experiment.name] = experiment.experiment_id
+    return found
+
+
+def runs_url(base: str, experiment_id: str) -> str:
+    """The runs page of one experiment, as a training project, with ddlib's columns."""
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={VIEW_KEY}")
+
+
+def ui_urls(base: str = "http://127.0.0.1:5000") -> dict[str, str]:
+    """Install the views and return experiment name -> runs page address."""
+    return {name: runs_url(base, eid) for name, eid in install_views().items()}

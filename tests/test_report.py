@@ -1,0 +1,327 @@
+"""Intervals and rank groups in the leaderboards, the report card, the static site, the MLflow UI.
+
+One small store per module: three label-robust cells really trained on digits (random, K-Center,
+DM at IPC 2; 3 seeds, a few epochs, 30 real images per class) and augmentation-robust cells written
+directly with chosen per-seed accuracies, so that which methods tie is known in advance. Browser
+tests open the pages in headless Chromium (tests/browser.py) and keep their screenshots under
+``$DDLIB_SCREENSHOTS`` or the printed pytest temporary folder; they skip where Chromium is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ddlib import metrics, stats, tracking
+from ddlib.protocols import augmentation_robust, label_robust
+from ddlib.protocols.cell import cell_tags
+from ddlib.report import card as cards
+from ddlib.report.boards import load_boards
+from ddlib.report.core import aggregate, format_leaderboard
+from ddlib.tracking import TAG, Tracker, default_tags
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from browser import Browser, chromium_path  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(dataset="digits", ipc=2, seeds=[0, 1, 2], train_per_class=30, recipe={"epochs": 3},
+            real_recipe={"epochs": 2})
+SOURCES = {"random": None, "kcenter": {"kind": "kcenter", "epochs": 1},
+           "dm": {"kind": "dm", "iterations": 5, "batch_real": 16}}
+# ARS cells written directly: per seed (syn_aug, rdm_aug, syn_noaug, rdm_noaug). dm and kcenter are
+# within noise of each other (dm ahead on two seeds, behind on one); random is far below both.
+ARS_SEEDS = {
+    "dm": [(0.80, 0.60, 0.70, 0.55), (0.74, 0.58, 0.69, 0.56), (0.78, 0.61, 0.72, 0.57)],
+    "kcenter": [(0.77, 0.60, 0.70, 0.55), (0.76, 0.58, 0.68, 0.56), (0.75, 0.61, 0.71, 0.57)],
+    "random": [(0.60, 0.60, 0.55, 0.55), (0.58, 0.58, 0.56, 0.56), (0.61, 0.61, 0.57, 0.57)],
+}
+
+
+def _write_cell(protocol: str, params: dict, rows: list[dict]) -> str:
+    """A FINISHED cell run with per-seed histories, as Cell.record_per_seed logs them."""
+    tracker = Tracker(protocol)
+    run_id = tracker.start_run(f"{params['method']}-ipc{params['ipc']}", params=params,
+                               tags={**default_tags(protocol), **cell_tags(protocol, params)})
+    tracker._log(run_id, [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"])
+    tracker.end_run(run_id)
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """The module's store (see the module docstring); yields its folder."""
+    folder = tmp_path_factory.mktemp("report-store") / "mlruns"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DDLIB_MLRUNS", str(folder))
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+        mp.setattr(tracking, "_CLIENTS", {})
+        for method, source in SOURCES.items():
+            cell = label_robust.open_cell(method=method, source=source, **TINY)
+            label_robust.evaluate(cell, label_robust.obtain(cell))
+            cell.close()
+        for method, seeds in ARS_SEEDS.items():
+            params = augmentation_robust.validate({"dataset": "digits", "method": method, "ipc": 2,
+                                                   "seeds": [0, 1, 2]})
+            _write_cell("augmentation_robust", params, [
+                {"seed": s, "acc_syn_aug": a, "acc_rdm_aug": b, "acc_syn_noaug": c, "acc_rdm_noaug": d}
+                for s, (a, b, c, d) in enumerate(seeds)])
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    """Where screenshots are kept: $DDLIB_SCREENSHOTS, else a pytest temporary folder (printed)."""
+    folder = Path(os.environ["DDLIB_SCREENSHOTS"]) if os.environ.get("DDLIB_SCREENSHOTS") \
+        else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"\nscreenshots: {folder}")
+    return folder
+
+
+@pytest.fixture
+def browser(tmp_path):
+    if chromium_path() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    session = Browser(tmp_path / "chromium-profile")
+    yield session
+    session.close()
+
+
+# --------------------------------------------------------------------------- leaderboards: intervals, rank groups
+
+
+def _per_seed(method: str, values, seeds=(0, 1, 2, 3, 4)) -> list[dict]:
+    return [{"group": method, "series": method, "family": "f", "seed": s, "run_id": f"run-{method}", "dataset": "d",
+             "ipc": 10, "method": method, "lrs": v} for s, v in zip(seeds, values)]
+
+
+def test_aggregate_adds_intervals_rank_groups_and_per_seed_scores():
+    spread = np.array([50.0, 70.0, 60.0, 80.0, 55.0])  # seed-to-seed spread >> the leads below
+    df = pd.DataFrame(_per_seed("a", spread + 1.0) + _per_seed("b", spread) + _per_seed("c", spread[::-1] + 0.5)
+                      + _per_seed("d", spread - 20.0))
+    board = aggregate(df, ["lrs"], ("dataset", "ipc", "method"), descending="lrs").set_index("method")
+    low, high = stats.bootstrap_mean_intervals(spread[:, None] + 1.0)
+    assert (board.loc["a", "lrs_low"], board.loc["a", "lrs_high"]) == pytest.approx((low[0], high[0]))
+    # a beats b by 1 on every seed: significant when paired by seed, though their intervals overlap widely
+    assert board.loc["a", "lrs_low"] < board.loc["b", "lrs_high"]
+    assert board.loc["a", "rank"] == 1 and board.loc["b", "rank"] == 2
+    # c's lead over b varies by seed (-30 ... +30): tied with a and b; d is below all
+    assert board.loc["c", "rank"] == 1 and set(board.loc["c", "tied_with"].split(", ")) == {"a", "b"}
+    assert board.loc["d", "rank"] == 4 and board.loc["d", "tied_with"] == ""
+    assert json.loads(board.loc["b", "lrs_per_seed"]) == {str(s): v for s, v in enumerate(spread)}
+    assert board.loc["a", "runs"] == "run-a"
+    shown = format_leaderboard(board.reset_index(), intervals=True)
+    columns = list(shown.columns)
+    assert columns[columns.index("seeds"):columns.index("seeds") + 3] == ["seeds", "rank", "tied with"]
+    assert shown.set_index("method").loc["a", "LRS"].startswith("64.00 [")  # mean [low, high]
+
+
+def test_rank_groups_stay_within_one_setting():
+    df = pd.DataFrame(_per_seed("a", [1.0, 2, 3, 4, 5]) + _per_seed("b", [0.0, 1, 2, 3, 4]))
+    df.loc[df["method"] == "b", "family"] = "other setting"
+    board = aggregate(df, ["lrs"], ("dataset", "ipc", "method"), descending="lrs")
+    assert list(board["rank"]) == [1, 1] and list(board["tied_with"]) == ["", ""]
+
+
+def test_leaderboards_group_tied_methods(store):
+    ars = load_boards()["ars"].set_index("method")
+    assert list(ars["rank"].loc[["dm", "kcenter", "random"]]) == [1, 1, 3]
+    assert ars.loc["dm", "tied_with"] == "kcenter" and ars.loc["random", "tied_with"] == ""
+    # dm's ARS interval overlaps kcenter's, and both lie above random's
+    assert ars.loc["dm", "ars_low"] < ars.loc["kcenter", "ars_high"]
+    assert ars.loc["random", "ars_high"] < min(ars.loc["dm", "ars_low"], ars.loc["kcenter", "ars_low"])
+    # ARS recomputed from the per-seed accuracies (gamma 0.5): no score was logged
+    expected = np.mean([metrics.ars(a - b, c - d) for a, b, c, d in ARS_SEEDS["dm"]])
+    assert ars.loc["dm", "ars_mean"] == pytest.approx(expected)
+
+
+# --------------------------------------------------------------------------- the report card
+
+
+def test_report_card_has_every_section_and_logs_to_mlflow(store, tmp_path):
+    card = cards.build_card("dm", "digits", 2)
+    sections = {b.protocol: b for b in card.blocks}
+    assert set(sections) == {"label_robust", "augmentation_robust", "adversarial", "augmentation", "transfer",
+                             "compression", "nas"}
+    assert sections["label_robust"].ran and sections["augmentation_robust"].ran
+    for protocol in ("adversarial", "augmentation", "transfer", "compression", "nas"):
+        assert not sections[protocol].ran
+        assert sections[protocol].command.startswith("papermill notebooks/") and "-p method dm" in \
+            sections[protocol].command and '"iterations": 5' in sections[protocol].command
+    lrs_table = sections["label_robust"].tables[0][1]
+    assert lrs_table.loc["seeds"].iloc[0] == "3" and "[" in lrs_table.loc["LRS (0-100)"].iloc[0]
+    assert " of 3 (tied with: " in lrs_table.loc["rank on LRS"].iloc[0]
+    ars_table = sections["augmentation_robust"].tables[0][1]
+    assert ars_table.loc["rank on ARS"].iloc[0] == "1 of 3 (tied with: kcenter)"
+    headline = card.headline.set_index("score")
+    assert headline.loc["CREI", "value"] == "not run" and headline.loc["ARS", "rank"] == "1 of 3"
+    assert card.image_grid.startswith(b"\x89PNG") and card.data == "digits"
+    assert sections["label_robust"].config["method"] == "dm"
+    for name in ("radar", "accuracy_vs_ipc", "training_loss", "confusion_matrix"):
+        assert card.figures[name] is not None, name
+    assert card.figures["robust_accuracy_vs_eps"] is None  # BEARD has not run
+    path, run_id = cards.write_card(card, tmp_path / "dm.html")
+    html = path.read_text()
+    for text in ("Report card: dm, digits, IPC 2", "not run", "papermill notebooks/nas.ipynb", "rank on LRS",
+                 "Confusion matrix", "sklearn.datasets.load_digits", sections["label_robust"].runs[0]):
+        assert text in html, text
+    assert html.count("data:image/png;base64,") >= 5  # self-contained: the images are inline
+    client = tracking.client()
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags[TAG["kind"]] == "report"
+    logged = {a.path for a in client.list_artifacts(run_id)} | {a.path for a in client.list_artifacts(run_id, "plots")}
+    assert {"report.html", "plots/radar.png", "plots/confusion_matrix.png", "plots/training_loss.png"} <= logged
+
+
+def test_confusion_matrix_is_logged_at_evaluation_time(store):
+    from ddlib.report import evals
+
+    lrs = load_boards()["lrs"]
+    cells = lrs[lrs["method"] == "kcenter"]["runs"].iloc[0].split()
+    matrix, classes, models = evals.confusion_counts(cells, "syn_hard")
+    assert models == 3 and classes == [str(c) for c in range(10)]
+    counts = np.array(matrix)
+    # the accuracy each seed logged is the matrix's trace over the test images
+    accuracy = float(lrs[lrs["method"] == "kcenter"]["acc_syn_hard_mean"].iloc[0])
+    assert np.trace(counts) / counts.sum() == pytest.approx(accuracy)
+    names = sorted(r.info.run_name for r in evals.evaluation_runs(cells, "syn_hard"))
+    assert names == ["syn_hard-s0", "syn_hard-s1", "syn_hard-s2"]
+    assert len(evals.loss_curves(cells, "syn_hard")) == 3
+
+
+@pytest.fixture(scope="module")
+def site(store, tmp_path_factory) -> Path:
+    """The leaderboard site of the module's store, written by the CLI."""
+    from ddlib.cli import main
+
+    folder = tmp_path_factory.mktemp("site")
+    assert main(["leaderboard", "--out", str(folder)]) == 0
+    return folder
+
+
+def test_cli_report(store, tmp_path, capsys):
+    from ddlib.cli import main
+
+    assert main(["report", "--method", "kcenter", "--out", str(tmp_path / "k.html"), "--no-log"]) == 0
+    assert (tmp_path / "k.html").exists() and "not run: " in capsys.readouterr().out
+    assert main(["report", "--method", "nope"]) == 1
+    assert "methods with runs: ['dm', 'kcenter', 'random']" in capsys.readouterr().err
+
+
+def test_cli_leaderboard_site(site):
+    pages = {p.name for p in site.glob("*.html")}
+    assert pages == {"index.html", "lrs-digits-ipc2.html", "ars-digits-ipc2.html"}
+    assert {p.name for p in (site / "cards").glob("*.html")} == {"dm-ipc2-digits.html", "kcenter-ipc2-digits.html",
+                                                                  "random-ipc2-digits.html"}
+    csv = pd.read_csv(site / "ars-digits-ipc2.csv")
+    assert {"ars_low", "ars_high", "rank", "tied_with", "ars_per_seed", "runs"} <= set(csv.columns)
+    assert (site / "plots" / "lrs-digits-ipc2-scores.png").exists()
+
+
+# --------------------------------------------------------------------------- in a browser
+
+
+def test_site_and_card_render_in_chromium(site, browser, artifacts):
+    images_ok = "Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)"
+    browser.open((site / "index.html").as_uri(), images_ok)
+    links = browser.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))")
+    assert "ars-digits-ipc2.html" in links and "cards/dm-ipc2-digits.html" in links
+    browser.screenshot(artifacts / "site-index.png")
+
+    browser.open((site / "ars-digits-ipc2.html").as_uri(), images_ok)
+    rows = browser.evaluate("Array.from(document.querySelectorAll('table.sortable')[0].tBodies[0].rows)"
+                            ".map(r => Array.from(r.cells).map(c => c.innerText))")
+    header = browser.evaluate("Array.from(document.querySelectorAll('table.sortable')[0].tHead.rows[0].cells)"
+                              ".map(c => c.innerText.trim())")
+    method, rank, ars = header.index("method"), header.index("rank"), header.index("ARS")
+    assert [(r[method], r[rank]) for r in rows] == [("dm", "1"), ("kcenter", "1"), ("random", "3")]
+    assert browser.evaluate("document.images.length") >= 1
+    browser.evaluate(f"document.querySelectorAll('table.sortable th')[{ars}].click()")  # sort ascending by ARS
+    assert [r[method] for r in browser.evaluate(
+        "Array.from(document.querySelectorAll('table.sortable')[0].tBodies[0].rows)"
+        ".map(r => Array.from(r.cells).map(c => c.innerText))")] == ["random", "kcenter", "dm"]
+    browser.screenshot(artifacts / "site-ars-digits-ipc2.png")
+
+    browser.open((site / "cards" / "dm-ipc2-digits.html").as_uri(), images_ok)
+    text = browser.evaluate("document.body.innerText")
+    for heading in ("DD-Ranking: Label-Robust Score", "BEARD: adversarial robustness", "DC-Bench: neural architecture",
+                    "Confusion matrix of the model trained on the set", "Configuration and MLflow runs"):
+        assert heading in text, heading
+    assert text.count("not run") >= 5 and browser.evaluate("document.images.length") >= 5
+    browser.screenshot(artifacts / "card-dm-ipc2-digits.png")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_mlflow_ui_shows_cells_and_the_lrs_column(store, browser, artifacts):
+    from ddlib.report.ui import ui_urls
+
+    mlflow = Path(sys.executable).with_name("mlflow")
+    if not mlflow.exists():
+        mlflow = shutil.which("mlflow")
+    port = _free_port()
+    server = subprocess.Popen([str(mlflow), "server", "--backend-store-uri", tracking.tracking_uri(), "--host",
+                               "127.0.0.1", "--port", str(port), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status == 200:
+                    break
+            except OSError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
+            time.sleep(1)
+        url = ui_urls(f"http://127.0.0.1:{port}")["label_robust"]
+        cells = ["random-ipc2-convnet", "kcenter-ipc2-convnet", "dm-ipc2-convnet"]
+        shown = " && ".join(f"document.body.innerText.includes('{c}')" for c in [*cells, "lrs_mean"])
+        browser.open(url, shown, timeout=120)
+        browser.screenshot(artifacts / "mlflow-ui-label_robust.png", full_page=False)
+        text = browser.evaluate("document.body.innerText")
+        assert "Model training" in text and "Runs" in text and "Token Usage" not in text  # training runs, not GenAI
+        experiment = tracking.client().get_experiment_by_name("label_robust")
+        assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+        # the README's search: cells by tag and param
+        found = tracking.client().search_runs([experiment.experiment_id],
+                                              "tags.protocol = 'label_robust' and params.ipc = '2'")
+        assert sorted(r.info.run_name for r in found) == sorted(cells)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers (its own process group)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+
+
+# --------------------------------------------------------------------------- the notebook
+
+
+@pytest.mark.slow
+def test_report_notebook_runs_under_papermill(store, tmp_path):
+    import papermill as pm
+
+    out = tmp_path / "report.ipynb"
+    pm.execute_notebook(str(ROOT / "notebooks" / "report.ipynb"), str(out), kernel_name="python3", progress_bar=False,
+                        parameters={"method": "dm", "out": str(tmp_path / "dm.html")}, cwd=str(ROOT / "notebooks"))
+    text = out.read_text()
+    assert "image/png" in text and "not run" in text and "LRS (0-100)" in text
+    assert (tmp_path / "dm.html").exists()
