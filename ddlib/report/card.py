@@ -34,6 +34,12 @@ from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, client, default_tags
 __all__ = ["list_sets", "Block", "Card", "build_card", "render_html", "log_card",
            "write_card", "data_label", "run_command", "format_value"]
 
+# protocol -> (the value the overview shows, its name); the rank shown is the board's where it ranks that value
+HEADLINE = {"label_robust": ("lrs", "LRS"), "augmentation_robust": ("ars", "ARS"), "adversarial": ("crei", "CREI"),
+            "augmentation": ("acc_aug_avg", "accuracy, mean over augmentations"),
+            "transfer": ("acc_others_avg", "DC-Bench transfer average accuracy"),
+            "compression": ("relative", "accuracy relative to the full data"), "nas": ("kendall", "NAS Kendall tau")}
+
 # protocol -> (board, title, value columns as (column, label) with None = every other value column,
 #              the columns that tell this set's rows apart, the board's score)
 LAYOUT = {
@@ -149,9 +155,11 @@ def score_table(board: pd.DataFrame, rows: pd.DataFrame, values, keys, score: st
 # --------------------------------------------------------------------------- what would run a protocol
 
 
-def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict | None = None) -> str:
+def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict | None = None,
+                seeds: list[int] | None = None) -> str:
     """The command that fills this protocol for this set: a repository params file that names the
-    method on this dataset, else the protocol's notebook under papermill with the set's params."""
+    method on this dataset, else the protocol's notebook under papermill with the set's params
+    (its source spec, and the seeds its other protocols ran with)."""
     root = PROJECT_ROOT / "params"
     for path in sorted(root.glob("*.yaml")) if root.is_dir() else []:
         try:
@@ -178,8 +186,13 @@ def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict
         args += ["-p", "ipc", str(ipc)]
     from ddlib.methods.sources import BUILTIN_SOURCES
 
+    extra = {}
     if source and BUILTIN_SOURCES.get(method) != source:
-        args += ["-y", json.dumps({"source": source})]
+        extra["source"] = source
+    if seeds:
+        extra["seeds"] = list(seeds)
+    if extra:
+        args += ["-y", json.dumps(extra)]
     if protocol == "nas":
         args += ["-p", "ground_truth", "PATH/TO/nasbench201-accuracy.csv"]
     return " ".join(shlex.quote(a) for a in args)
@@ -258,10 +271,10 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
     for protocol, (name, title, values, keys, score) in LAYOUT.items():
         board = boards[name]
         rows = board_rows(board, method, dataset, ipc)
+        main, main_label = HEADLINE[protocol]
         if rows.empty:
             blocks.append(Block(protocol, title, False))
-            headline.append({"protocol": title, "score": (score or "acc_set").upper(), "value": "not run",
-                             "seeds": "", "rank": ""})
+            headline.append({"protocol": title, "score": main_label, "value": "not run", "seeds": "", "rank": ""})
             continue
         runs = _runs(rows)
         config, found_source, found_data = _cell_info(runs)
@@ -277,17 +290,18 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
                 block.tables.append(("Kendall tau between the method ranking on the reference architecture and "
                                      "on each other one (all methods at this IPC)", tau.round(3)))
         blocks.append(block)
-        main = score or "acc_set"
         for _, row in rows.iterrows():
+            ranked = main == score and "rank" in row and not pd.isna(row["rank"])
             headline.append({"protocol": title + (f" ({row['mode']})" if "mode" in row else ""),
-                             "score": main.upper(),
-                             "value": format_value(main, row[f"{main}_mean"], row.get(f"{main}_low"), row.get(f"{main}_high")),
+                             "score": main_label,
+                             "value": format_value(main, row.get(f"{main}_mean"), row.get(f"{main}_low"),
+                                                   row.get(f"{main}_high")),
                              "seeds": str(row["seeds"]),
-                             "rank": "" if "rank" not in row or pd.isna(row["rank"])
-                             else f"{int(row['rank'])} of {_compared(board, row)}"})
+                             "rank": f"{int(row['rank'])} of {_compared(board, row)}" if ranked else ""})
+    seeds = next((b.config.get("seeds") for b in blocks if b.ran and b.config), None)
     for block in blocks:
         if not block.ran:
-            block.command = run_command(block.protocol, method, dataset, ipc, source)
+            block.command = run_command(block.protocol, method, dataset, ipc, source, seeds)
     card = Card(method, dataset, ipc, data_label(dataset, data_source), data_source, blocks, pd.DataFrame(headline),
                 settings={"w": boards.w, "gamma": boards.gamma, "alpha": boards.alpha, **INTERVALS},
                 created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
