@@ -124,12 +124,8 @@ def accuracy_vs_ipc(points: pd.DataFrame, highlight: str | None = None, full: tu
     if points["ipc"].nunique() > 1:
         ax.set_xscale("log")
     ax.set_xticks(sorted(points["ipc"].unique()), [str(i) for i in sorted(points["ipc"].unique())])
-    ax.set_xlabel("images per class")
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title(title or "Accuracy against images per class (95 % intervals)", fontsize=10)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _labelled(fig, ax, "images per class", "test accuracy (%)",
+                     title or "Accuracy against images per class (95 % intervals)")
 
 
 def loss_curves(curves: dict[str, list[list[float]]], title: str = ""):
@@ -153,9 +149,13 @@ def loss_curves(curves: dict[str, list[list[float]]], title: str = ""):
     high = max(max(max(c) for c in runs) for runs in curves.values())
     if low > 0 and high / low > 20:  # spans orders of magnitude
         ax.set_yscale("log")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("training loss")
-    ax.set_title(title or "Training loss (mean over seeds, band: min to max)", fontsize=10)
+    return _labelled(fig, ax, "epoch", "training loss", title or "Training loss (mean over seeds, band: min to max)")
+
+
+def _labelled(fig, ax, xlabel: str, ylabel: str, title: str):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
