@@ -253,6 +253,26 @@ def test_round_trip_without_optional_fields(tmp_path, mnist):
     assert back.provenance == {"format": "pt"}
 
 
+def test_zca_space_sets_are_kept_as_stored_and_flagged(tmp_path, cifar10):
+    # MTT/DATM with --zca save whitened images (values far outside [0, 1]): read as they are, marked,
+    # never de-normalised as if they were normalised pixels (the protocol inverts the whitening)
+    images, labels = pixels()
+    whitened = torch.randn(images.shape, generator=torch.Generator().manual_seed(1)) * 4
+    torch.save({"images": whitened, "labels": labels, "zca_space": True}, tmp_path / "flagged.pt")
+    back = load(tmp_path / "flagged.pt", cifar10)
+    assert back.zca_space and torch.equal(back.images, whitened) and "zca_space" in back.provenance
+    mtt = tmp_path / "mtt"
+    mtt.mkdir()
+    torch.save(whitened, mtt / "images_best.pt")
+    torch.save(labels, mtt / "labels_best.pt")
+    assert not torch.equal(load(mtt, cifar10).images, whitened)  # an MTT folder is read as normalised by default
+    flagged = load(mtt, cifar10, zca_space=True)  # the source spec's zca_space: true
+    assert flagged.zca_space and torch.equal(flagged.images, whitened)
+    again = load(save(flagged, tmp_path / "saved.pt"), cifar10)
+    assert again.zca_space and torch.equal(again.images, whitened)
+    assert not load(save(DistilledSet(images, labels, 10), tmp_path / "pixels.pt"), cifar10).zca_space
+
+
 @pytest.mark.parametrize("shape,max_per_class,ncol", [((3, 32, 32), 10, 3), ((1, 28, 28), 2, 2)])
 def test_image_grid(tmp_path, shape, max_per_class, ncol):
     images, labels = pixels(n_per_class=3, shape=shape)

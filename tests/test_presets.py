@@ -68,11 +68,15 @@ def test_preset_matches_dd_ranking_table(name):
     epochs, batch, opt, sched, label_type, loss, teacher, dsa, zca, rrc, shuffle, cutmix = TABLE[name]
     p = load_preset(name)
     assert isinstance(p.recipe, Recipe)
-    assert (p.recipe.epochs, p.recipe.batch_size, p.recipe.optimizer, p.recipe.scheduler) == (epochs, batch, opt, sched)
+    # the table's "cosine" is ddlib's 'cosine' or, where the source ends at half the lr (RDED, EDC), 'cosine_half'
+    assert (p.recipe.epochs, p.recipe.batch_size, p.recipe.optimizer, p.recipe.scheduler.split("_")[0]) == (
+        epochs, batch, opt, sched)
     assert p.label_type == label_type
     assert p.loss["name"] == loss
     archs = p.teacher_archs()
-    if teacher is None:
+    if teacher is None and label_type == "stored":
+        assert len(archs) == 1  # not the method's: the labeller of the random subset (DD-Ranking soft_label_mode S)
+    elif teacher is None:
         assert p.teacher is None and archs == []
     else:
         assert len(archs) == (1 if teacher == "single" else p.teacher["count"])
@@ -117,8 +121,45 @@ def test_soft_label_loss_params_are_explicit(name):
         assert loss["temperature"] > 0
     elif loss["name"] == "mse_ce":
         assert loss["mse_weight"] > 0 and loss["ce_weight"] > 0
-    # soft-label methods search the lr (DD-Ranking), hard-label methods use their published lr
-    assert p.lr_search is (p.label_type != "hard")
+
+
+# The student each method evaluates with (DD-Ranking: "with the model architecture reported in the
+# paper"), and which sets ship their evaluation lr.
+STUDENTS = {"dc": "convnet", "dsa": "convnet", "dm": "convnet", "mtt": "convnet", "datadam": "convnet",
+            "datm": "convnet", "sre2l": "resnet18_bn", "rded": "resnet18_bn", "cda": "resnet18_bn",
+            "dwa": "resnet18_bn", "d4m": "resnet18_bn", "edc": "resnet18_bn", "gvbsm": "resnet18_bn"}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_student_model_learned_lr_and_schedule(name):
+    p = load_preset(name)
+    assert p.model == STUDENTS[name]
+    assert p.learned_lr is (name in ("mtt", "datm"))  # MTT's lr_best.pt, DATM's lr.pt
+    # RDED's and EDC's cosine ends at half the lr (0.5 * (1 + cos(pi * e / E / 2))); SRe2L & co anneal to 0
+    expected = {"rded": "cosine_half", "edc": "cosine_half"}.get(name, p.recipe.scheduler)
+    assert p.recipe.scheduler == expected and (p.recipe.scheduler == "cosine_half") is (name in ("rded", "edc"))
+
+
+def test_cosine_half_ends_at_half_the_lr():
+    import torch
+
+    from ddlib.engine.train import _scheduler
+
+    recipe = Recipe(epochs=4, lr=0.1, scheduler="cosine_half")
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=recipe.lr)
+    sched = _scheduler(recipe, opt)
+    lrs = [opt.param_groups[0]["lr"]]
+    for _ in range(4):
+        opt.step()
+        sched.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    # 0.1 * 0.5 * (1 + cos(pi * e / 8)) for e = 0..4: cos(pi/8) = 0.9238795, cos(pi/4) = 0.7071068, cos(3pi/8) = 0.3826834
+    assert lrs == pytest.approx([0.1, 0.09619398, 0.08535534, 0.06913417, 0.05], abs=1e-8)
+
+
+def test_stored_label_presets_name_the_teacher_of_the_random_side():
+    # DD-Ranking's DATM/CIFAR10 config: soft_label_mode S with teacher_model_names [ConvNet-3]
+    assert load_preset("datm").teacher == {"arch": "convnet", "count": 1}
 
 
 def test_values_from_method_sources():
@@ -226,7 +267,9 @@ def test_unknown_keys_are_refused_naming_file_and_key(tmp_path, mutate, key):
         (lambda d: d["labels"]["teacher"].update(arch=["convnet", "convnet_bn"], count=3), "count"),
         (lambda d: d["labels"]["teacher"].update(count=0), "positive integer"),
         (lambda d: d.update(zca="no"), "zca: must be true or false"),
-        (lambda d: d.update(lr_search=1), "lr_search: must be true or false"),
+        (lambda d: d.update(lr_search=True), "lr_search: removed in ddlib 0.2.0.*lr_policy"),
+        (lambda d: d.update(learned_lr=1), "learned_lr: must be true or false"),
+        (lambda d: d.update(model="resnet9000"), "model: unknown model 'resnet9000'"),
         (lambda d: d.update(augment=[{"zca": {}}]), "top-level 'zca: true'"),
         (lambda d: d.update(augment=[{"flip": {"p": 0.5}, "cutmix": {}}]), "single-key mapping"),
         (lambda d: d.update(method=""), "method: must be a non-empty string"),
@@ -244,9 +287,13 @@ def test_label_type_rules(tmp_path):
     hard["labels"]["loss"] = {"name": "kl", "temperature": 4.0, "t_squared": True}
     with pytest.raises(ValueError, match="hard labels train with 'ce'"):
         load_preset(_write(tmp_path, hard, "h.yaml"))
+    with_teacher = _raw("dc")
+    with_teacher["labels"]["teacher"] = {"arch": "convnet", "count": 1}
+    with pytest.raises(ValueError, match="hard labels take no teacher"):
+        load_preset(_write(tmp_path, with_teacher, "h2.yaml"))
     stored = _raw("datm")
-    stored["labels"]["teacher"] = {"arch": "convnet", "count": 1}
-    with pytest.raises(ValueError, match="only labels of type 'teacher' take a teacher"):
+    stored["labels"].pop("teacher")  # it labels the random subset, which ships no soft labels
+    with pytest.raises(ValueError, match="labels.teacher: required for labels of type 'stored'.*random subset"):
         load_preset(_write(tmp_path, stored, "s.yaml"))
 
 
@@ -264,10 +311,10 @@ def test_teacher_forms(tmp_path):
 
 def test_optional_keys_and_augment_forms(tmp_path):
     data = _raw("dc")
-    for key in ("augment", "zca", "lr_search"):
+    for key in ("augment", "zca", "model"):
         data.pop(key)
     p = load_preset(_write(tmp_path, data, "minimal.yaml"))
-    assert (p.augment, p.zca, p.lr_search) == ([], False, False)
+    assert (p.augment, p.zca, p.model, p.learned_lr) == ([], False, None, False)
     for spec in (None, "none", [], ["none"]):
         data["augment"] = spec
         assert load_preset(_write(tmp_path, data, "minimal.yaml")).augment == []
@@ -292,8 +339,8 @@ def test_hard_label_variant(name):
     h = p.hard_label_variant()
     assert h.labels == {"type": "hard", "loss": {"name": "ce"}}
     assert h.teacher is None and h.teacher_archs() == []
-    assert (h.recipe, h.augment, h.zca, h.lr_search, h.method, h.source) == (
-        p.recipe, p.augment, p.zca, p.lr_search, p.method, p.source)
+    assert (h.recipe, h.augment, h.zca, h.model, h.learned_lr, h.method, h.source) == (
+        p.recipe, p.augment, p.zca, p.model, p.learned_lr, p.method, p.source)
     assert p.to_dict() == before  # the original is untouched
 
 
@@ -308,13 +355,13 @@ def test_without_augment(name):
 def test_to_dict_is_plain_copy_and_round_trips():
     p = load_preset("edc")
     d = p.to_dict()
-    assert set(d) == {"name", "method", "citation", "recipe", "labels", "augment", "zca", "lr_search", "source"}
+    assert set(d) == {"name", "method", "citation", "recipe", "labels", "augment", "zca", "model", "learned_lr", "source"}
     assert d["recipe"] == p.recipe.to_dict() and d["source"].endswith("edc.yaml")
     yaml.safe_dump(d)  # plain data
     d["labels"]["teacher"]["arch"].append("mlp")
     d["augment"].clear()
     assert p.teacher_archs() == ["resnet18_bn", "convnet"] and p.augment
-    back = parse_preset({k: d[k] for k in ("method", "citation", "zca", "lr_search")}
+    back = parse_preset({k: d[k] for k in ("method", "citation", "zca", "model", "learned_lr")}
                         | {"recipe": p.recipe.to_dict(), "labels": p.to_dict()["labels"], "augment": p.to_dict()["augment"]},
                         name="edc", source=p.source)
     assert back == p

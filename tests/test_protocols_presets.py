@@ -1,17 +1,30 @@
-"""LRS and ARS with method presets: soft labels, teachers, augmentation, lr policy (tiny CPU settings)."""
+"""The DD-Ranking protocols against their definition (issue 10): the hard-label side under the method's
+own evaluation, the random side labelled as the distilled side, learned and searched learning rates,
+ZCA-space sets, one real-data pool, a random subset per seed, the preset's student; and determinism
+across processes. Tiny CPU settings on the embedded digits data."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
-from ddlib import tracking
-
-from ddlib import report
+from ddlib import report, tracking
+from ddlib.engine.train import Recipe
 from ddlib.protocols import augmentation_robust, label_robust
-from ddlib.protocols.preset_eval import evaluate_with_preset, resolve_preset
+from ddlib.protocols.preset_eval import LrPlan, Setting, lr_plan, resolve_preset
 from ddlib.tracking import TAG
 
-TINY = dict(dataset="digits", method="kcenter", source={"kind": "kcenter", "epochs": 5}, ipc=2, seeds=[0, 1],
+TINY = dict(dataset="digits", method="random7", source={"kind": "random", "seed": 7}, ipc=2, model="convnet",
             recipe={"epochs": 3}, real_recipe={"epochs": 1}, preset_epochs=3, teacher_recipe={"epochs": 2},
             lr_grid=[0.001, 0.01])
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny trainings: a second thread only adds overhead
 
 
 def _run(module, **params):
@@ -22,74 +35,175 @@ def _run(module, **params):
     return cell, result
 
 
-def test_soft_label_lrs_with_teacher_and_validation_lr_search(mlflow_store):
-    cell, result = _run(label_robust, **TINY, preset="sre2l")
-    client = tracking.client()
-    run = client.get_run(cell.run_id)
-    assert run.info.status == "FINISHED"
-    assert ((result.per_seed["lrs"] >= 0) & (result.per_seed["lrs"] <= 100)).all()
-    # the lr was chosen on a validation split held out of the training set, for both sides alike
-    assert cell.validation is not None and len(cell.validation[1]) + len(cell.dataset.train_labels) == 1347
-    for role in ("syn_any", "rdm_any"):
-        assert run.data.tags[f"ddlib.lr_select.{role}"].startswith("validation: chose")
-        assert run.data.metrics[f"{role}_lr"] in (0.001, 0.01)
-    evals = client.search_runs([run.info.experiment_id], f"tags.`{TAG['kind']}` = 'eval'")
-    searched = {r.data.params["eval_split"] for r in evals if "-lr" in r.data.tags[TAG["role"]]}
-    assert searched == {"val"}
-    losses = {r.data.params["loss"] for r in evals if r.data.tags[TAG["role"]] in ("syn_any", "rdm_any")}
-    assert len(losses) == 1 and losses.pop().startswith("relabel(1x")  # one teacher relabels both sides
-    assert len(tracking.runs("teachers")) == 1  # trained once, kept in MLflow
-    # same config and seed, same score (everything is reused or recomputed identically)
-    _, again = _run(label_robust, **TINY, preset="sre2l")
-    assert again.per_seed.equals(result.per_seed)
+def _evals(experiment: str):
+    """Every evaluation (trained model) of the experiment: role, seed, params, as dicts."""
+    runs = tracking.client().search_runs(
+        [tracking.client().get_experiment_by_name(experiment).experiment_id],
+        f"tags.`{TAG['kind']}` = 'eval'", max_results=10000)
+    return [{**r.data.params, "role": r.data.tags[TAG["role"]], "seed": int(r.data.params["seed"]),
+             "accuracy": r.data.metrics["test_accuracy"], "key": r.data.tags[TAG["eval_key"]]} for r in runs]
 
 
-def test_lr_select_test_is_labelled_as_such(mlflow_store):
-    cell, _ = _run(label_robust, **{**TINY, "seeds": [0]}, preset="sre2l", lr_select="test")
-    tags = tracking.client().get_run(cell.run_id).data.tags
-    assert "TEST set" in tags["ddlib.lr_select.syn_any"] and cell.validation is None
+# --------------------------------------------------------------------------- items 1, 5, 6, 7
 
 
-def test_ars_runs_with_and_without_augmentation(mlflow_store):
-    cell, result = _run(augmentation_robust, **{k: v for k, v in TINY.items() if k not in ("recipe", "real_recipe")},
-                        preset="dsa")
-    cols = {"acc_syn_aug", "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug", "ior_aug", "ior_noaug", "ars"}
-    assert cols <= set(result.per_seed.columns)
-    assert ((result.per_seed["ars"] >= 0) & (result.per_seed["ars"] <= 100)).all()
-    evals = tracking.runs("augmentation_robust", kind="eval")
-    augments = dict(zip(evals["tags.ddlib.role"], evals["params.augment"]))
-    assert augments["syn_noaug"] == "none" and augments["syn_aug"].startswith("dsa(")
-    board = report.ars_leaderboard()
-    assert list(board["method"]) == ["kcenter"] and 0 <= board.iloc[0]["ars_mean"] <= 100
-    sweep = report.weight_sweep("ars")
-    assert [c for c in sweep.columns if c.startswith("ars @")] == [f"ars @ {g:g}" for g in report.SWEEP]
+def test_hard_side_is_the_presets_evaluation_searched_per_seed_and_real_data_is_one_pool(mlflow_store):
+    cell, result = _run(label_robust, **TINY, seeds=[0, 1], preset="dsa")
+    evals = _evals("label_robust")
+    final = {(e["role"], e["seed"]): e for e in evals if "-lr" not in e["role"]}
+    # 1. the hard-label accuracies train under the method's own augmentation (DSA), not the grid's recipe
+    for role in ("syn_hard", "rdm_hard"):
+        for seed in (0, 1):
+            assert final[(role, seed)]["augment"].startswith("dsa(strategy=color_crop_cutout_flip_scale_rotate")
+            assert final[(role, seed)]["recipe.epochs"] == "3"  # the preset's recipe (epochs overridden)
+    assert final[("real_hard", 0)]["augment"] == "none" and final[("real_hard", 0)]["recipe.epochs"] == "1"
+    # a hard-label method: HLR and IOR come from one accuracy (no separate "any" training)
+    assert (result.per_seed["acc_syn_any"] == result.per_seed["acc_syn_hard"]).all()
+    assert not any(e["role"].startswith("syn_any") for e in evals)
+    # 5. paper policy: hard-label accuracies searched per seed, scored on the validation split
+    trials = {(e["role"], e["seed"]) for e in evals if "-lr" in e["role"]}
+    assert trials == {(f"{side}_hard-lr{lr}-val", s) for side in ("syn", "rdm") for lr in ("0.001", "0.01")
+                      for s in (0, 1)}
+    assert all(e["eval_split"] == "val" for e in evals if "-lr" in e["role"])
+    run = tracking.client().get_run(cell.run_id)
+    for role in ("syn_hard", "rdm_hard"):
+        tag = run.data.tags[f"ddlib.lr.{role}"]
+        assert "seed 0:" in tag and "seed 1:" in tag and "searched on the validation split over 0.001, 0.01" in tag
+        history = tracking.client().get_metric_history(cell.run_id, f"lr_{role}")
+        assert {m.step: m.value for m in history} == {s: float(final[(role, s)]["recipe.lr"]) for s in (0, 1)}
+    assert run.data.tags["ddlib.lr.real_hard"].startswith("seed 0: 0.01 (real_recipe (never searched))")
+    assert list(result.sides.index) == ["syn_hard", "rdm_hard", "real_hard"]
+    # 7. a random subset per evaluation seed
+    assert final[("rdm_hard", 0)]["train_digest"] != final[("rdm_hard", 1)]["train_digest"]
+    # 6. one real-data pool: a cell without a preset (nothing searched) holds out the same validation split
+    other, plain = _run(label_robust, **TINY, seeds=[0, 1], lr_policy="fixed")
+    assert other.validation is not None and torch.equal(other.validation[1], cell.validation[1])
+    tags = [tracking.client().get_run(c.run_id).data.tags for c in (cell, other)]
+    assert tags[0]["ddlib.pool"] == tags[1]["ddlib.pool"] and "136 held out for validation" in tags[0]["ddlib.pool"]
+    assert list(plain.per_seed["acc_real_hard"]) == list(result.per_seed["acc_real_hard"])  # identical, reused
+    reals = [e for e in _evals("label_robust") if e["role"] == "real_hard"]
+    assert len(reals) == 2  # trained once per seed, whatever the preset
+    # 7. the same random subset in every cell at a given seed (here: with and without a preset)
+    rdm_plain = {e["seed"]: e for e in _evals("label_robust") if e["role"] == "rdm_hard" and e["augment"] == "none"}
+    assert {s: rdm_plain[s]["train_digest"] for s in (0, 1)} == {s: final[("rdm_hard", s)]["train_digest"] for s in (0, 1)}
 
 
-def test_stored_soft_labels_are_used_and_random_side_gets_one_hot(mlflow_store):
-    import torch
+# --------------------------------------------------------------------------- items 2, 3, 4
 
-    from ddlib.methods.select import random_subset
 
-    cell = label_robust.open_cell(**{**TINY, "seeds": [0]}, preset="datm", lr_select="none")
-    cell.progress = False
-    subset = random_subset(cell.dataset, 2, seed=3)
-    subset.soft_labels = torch.softmax(torch.randn(len(subset), 10, generator=torch.Generator().manual_seed(0)), 1)
-    preset = resolve_preset("datm")
-    (with_soft,), _ = evaluate_with_preset(cell, "syn_any", subset, preset, [0], lr_select="none", epochs=2)
-    subset.soft_labels = None
-    (one_hot,), _ = evaluate_with_preset(cell, "rdm_any", subset, preset, [0], lr_select="none", epochs=2)
+@pytest.fixture
+def datm_set(tmp_path):
+    """A DATM-style set (2 per class): stored soft labels (logits), a learned lr of 0.02 (not in the
+    lr grid) and images saved whitened, as DATM run with --zca saves them; plus its pixels."""
+    from ddlib.data.datasets import load_dataset
+    from ddlib.engine.augment import fit_zca
+    from ddlib.engine.train import Normalize
+
+    ds = load_dataset("digits")
+    idx = torch.cat([torch.nonzero(ds.train_labels == c).flatten()[:2] for c in range(10)])
+    pixels, labels = ds.pixels()[idx], ds.train_labels[idx]
+    zca = fit_zca(ds.train_images, ds.mean, ds.std)  # on the whole training set, as DATM fits its ZCA
+    whitened = zca(Normalize(ds.mean, ds.std)(pixels))
+    logits = torch.randn(len(labels), 10, generator=torch.Generator().manual_seed(0)) + 4 * torch.nn.functional.one_hot(labels, 10)
+    path = tmp_path / "datm_ipc2.pt"
+    torch.save({"images": whitened, "labels": labels, "soft_labels": logits, "lr": torch.tensor(0.02)}, path)
+    return {"kind": "file", "path": str(path), "zca_space": True}, pixels
+
+
+def test_zca_space_set_is_turned_back_into_pixels_once(mlflow_store, datm_set):
+    source, pixels = datm_set
+    cell = label_robust.open_cell(**{**TINY, "method": "datm", "source": source}, seeds=[0], preset="datm")
+    distilled = label_robust.obtain(cell)
     cell.close()
-    evals = tracking.runs("label_robust", kind="eval")
-    losses = dict(zip(evals["tags.ddlib.role"], evals["params.loss"]))
-    assert losses["syn_any"].startswith("stored:") and losses["rdm_any"].startswith("onehot:")
-    assert dict(zip(evals["tags.ddlib.role"], evals["params.preprocess"]))["syn_any"].startswith("zca")
+    # 4. the loader leaves the whitened values alone, the protocol inverts the whitening: back to pixels
+    assert not distilled.zca_space and (distilled.images - pixels).abs().max() < 1e-4
+    assert distilled.learned_lr == pytest.approx(0.02) and distilled.soft_labels is not None
+    assert "inverted with ZCA" in tracking.client().get_run(cell.run_id).data.tags["ddlib.zca_space"]
+
+
+def test_stored_soft_labels_learned_lr_and_teacher_labels_for_the_random_side(mlflow_store, datm_set):
+    source, _ = datm_set
+    cell, result = _run(label_robust, **{**TINY, "method": "datm", "source": source}, seeds=[0], preset="datm")
+    evals = _evals("label_robust")
+    final = {e["role"]: e for e in evals if "-lr" not in e["role"]}
+    searched = {e["role"].split("-lr")[0] for e in evals if "-lr" in e["role"]}
+    # 3. the distilled set's own evaluation trains at the lr it ships (DD-Ranking's syn_lr), unsearched
+    assert float(final["syn_any"]["recipe.lr"]) == pytest.approx(0.02) and "syn_any" not in searched
+    tags = tracking.client().get_run(cell.run_id).data.tags
+    assert tags["ddlib.lr.syn_any"] == "seed 0: 0.02 (learned lr shipped with the set (syn_lr))"
+    # ... the random subset and the hard-label accuracies are searched (paper policy)
+    assert searched == {"rdm_any", "syn_hard", "rdm_hard"}
+    # 2. the random side is trained on the teacher's soft labels with the same loss and temperature
+    assert final["syn_any"]["loss"] == final["rdm_any"]["loss"] == "stored:sce(temperature=1.0)"
+    assert result.sides.loc["rdm_any", "labels"].startswith("teacher logits (convnet), computed once")
+    assert result.sides.loc["syn_any", "labels"] == "soft labels shipped with the set"
+    artifacts = [a.path for a in tracking.client().list_artifacts(cell.run_id, "teacher_labels")]
+    assert artifacts == ["teacher_labels/random_seed0.pt"]
+    stored = torch.load(Path(tracking.client().download_artifacts(cell.run_id, artifacts[0])), weights_only=True)
+    assert stored["logits"].shape == (20, 10) and len(tracking.runs("teachers")) == 1
+    # both sides whitened once by the same ZCA; the hard side trains with DSA and ZCA, as DATM's use_aug_for_hard
+    assert final["syn_any"]["preprocess"] == final["rdm_any"]["preprocess"] == final["syn_hard"]["preprocess"] == "zca(eps=0.1)"
+    assert final["syn_hard"]["augment"].startswith("dsa(") and final["syn_hard"]["loss"] == "ce"
+
+
+# --------------------------------------------------------------------------- item 5: the policy, side by side
+
+
+def _setting(preset_name: str | None, hard: bool, own: bool) -> Setting:
+    preset = resolve_preset(preset_name)
+    recipe = preset.recipe if preset is not None else Recipe(lr=0.03)
+    return Setting("s", recipe, "convnet", preset, hard, own=own)
+
+
+@pytest.mark.parametrize("policy,preset,hard,own,side,learned,expected", [
+    # paper: hard-label accuracies searched, the random subset searched, the distilled set at its own lr
+    ("paper", None, True, False, "syn", None, (True, None)),
+    ("paper", "dsa", True, True, "syn", None, (True, None)),
+    ("paper", "sre2l", False, True, "syn", None, (False, 0.001)),
+    ("paper", "sre2l", False, True, "rdm", None, (True, None)),
+    ("paper", "datm", False, True, "syn", 0.02, (False, 0.02)),  # the learned lr
+    ("paper", "datm", True, False, "syn", 0.02, (True, None)),  # DATM's hard side: searched
+    ("paper", "mtt", True, True, "syn", 0.03, (False, 0.03)),  # MTT's own (hard) evaluation: its learned lr
+    ("paper", "mtt", True, True, "rdm", 0.03, (True, None)),
+    ("paper", "sre2l", False, True, "syn", 0.02, (False, 0.001)),  # sre2l does not say learned_lr
+    # symmetric: everything searched
+    ("symmetric", "sre2l", False, True, "syn", None, (True, None)),
+    ("symmetric", "datm", False, True, "syn", 0.02, (True, None)),
+    # fixed: nothing searched
+    ("fixed", None, True, False, "rdm", None, (False, 0.03)),
+    ("fixed", "dsa", True, True, "rdm", None, (False, 0.01)),
+    ("fixed", "datm", False, True, "syn", 0.02, (False, 0.02)),
+])
+def test_lr_policy(policy, preset, hard, own, side, learned, expected):
+    plan = lr_plan(policy, _setting(preset, hard, own), side, learned, [0.001, 0.01])
+    assert isinstance(plan, LrPlan) and plan.search is expected[0]
+    if not plan.search:
+        assert plan.lr == pytest.approx(expected[1])
+
+
+# --------------------------------------------------------------------------- item 8, parameters
+
+
+def test_the_presets_student_is_used_unless_the_grid_names_one():
+    assert label_robust.validate({"preset": "sre2l"})["model"] == "resnet18_bn"
+    assert label_robust.validate({"preset": "sre2l", "model": "convnet"})["model"] == "convnet"
+    assert label_robust.validate({})["model"] == "convnet"
+    assert augmentation_robust.validate({})["model"] == "convnet"  # its default preset, dsa: ConvNet-3
+
+
+def test_defaults_are_the_papers():
+    p = label_robust.validate({})
+    assert (p["lr_policy"], p["lr_select"], p["baseline_seed"], p["val_fraction"]) == ("paper", "validation", None, 0.1)
 
 
 @pytest.mark.parametrize("bad,message", [
     ({"preset": "nosuchmethod"}, "preset:"),
-    ({"lr_select": "best"}, "lr_select must be one of"),
+    ({"lr_select": "none"}, "lr_policy: fixed"),
+    ({"lr_policy": "best"}, "lr_policy must be one of"),
     ({"lr_grid": []}, "lr_grid"),
     ({"val_fraction": 1.5}, "val_fraction"),
+    ({"val_fraction": None}, "nothing to score the lr search on"),
+    ({"baseline_seed": "0"}, "baseline_seed"),
     ({"teacher_recipe": {"epoch": 1}}, "teacher_recipe"),
 ])
 def test_preset_parameters_are_validated(bad, message):
@@ -102,3 +216,90 @@ def test_ars_needs_a_preset_with_augmentation():
         augmentation_robust.validate({"preset": None})
     with pytest.raises(ValueError, match="no augmentation"):
         augmentation_robust.validate({"preset": "dc"})
+
+
+# --------------------------------------------------------------------------- ARS
+
+
+def test_ars_with_and_without_augmentation_under_the_policy(mlflow_store):
+    params = {k: v for k, v in TINY.items() if k not in ("recipe", "real_recipe")}
+    cell, result = _run(augmentation_robust, **params, seeds=[0], preset="dsa", lr_policy="symmetric")
+    evals = _evals("augmentation_robust")
+    final = {e["role"]: e for e in evals if "-lr" not in e["role"]}
+    assert final["syn_noaug"]["augment"] == final["rdm_noaug"]["augment"] == "none"
+    assert final["syn_aug"]["augment"].startswith("dsa(") and final["rdm_aug"]["augment"].startswith("dsa(")
+    assert {e["role"].split("-lr")[0] for e in evals if "-lr" in e["role"]} == {"syn_aug", "rdm_aug", "syn_noaug",
+                                                                               "rdm_noaug"}
+    row = result.per_seed.iloc[0]
+    assert row["ior_aug"] == row["acc_syn_aug"] - row["acc_rdm_aug"]
+    assert row["ior_noaug"] == row["acc_syn_noaug"] - row["acc_rdm_noaug"]
+    board = report.ars_leaderboard()
+    assert list(board["method"]) == ["random7"] and list(board["revision"]) == [str(augmentation_robust.REVISION)]
+    sweep = report.weight_sweep("ars")
+    assert [c for c in sweep.columns if c.startswith("ars @")] == [f"ars @ {g:g}" for g in report.SWEEP]
+
+
+# --------------------------------------------------------------------------- leaderboard rows
+
+
+def _fake_cell(tracker, params, revision_tags, pool, acc):
+    from ddlib.protocols.cell import cell_tags
+
+    tags = {**cell_tags("label_robust", params), "ddlib.pool": pool}
+    run_id = tracker.start_run("cell", params=params, tags=tags)
+    tracker.log_metrics(run_id, {"acc_syn_hard": acc, "acc_real_hard": 0.9, "acc_syn_any": acc, "acc_rdm_any": 0.3},
+                        step=0)
+    tracker.end_run(run_id)
+    assert tags[TAG["revision"]] == revision_tags
+
+
+def test_a_leaderboard_row_never_mixes_revisions_or_real_data_pools(mlflow_store, monkeypatch):
+    tracking.init_store()
+    tracker = tracking.Tracker("label_robust")
+    params = label_robust.validate({"method": "random", "ipc": 1, "seeds": [0]})
+    current = str(label_robust.REVISION)
+    _fake_cell(tracker, params, current, "pool A", 0.5)
+    _fake_cell(tracker, params, current, "pool A", 0.5)  # a rerun: the same row
+    _fake_cell(tracker, params, current, "pool B", 0.6)  # other real data: another row
+    with monkeypatch.context() as patch:
+        patch.setattr(label_robust, "REVISION", label_robust.REVISION - 1)
+        _fake_cell(tracker, params, str(label_robust.REVISION), "pool A", 0.7)  # an older definition: another row
+    board = report.lrs_leaderboard()
+    assert sorted(zip(board["revision"], board["acc_syn_hard_mean"])) == sorted(
+        [(current, 0.5), (current, 0.6), (str(int(current) - 1), 0.7)])
+    assert (board["seeds"] == 1).all()
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+DETERMINISM_SCRIPT = """
+import json, sys
+from ddlib.protocols import label_robust
+params = json.loads(sys.argv[1])
+cell = label_robust.open_cell(**params)
+cell.progress = False
+result = label_robust.evaluate(cell, label_robust.obtain(cell))
+cell.close()
+evals = cell.tracker.client.search_runs([cell.tracker.experiment_id], "tags.`ddlib.kind` = 'eval'")
+print(json.dumps({"per_seed": result.per_seed.to_dict("list"), "lr": result.sides["lr"].to_dict(),
+                  "trained": len(evals)}))
+"""
+
+
+@pytest.mark.slow  # two fresh interpreters (imports, store creation): about 30 s on an idle 2-core CPU
+def test_same_config_and_seed_give_the_same_scores_in_two_processes_with_fresh_stores(tmp_path):
+    params = {**TINY, "seeds": [0], "preset": "dsa"}  # a searched lr, DSA draws, a random subset, a teacher-free cell
+    outputs = []
+    for attempt in ("first", "second"):  # a new, empty store each time: nothing can be reused
+        store = tmp_path / attempt
+        env = {**os.environ, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}",
+               "DDLIB_NUM_THREADS": "1",
+               "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        done = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, json.dumps(params)], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = outputs
+    assert first["trained"] == second["trained"] > 0  # the second process trained everything again
+    assert first["per_seed"] == second["per_seed"] and first["lr"] == second["lr"]

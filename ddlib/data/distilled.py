@@ -11,12 +11,20 @@ Formats :func:`load` reads (detected from the path and the file's contents):
 * MTT output: a directory holding ``images_best.pt`` and ``labels_best.pt`` (optionally
   ``lr_best.pt``), or the path of ``images_best.pt`` (any ``images_<tag>.pt`` with a matching
   ``labels_<tag>.pt``). Images normalised; labels hard (N) or soft (N x C float).
-* Plain ``.pt`` dict ``{images, labels[, soft_labels][, lr][, normalized][, method][, provenance]}``,
-  the format :func:`save` writes. Pixels unless ``normalized`` is true.
-* ``.npz`` with ``images``, ``labels`` (optionally ``soft_labels``, ``lr``, ``normalized``); uint8
-  or float pixels, NCHW, NHWC or N x H x W.
+* Plain ``.pt`` dict ``{images, labels[, soft_labels][, lr][, normalized][, zca_space][, method][,
+  provenance]}``, the format :func:`save` writes. Pixels unless ``normalized`` is true.
+* ``.npz`` with ``images``, ``labels`` (optionally ``soft_labels``, ``lr``, ``normalized``,
+  ``zca_space``); uint8 or float pixels, NCHW, NHWC or N x H x W.
 * An ImageFolder tree of PNG/JPEG files, ``<path>/<class>/<file>``, class folders named by the
   dataset's class names or by indices ``0..C-1``.
+
+ZCA space: MTT and DATM run with ``--zca`` save their images *whitened* (ZCA of the normalised
+images). Such a set is read with ``zca_space=True`` (the caller's flag, or ``zca_space`` stored in
+the file): its values are kept as stored, neither de-normalised nor range-checked, and the set is
+marked ``zca_space``. Turning it back into pixels needs the whitening fitted on the real data
+(:func:`ddlib.engine.augment.zca.zca_to_pixels`), which this data layer does not hold: the protocol
+that obtains the set does it (:func:`ddlib.protocols.common.obtain`), so every set reaches training
+as pixels and is whitened once, like the test images.
 
 Security: DC-format files hold numpy scalars, so they can only be read with
 ``torch.load(weights_only=False)``, i.e. by unpickling, which can run arbitrary code. :func:`load`
@@ -59,6 +67,7 @@ class DistilledSet:
     num_classes: int
     soft_labels: torch.Tensor | None = None  # N x num_classes, per-image targets shipped with the set
     learned_lr: float | None = None  # MTT-style learned learning rate, if the method ships one
+    zca_space: bool = False  # images are ZCA-whitened values, not pixels (see the module docstring)
     method: str = ""
     source: str = ""  # file path or recipe that produced it
     provenance: dict = field(default_factory=dict)
@@ -95,6 +104,7 @@ def load(
     normalized: bool | None = None,
     method: str | None = None,
     experiment: int = -1,
+    zca_space: bool | None = None,
 ) -> DistilledSet:
     """Read a distilled set in any supported format and check it against ``dataset``.
 
@@ -102,7 +112,9 @@ def load(
     ``.npz`` and image files hold pixels). Normalised images are de-normalised with the
     dataset's mean/std so every set reaches the protocols as pixels. ``experiment`` picks one
     of a DC file's experiments (default: the last). ``method``
-    defaults to the name stored in the file, else the file (or folder) stem.
+    defaults to the name stored in the file, else the file (or folder) stem. ``zca_space`` (default:
+    the file's own ``zca_space`` flag, else false) says the images are ZCA-whitened: they are kept as
+    stored and the set is marked so (see the module docstring).
 
     When the normalisation was only guessed from the format (neither the caller nor the file
     said), values far outside [0, 1] are refused rather than trained on: the guess was wrong.
@@ -134,6 +146,7 @@ def load(
     explicit = normalized if normalized is not None else raw.get("normalized")
     is_normalized = bool(explicit) if explicit is not None else raw["default_normalized"]
 
+    whitened = bool(zca_space) if zca_space is not None else bool(raw.get("zca_space") or False)
     provenance = dict(raw.get("provenance") or {})
     provenance.setdefault("format", raw["format"])
     lr = raw.get("lr")
@@ -146,15 +159,18 @@ def load(
         method=method if method is not None else (raw.get("method") or raw["stem"]),
         source=str(path),
         provenance=provenance,
+        zca_space=whitened,
     )
-    if is_normalized and images.is_floating_point() and images.ndim == 4 and images.shape[1] == dataset.channels:
+    if whitened:
+        provenance["zca_space"] = "stored ZCA-whitened; turned into pixels with the cell's whitening"
+    elif is_normalized and images.is_floating_point() and images.ndim == 4 and images.shape[1] == dataset.channels:
         ds.images = denormalize(images, dataset.mean, dataset.std)
 
     validate(ds, dataset, path, allow_unequal)
     ds.labels = ds.labels.long()
     ds.images = ds.images.contiguous()
 
-    if explicit is None and not is_normalized:
+    if explicit is None and not is_normalized and not whitened:
         lo, hi = float(ds.images.min()), float(ds.images.max())
         if lo < PIXEL_RANGE_SLACK[0] or hi > PIXEL_RANGE_SLACK[1]:
             raise DistilledSetError(
@@ -226,6 +242,7 @@ def save(ds: DistilledSet, path: str | os.PathLike) -> Path:
         "images": ds.images.detach().cpu().float().contiguous(),
         "labels": ds.labels.detach().cpu().long().contiguous(),
         "normalized": False,
+        "zca_space": bool(ds.zca_space),
         "method": ds.method,
         "provenance": _plain(ds.provenance),
     }
@@ -332,6 +349,7 @@ def _read_pt(path: Path, experiment: int) -> dict:
             "soft_labels": obj.get("soft_labels"),
             "lr": obj.get("lr"),
             "normalized": _flag(obj.get("normalized")),
+            "zca_space": _flag(obj.get("zca_space")),
             "method": obj.get("method") or None,
             "provenance": _plain(provenance) if isinstance(provenance, dict) else None,
             "format": "pt",
@@ -411,6 +429,7 @@ def _read_npz(path: Path) -> dict:
         "soft_labels": arrays.get("soft_labels"),
         "lr": lr,
         "normalized": _flag(arrays.get("normalized")),
+        "zca_space": _flag(arrays.get("zca_space")),
         "format": "npz",
         "default_normalized": False,
         "stem": path.stem,

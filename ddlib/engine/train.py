@@ -13,6 +13,7 @@ the same accuracy bit for bit; on CUDA, cuDNN may differ in the last digits.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Callable, Sequence
@@ -28,7 +29,7 @@ from ddlib.models import create_model
 __all__ = ["Recipe", "SeedResult", "train_and_evaluate", "evaluate", "Normalize", "cross_entropy_loss", "Objective"]
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
-SCHEDULERS = ("step", "cosine", "none")
+SCHEDULERS = ("step", "cosine", "cosine_half", "none")
 
 # augment(x_normalised, targets, generator) -> (x, targets): label-mixing ops (Mixup, CutMix) change
 # the targets too; targets are int labels or per-image target rows.
@@ -51,7 +52,9 @@ class Recipe:
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 5e-4
-    scheduler: str = "step"  # "step": lr x 0.1 for the second half (DC); "cosine"; "none"
+    # "step": lr x 0.1 for the second half (DC); "cosine": to 0 (SRe2L); "cosine_half": the quarter-period
+    # cosine 0.5 * (1 + cos(pi * epoch / epochs / 2)) that ends at half the lr (RDED, EDC); "none"
+    scheduler: str = "step"
     eval_batch_size: int = 1024
 
     def __post_init__(self):
@@ -139,6 +142,9 @@ def _scheduler(recipe: Recipe, optimizer) -> torch.optim.lr_scheduler.LRSchedule
         return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[recipe.epochs // 2], gamma=0.1)
     if recipe.scheduler == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=recipe.epochs)
+    if recipe.scheduler == "cosine_half":  # RDED / EDC (DD-Ranking's 'cosine'): ends at lr / 2
+        epochs = recipe.epochs
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 0.5 * (1.0 + math.cos(math.pi * e / epochs / 2)))
     return None
 
 

@@ -6,6 +6,8 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
 * ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.methods.dm.distribution_matching`;
 * ``{kind: file, path: "sets/dc_cifar10_ipc{ipc}.pt"}``: a published set; ``{ipc}`` and
   ``{dataset}`` in the path are filled in per grid cell, and the file's IPC must match;
+  ``zca_space: true`` marks a set saved ZCA-whitened (MTT/DATM run with ``--zca``, see
+  :mod:`ddlib.data.distilled`): the protocol turns it back into pixels before training;
 * ``{kind: full}``: the whole real training set, the reference every compression is measured
   against (the cell's ``ipc`` does not apply to it).
 
@@ -27,7 +29,8 @@ SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
     "kcenter": {"seed": int, "model": str, "epochs": int},
     "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
            "model": str, "init": str, "init_epochs": int, "seed": int},
-    "file": {"path": str, "normalized": (bool, type(None)), "allow_unequal": bool, "experiment": int},
+    "file": {"path": str, "normalized": (bool, type(None)), "allow_unequal": bool, "experiment": int,
+             "zca_space": (bool, type(None))},
     "full": {},
 }
 BUILTIN_SOURCES = {"random": {"kind": "random"}, "kcenter": {"kind": "kcenter"}, "dm": {"kind": "dm"},

@@ -1,9 +1,14 @@
 """DD-Ranking's Augmentation-Robust Score for one distilled set (one grid cell).
 
-The distilled set and a random subset of the same size are each trained under the method's
-preset twice: with the preset's augmentation and without it (labels, teachers, ZCA and the
-learning-rate policy unchanged). Per seed: IOR_aug = acc_syn_aug - acc_rdm_aug, IOR_noaug =
-acc_syn_noaug - acc_rdm_noaug, ARS(IOR_aug, IOR_noaug, gamma); mean +- std over seeds.
+Per evaluation seed, the distilled set and that seed's random subset of the same size are each
+trained under the method's preset twice: with the preset's augmentation and without it (labels,
+teachers, ZCA, student model unchanged; ``ddranking/metrics/aug_robust.py``). A set that ships no
+soft labels under a stored-soft-label preset (the random subset) is labelled by the preset's
+teacher (:mod:`ddlib.protocols.preset_eval`). Learning rates follow ``lr_policy``: under ``paper``
+the distilled set trains at the method's own (or shipped, learned) lr and the random subset is
+searched; a hard-label preset's accuracies are hard-label accuracies, searched for both sides.
+IOR_aug = acc_syn_aug - acc_rdm_aug, IOR_noaug = acc_syn_noaug - acc_rdm_noaug,
+ARS(IOR_aug, IOR_noaug, gamma); mean +- std over seeds.
 """
 
 from __future__ import annotations
@@ -15,17 +20,17 @@ import pandas as pd
 from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_weight, obtain, open_protocol_cell,
-                                    preset_options, validate_common)
-from ddlib.protocols.preset_eval import evaluate_with_preset, resolve_preset
-from ddlib.methods.select import random_subset
+from ddlib.protocols.common import PRESET_PARAMS, SET_PARAMS, check_weight, obtain, open_protocol_cell, validate_common
+from ddlib.protocols.preset_eval import Evaluator, resolve_preset
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationRobustResult"]
 
 PROTOCOL = "augmentation_robust"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 1
+# 2: per-seed random subsets, teacher labels for the random side of stored-soft-label presets,
+# learned lr, lr_policy, one real-data pool, ZCA-space sets, the preset's student model.
+REVISION = 2
 
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).
 PARAMS = {**SET_PARAMS, "gamma": 0.5, **PRESET_PARAMS, "preset": "dsa"}
@@ -45,6 +50,7 @@ def validate(params: dict) -> dict:
 class AugmentationRobustResult:
     per_seed: pd.DataFrame  # one row per seed: four accuracies, IOR with and without augmentation, ARS
     summary: dict[str, float]
+    sides: pd.DataFrame  # one row per trained side: set, labels, loss, augmentation, ZCA, model, recipe, lr per seed
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
@@ -52,23 +58,22 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationRobustResult:
-    p, ds = cell.params, cell.dataset
+    p, seeds = cell.params, cell.params["seeds"]
     with cell.guard():
-        preset = resolve_preset(p["preset"])
-        baseline = random_subset(ds, distilled.ipc, p["baseline_seed"])
-        cell.log_set(baseline, "random_baseline")
-        options = preset_options(p)
+        ev = Evaluator(cell)
+        sets = {"syn": ({s: distilled for s in seeds}, "distilled"),
+                "rdm": (ev.random_subsets(distilled.ipc, seeds), "random subset")}
         acc = {}
-        for side, subset in (("syn", distilled), ("rdm", baseline)):
-            for variant, with_augment in (("aug", True), ("noaug", False)):
-                acc[f"{side}_{variant}"], _ = evaluate_with_preset(
-                    cell, f"{side}_{variant}", subset, preset, p["seeds"], with_augment=with_augment, **options)
+        for variant, with_augment in (("aug", True), ("noaug", False)):
+            setting = ev.own_setting(with_augment)
+            for side, (subsets, name) in sets.items():
+                acc[f"{side}_{variant}"] = ev.run(f"{side}_{variant}", side, subsets, setting, seeds, name)
         rows = []
-        for i, seed in enumerate(p["seeds"]):
+        for i, seed in enumerate(seeds):
             a = {key: evals[i].accuracy for key, evals in acc.items()}
             ior_aug = metrics.ior(a["syn_aug"], a["rdm_aug"])
             ior_noaug = metrics.ior(a["syn_noaug"], a["rdm_noaug"])
             rows.append({"seed": seed, **{f"acc_{k}": v for k, v in a.items()}, "ior_aug": ior_aug,
                          "ior_noaug": ior_noaug, "ars": metrics.ars(ior_aug, ior_noaug, p["gamma"])})
         per_seed, summary = cell.record_per_seed(rows)
-    return AugmentationRobustResult(per_seed, summary)
+    return AugmentationRobustResult(per_seed, summary, ev.sides())

@@ -115,6 +115,7 @@ class Cell:
     dataset: Dataset
     progress: bool = True
     validation: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)  # held out of train
+    unsplit: Dataset | None = field(default=None, repr=False)  # the data before the validation split
     closed: bool = field(default=False, repr=False)
     cache: dict = field(default_factory=dict, repr=False)  # per-cell reuse (teachers, ZCA)
 
@@ -141,6 +142,7 @@ class Cell:
             tracker.set_tags(run_id, {TAG["data_source"]: cell.dataset.source})
             if cell.dataset.extra.get("reduced"):
                 tracker.set_tags(run_id, {"ddlib.reduced_data": cell.dataset.source})
+            cell.unsplit = cell.dataset
             if val_fraction:
                 cell.dataset, cell.validation = hold_out_validation(cell.dataset, val_fraction)
         return cell

@@ -7,7 +7,7 @@ from ddlib.data.datasets import list_datasets
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.preset_eval import LR_GRID, LR_SELECT, resolve_preset
+from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SELECT, resolve_preset
 from ddlib.methods.sources import obtain_set, resolve_source, validate_source
 from ddlib.engine.train import Recipe
 
@@ -28,15 +28,22 @@ SET_PARAMS = {
 
 # How the method's own evaluation is reproduced (ddlib.protocols.preset_eval), against which random subset.
 PRESET_PARAMS = {
-    "baseline_seed": 0,
+    "model": None,  # null: the preset's student (its `model`), else convnet; a name here always wins
+    "baseline_seed": None,  # null: each evaluation seed draws its own random subset (DD-Ranking); an int: one for all
     "preset": None,  # params/methods/<name>.yaml or a path; null = hard labels only
     "preset_epochs": None,  # override the preset's epochs (CPU smoke runs)
     "teacher_recipe": {},  # how the suite trains teachers on the real data (Recipe keys)
     "teacher_checkpoints": None,  # or your own teachers: one state_dict path per ensemble member
-    "lr_select": "validation",  # validation | test (the peer's choice, labelled) | none
+    "lr_policy": "paper",  # paper | symmetric | fixed (ddlib.protocols.preset_eval)
+    "lr_select": "validation",  # where a search is scored: validation | test (the peer's choice, labelled)
     "lr_grid": list(LR_GRID),
-    "val_fraction": 0.1,  # held out of the real training set when a preset searches the lr on validation
+    "val_fraction": 0.1,  # held out of the real training set of every cell (the real-data pool is the rest)
 }
+
+# The validation split is drawn with this seed for every cell of a dataset, whatever the preset or
+# method: one real-data pool per (dataset, val_fraction), identified by the tag POOL_TAG.
+VALIDATION_SEED = 0
+POOL_TAG = "ddlib.pool"
 
 
 FULL_IPC = 0  # the ipc of a ``full`` cell: all images (shown as "all" in leaderboards)
@@ -70,7 +77,7 @@ def validate_set_params(protocol: str, defaults: dict, params: dict) -> dict:
     p = {**defaults, **params}
     if not isinstance(p["dataset"], str) or not (p["dataset"] in list_datasets() or p["dataset"].startswith("imagefolder:")):
         raise ValueError(f"dataset: unknown dataset {p['dataset']!r}; known: {list_datasets()}")
-    if "model" in p and p["model"] not in list_models():
+    if "model" in p and p["model"] is not None and p["model"] not in list_models():
         raise ValueError(f"model: unknown model {p['model']!r}; known: {list_models()}")
     p["source"] = validate_source(p["method"], p["source"]) if p["source"] is not None else resolve_source(p["method"])
     if p["source"]["kind"] == "full":
@@ -89,24 +96,36 @@ def validate_set_params(protocol: str, defaults: dict, params: dict) -> dict:
 
 
 def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
-    """:func:`validate_set_params`, then the preset parameters of the DD-Ranking protocols."""
+    """:func:`validate_set_params`, then the preset parameters of the DD-Ranking protocols; a null
+    ``model`` becomes the preset's student (else ``convnet``)."""
     p = validate_set_params(protocol, defaults, params)
-    if not isinstance(p["baseline_seed"], int):
-        raise ValueError(f"baseline_seed must be an integer, got {p['baseline_seed']!r}")
+    if p["baseline_seed"] is not None and (not isinstance(p["baseline_seed"], int) or isinstance(p["baseline_seed"], bool)):
+        raise ValueError(f"baseline_seed must be null (the evaluation seed) or an integer, got {p['baseline_seed']!r}")
     if p["preset_epochs"] is not None and not positive_int(p["preset_epochs"]):
         raise ValueError(f"preset_epochs must be null or a positive integer, got {p['preset_epochs']!r}")
+    preset = None
     if p["preset"] is not None:
         try:
-            resolve_preset(p["preset"])
+            preset = resolve_preset(p["preset"])
         except (ValueError, OSError) as e:
             raise ValueError(f"preset: {e}") from None
+    if p["model"] is None:
+        p["model"] = (preset.model if preset is not None and preset.model else None) or DEFAULT_MODEL
+    if p["lr_policy"] not in LR_POLICIES:
+        raise ValueError(f"lr_policy must be one of {LR_POLICIES}, got {p['lr_policy']!r}")
     if p["lr_select"] not in LR_SELECT:
-        raise ValueError(f"lr_select must be one of {LR_SELECT}, got {p['lr_select']!r}")
+        hint = " ('none' is now lr_policy: fixed)" if p["lr_select"] == "none" else ""
+        raise ValueError(f"lr_select must be one of {LR_SELECT}, got {p['lr_select']!r}{hint}")
     grid = p["lr_grid"]
     if not isinstance(grid, list) or not grid or not all(isinstance(v, (int, float)) and v > 0 for v in grid):
         raise ValueError(f"lr_grid must be a non-empty list of positive numbers, got {grid!r}")
-    if p["val_fraction"] is not None and not (isinstance(p["val_fraction"], (int, float)) and 0 < p["val_fraction"] < 1):
-        raise ValueError(f"val_fraction must be null or a number in (0, 1), got {p['val_fraction']!r}")
+    fraction = p["val_fraction"]
+    if fraction is None:
+        if p["lr_policy"] != "fixed" and p["lr_select"] == "validation":
+            raise ValueError("val_fraction: null (no validation split) leaves nothing to score the lr search on; "
+                             "give a fraction, or lr_select: test, or lr_policy: fixed")
+    elif isinstance(fraction, bool) or not (isinstance(fraction, (int, float)) and 0 < fraction < 1):
+        raise ValueError(f"val_fraction must be null or a number in (0, 1), got {fraction!r}")
     checkpoints = p["teacher_checkpoints"]
     if checkpoints is not None and (not isinstance(checkpoints, list) or not all(isinstance(c, str) for c in checkpoints)):
         raise ValueError(f"teacher_checkpoints must be null or a list of paths, got {checkpoints!r}")
@@ -115,24 +134,47 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
 
 
 def open_protocol_cell(protocol: str, p: dict, run_id: str | None, experiment: str | None) -> Cell:
-    """Open the cell's run; hold out a validation split when the preset searches the lr on one."""
-    preset = resolve_preset(p["preset"])
-    needs_validation = preset is not None and preset.lr_search and p["lr_select"] == "validation"
-    return Cell.open(protocol, p, run_id=run_id, experiment=experiment,
-                     val_fraction=p["val_fraction"] if needs_validation else None)
+    """Open the cell's run on its real-data pool: the training set without a class-stratified
+    validation split (``val_fraction``, drawn with :data:`VALIDATION_SEED`), held out for every cell
+    whatever its preset, so the full-data reference, the random subsets, teachers and ZCA of one
+    dataset come from the same images in every cell. The pool's identity is tagged (:data:`POOL_TAG`)."""
+    from ddlib.protocols.teachers import dataset_identity
 
-
-def preset_options(p: dict) -> dict:
-    """Keyword arguments of :func:`ddlib.protocols.preset_eval.evaluate_with_preset` from the params."""
-    return dict(lr_select=p["lr_select"], lr_grid=p["lr_grid"], epochs=p["preset_epochs"],
-                teacher_recipe=Recipe.from_dict(p["teacher_recipe"]), teacher_checkpoints=p["teacher_checkpoints"])
+    cell = Cell.open(protocol, p, run_id=run_id, experiment=experiment, val_fraction=p["val_fraction"])
+    with cell.guard():
+        pool = cell.dataset
+        held = len(cell.validation[1]) if cell.validation is not None else 0
+        split = (f"{held} held out for validation (val_fraction {p['val_fraction']:g}, seed {VALIDATION_SEED})"
+                 if held else "no validation split")
+        cell.tracker.set_tags(cell.run_id, {POOL_TAG: f"{pool.name}: {len(pool.train_labels)} training images, {split}; "
+                                                      f"content {dataset_identity(pool)['train'][:16]}"})
+    return cell
 
 
 def obtain(cell: Cell) -> DistilledSet:
-    """The cell's distilled set (made or loaded), logged as an image grid."""
+    """The cell's distilled set (made or loaded), as pixels, logged as an image grid. A set stored in
+    ZCA space (``zca_space``) is turned back into pixels with a ZCA fitted on the cell's real training
+    set before its validation split (the data MTT/DATM whiten with), so training whitens it once."""
     p = cell.params
     with cell.guard():
         distilled = obtain_set(p["method"], p["source"], cell.dataset, p["ipc"], device=cell.device,
                                progress=cell.progress)
+        if distilled.zca_space:
+            distilled = _from_zca_space(cell, distilled)
         cell.log_set(distilled, "distilled")
     return distilled
+
+
+def _from_zca_space(cell: Cell, distilled: DistilledSet) -> DistilledSet:
+    from dataclasses import replace
+
+    from ddlib.engine.augment import fit_zca, zca_to_pixels
+
+    ds = cell.unsplit if cell.unsplit is not None else cell.dataset
+    if "zca_unsplit" not in cell.cache:
+        cell.cache["zca_unsplit"] = fit_zca(ds.train_images, ds.mean, ds.std, device=cell.device)
+    pixels = zca_to_pixels(distilled.images, cell.cache["zca_unsplit"], ds.mean, ds.std).cpu()
+    provenance = {**distilled.provenance, "zca_space": f"stored ZCA-whitened; inverted with ZCA(eps=0.1) fitted on "
+                                                      f"{len(ds.train_labels)} real training images of {ds.name}"}
+    cell.tracker.set_tags(cell.run_id, {"ddlib.zca_space": provenance["zca_space"]})
+    return replace(distilled, images=pixels.contiguous(), zca_space=False, provenance=provenance)

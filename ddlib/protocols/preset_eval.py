@@ -1,39 +1,69 @@
-"""Train a set the way a method preset says: labels, loss, augmentation, ZCA and learning-rate policy.
+"""How the DD-Ranking protocols train a set: the *settings* (hard labels, or the method's own
+evaluation from its preset), the random subsets, the teachers' labels and the learning-rate policy.
 
 Shared by the Label-Robust and Augmentation-Robust protocols. The distilled set and the random
-subset go through exactly the same function with the same preset, teachers, augmentation and
-learning-rate policy, so the only difference between the two sides is the images.
+subset of a comparison go through the same :class:`Setting` (model, recipe, augmentation, ZCA,
+labels and loss), so the only differences between the two sides are the images and, where the
+policy says so, the learning rate.
 
-Label types:
+Settings:
 
-* ``hard``: the set's labels with the preset's loss (cross-entropy).
-* ``stored``: soft labels shipped with the set (DATM-style). A random subset has none, so it is
-  trained on its one-hot labels with the same loss (soft cross-entropy of a one-hot row is CE).
-* ``teacher``: every augmented batch is relabelled online by the preset's teachers (an ensemble
-  is averaged in logit space), trained once per (dataset, architecture, recipe) and kept in MLflow.
+* **hard** (HLR and the hard-label IOR): hard labels with cross-entropy. With a preset, the preset's
+  recipe, augmentation, ZCA and student model (DD-Ranking measures a hard-label method under its
+  own augmentation, e.g. DSA for DSA/DM/MTT/DataDAM/DATM, DATM also with ZCA:
+  ``use_aug_for_hard``); without one, the grid's ``recipe`` and ``model``, no augmentation.
+* **own** (the "any" side, ARS): the preset as published. Label types: ``hard``; ``stored`` (soft
+  labels shipped with the set; a set without them, e.g. the random subset, is labelled once by the
+  preset's teacher: its logits over the images, kept as an artifact of the cell run and trained on
+  with the same loss and temperature, as DD-Ranking's ``soft_label_mode: S`` labels its random
+  data); ``teacher`` (every augmented batch relabelled online, ensembles averaged in logit space).
 
-Learning-rate policy (``lr_select``): ``validation`` (default) trains the first seed at every lr of
-the grid, scores each on a class-stratified split held out of the real training set, and keeps the
-best; ``test`` does the same on the test set, reproducing DD-Ranking's choice (it is labelled so in
-MLflow); ``none`` uses the preset's lr. The search runs only for presets with ``lr_search: true``.
+Learning-rate policy (``lr_policy``; the real-data reference is never searched):
+
+* ``paper`` (default), DD-Ranking's: every hard-label accuracy is searched over ``lr_grid``
+  ("When computing the accuracy under hard labels, we perform the hyperparameter search for the
+  learning rate and report the best one"); under the method's own evaluation the distilled set
+  trains at the method's lr (the preset's, or the learned lr the set ships where the preset says
+  ``learned_lr: true``: DD-Ranking's ``syn_lr``) and the random subset is searched.
+* ``symmetric``: every side searched (DD-Ranking's code when no ``syn_lr`` is passed).
+* ``fixed``: nothing searched: the preset's lr (or the set's learned lr), else the grid's recipe.
+
+A search trains each candidate lr per evaluation seed (a seed's choice may differ) and scores it on
+``lr_select``: ``validation`` (default) a class-stratified split held out of the real training set;
+``test`` the test set, as DD-Ranking's code does (labelled so in MLflow). The chosen lr of every
+side and seed and where it came from are logged: metric ``lr_<role>`` (step = seed) and tag
+``ddlib.lr.<role>`` on the cell run, and :meth:`Evaluator.sides` as a table.
+
+Random subsets: one per evaluation seed, drawn with that seed (DD-Ranking draws a new subset per
+evaluation run), so every method gets the same subset at a given seed; ``baseline_seed`` fixes one
+subset for every seed instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import copy
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Sequence
 
+import pandas as pd
 import torch
 
+from ddlib.data.digest import tensor_digest
 from ddlib.data.distilled import DistilledSet
-from ddlib.protocols.presets import Preset, load_preset
-from ddlib.protocols.cell import Cell, Evaluation
 from ddlib.engine.train import Recipe
+from ddlib.methods.select import random_subset
+from ddlib.protocols.cell import Cell, Evaluation
+from ddlib.protocols.presets import Preset, load_preset
 
-__all__ = ["LR_GRID", "LR_SELECT", "resolve_preset", "evaluate_with_preset"]
+__all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "DEFAULT_MODEL", "resolve_preset", "Setting", "LrPlan",
+           "lr_plan", "Evaluator"]
 
-LR_GRID = [0.001, 0.005, 0.01, 0.05, 0.1]
-LR_SELECT = ("validation", "test", "none")
+LR_GRID = [0.001, 0.005, 0.01, 0.05, 0.1]  # DD-Ranking's grid (soft_label.py, hard_label.py, aug_robust.py)
+LR_SELECT = ("validation", "test")
+LR_POLICIES = ("paper", "symmetric", "fixed")
+DEFAULT_MODEL = "convnet"  # the student when neither the grid nor the preset names one
 
 
 def resolve_preset(spec) -> Preset | None:
@@ -43,100 +73,247 @@ def resolve_preset(spec) -> Preset | None:
     return load_preset(spec)
 
 
-def _teacher_hook(cell: Cell, preset: Preset, teacher_recipe: Recipe, checkpoints: Sequence[str] | None = None):
-    from ddlib.engine.labels import TeacherRelabel
-    from ddlib.protocols.teachers import get_teachers
+@dataclass
+class Setting:
+    """How a set is trained and tested: everything but the images, their labels and the lr."""
 
-    archs = preset.teacher_archs()
-    if checkpoints is not None and len(checkpoints) != len(archs):
-        raise ValueError(f"teacher_checkpoints: the preset has {len(archs)} teacher(s) {archs}, "
-                         f"but {len(checkpoints)} checkpoint(s) were given")
-    key = ("teachers", tuple(archs), teacher_recipe, tuple(checkpoints or ()))
-    if key not in cell.cache:
-        teachers = []
-        for seed, arch in enumerate(archs):  # one seed (or checkpoint) per ensemble member
-            teachers += get_teachers(cell.dataset, arch, 1, teacher_recipe, seeds=[seed], device=cell.device,
-                                     progress=cell.progress,
-                                     checkpoint=checkpoints[seed] if checkpoints is not None else None)
-        cell.cache[key] = TeacherRelabel(teachers, loss=preset.loss)
-    return cell.cache[key]
+    name: str  # "hard", "own", "own, no augmentation"
+    recipe: Recipe
+    model: str
+    preset: Preset | None  # its labels, unless ``hard``
+    hard: bool  # hard labels with cross-entropy
+    augment: object = field(default=None, repr=False)
+    augment_name: str = "none"
+    preprocess: torch.nn.Module | None = field(default=None, repr=False)
+    preprocess_name: str = "none"
+    own: bool = False  # the method's own evaluation (where a learned lr applies)
 
 
-def _zca(cell: Cell):
-    from ddlib.engine.augment import fit_zca
-
-    if "zca" not in cell.cache:
-        ds = cell.dataset
-        cell.cache["zca"] = fit_zca(ds.train_images, ds.mean, ds.std, device=cell.device)
-    return cell.cache["zca"]
+@dataclass(frozen=True)
+class LrPlan:
+    search: bool
+    lr: float  # when not searching
+    source: str  # where ``lr`` comes from, or why the search runs
 
 
-def _targets_and_loss(cell: Cell, preset: Preset, subset: DistilledSet, teacher_recipe: Recipe,
-                      teacher_checkpoints: Sequence[str] | None = None):
-    """(targets, loss hook, loss name) for ``subset`` under ``preset``'s label type."""
-    from ddlib.engine.labels import create_loss, stored_targets
+def lr_plan(policy: str, setting: Setting, side: str, learned_lr: float | None, grid: Sequence[float],
+            split: str = "val") -> LrPlan:
+    """Which lr a side trains at (``side``: ``syn`` the distilled set, ``rdm`` the random subset;
+    ``learned_lr``: the lr the set ships, if any) under ``policy`` (see the module docstring)."""
+    if policy not in LR_POLICIES:
+        raise ValueError(f"lr_policy must be one of {LR_POLICIES}, got {policy!r}")
+    preset = setting.preset
+    own_lr = f"preset {preset.name}" if preset is not None else "the grid's recipe"
+    learned = (side == "syn" and setting.own and preset is not None and preset.learned_lr and learned_lr is not None)
+    where = "validation split" if split == "val" else "TEST set (as the peer does)"
+    searched = LrPlan(True, setting.recipe.lr, f"searched on the {where} over {', '.join(f'{v:g}' for v in grid)}")
+    if policy == "symmetric":
+        return searched
+    if learned:
+        return LrPlan(False, float(learned_lr), "learned lr shipped with the set (syn_lr)")
+    if policy == "fixed":
+        return LrPlan(False, setting.recipe.lr, own_lr)
+    if side == "rdm" or setting.hard:  # paper: hard-label accuracies and the random subset are searched
+        return searched
+    return LrPlan(False, setting.recipe.lr, f"{own_lr} (the method's own)")
 
-    kind = preset.label_type
-    if kind == "teacher":
-        hook = _teacher_hook(cell, preset, teacher_recipe, teacher_checkpoints)
-        return subset.labels, hook, hook.name
-    if kind == "stored" and subset.soft_labels is not None:
-        loss, name = create_loss(preset.loss)
+
+class Evaluator:
+    """The DD-Ranking sides of one cell: builds settings and random subsets, trains sides under the
+    learning-rate policy, labels sets with teachers, and logs what each side used."""
+
+    def __init__(self, cell: Cell):
+        p = cell.params
+        self.cell = cell
+        self.preset = resolve_preset(p["preset"])
+        self.policy = p["lr_policy"]
+        self.split = "val" if p["lr_select"] == "validation" else "test"
+        self.grid = [float(v) for v in p["lr_grid"]]
+        self.epochs = p["preset_epochs"]
+        self.teacher_recipe = Recipe.from_dict(p["teacher_recipe"])
+        self.checkpoints = p["teacher_checkpoints"]
+        self.rows: list[dict] = []  # one per trained side: what it used (the notebook's table)
+        cell.tracker.set_tags(cell.run_id, {"ddlib.lr_policy": self.policy + (
+            f"; searches scored on the {'validation split' if self.split == 'val' else 'TEST set, as the peer does'}"
+            if self.policy != "fixed" else "")})
+
+    # ------------------------------------------------------------------ settings
+
+    def _augment(self, spec: list):
+        from ddlib.engine.augment import create_augment
+
+        ds = self.cell.dataset
+        hook = create_augment(spec, mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
+        return hook, (hook.describe() if hook is not None else "none")
+
+    def _zca(self):
+        """ZCA fitted on the cell's real training pool (MTT/DATM fit theirs on the real training set)."""
+        from ddlib.engine.augment import fit_zca
+
+        cache = self.cell.cache
+        if "zca" not in cache:
+            ds = self.cell.dataset
+            cache["zca"] = fit_zca(ds.train_images, ds.mean, ds.std, device=self.cell.device)
+        return cache["zca"]
+
+    def _from_preset(self, name: str, preset: Preset, with_augment: bool, own: bool) -> Setting:
+        recipe = preset.recipe if self.epochs is None else replace(preset.recipe, epochs=self.epochs)
+        augment, augment_name = self._augment(preset.augment if with_augment else [])
+        return Setting(name, recipe, self.cell.params["model"], preset, preset.label_type == "hard",
+                       augment, augment_name, self._zca() if preset.zca else None,
+                       "zca(eps=0.1)" if preset.zca else "none", own)
+
+    def hard_setting(self, recipe: Recipe) -> Setting:
+        """Hard labels: the preset's recipe, augmentation, ZCA and model; without one, ``recipe``."""
+        if self.preset is None:
+            return Setting("hard", recipe, self.cell.params["model"], None, True)
+        hard = self.preset.hard_label_variant()
+        return self._from_preset("hard", hard, True, own=self.preset.label_type == "hard")
+
+    def own_setting(self, with_augment: bool = True) -> Setting:
+        """The preset as the method evaluates (its labels); ``with_augment=False`` drops its augmentation."""
+        if self.preset is None:
+            raise ValueError("the method's own evaluation needs a preset")
+        name = "own" if with_augment else "own, no augmentation"
+        return self._from_preset(name, self.preset, with_augment, own=True)
+
+    # ------------------------------------------------------------------ sets
+
+    def random_subsets(self, ipc: int, seeds: Sequence[int]) -> dict[int, DistilledSet]:
+        """The random subset of each evaluation seed (``baseline_seed``: one subset for all), logged once each."""
+        fixed = self.cell.params["baseline_seed"]
+        cache = self.cell.cache.setdefault("random_subsets", {})
+        out = {}
+        for seed in seeds:
+            draw = seed if fixed is None else fixed
+            if (ipc, draw) not in cache:
+                cache[(ipc, draw)] = random_subset(self.cell.dataset, ipc, draw)
+                self.cell.log_set(cache[(ipc, draw)], f"random_baseline_seed{draw}")
+            out[seed] = cache[(ipc, draw)]
+        return out
+
+    def _teacher_hook(self, preset: Preset):
+        from ddlib.engine.labels import TeacherRelabel
+        from ddlib.protocols.teachers import get_teachers
+
+        archs = preset.teacher_archs()
+        checkpoints = self.checkpoints
+        if checkpoints is not None and len(checkpoints) != len(archs):
+            raise ValueError(f"teacher_checkpoints: the preset has {len(archs)} teacher(s) {archs}, "
+                             f"but {len(checkpoints)} checkpoint(s) were given")
+        key = ("teachers", tuple(archs), self.teacher_recipe, tuple(checkpoints or ()), repr(preset.loss))
+        cell = self.cell
+        if key not in cell.cache:
+            teachers = []
+            for seed, arch in enumerate(archs):  # one seed (or checkpoint) per ensemble member
+                teachers += get_teachers(cell.dataset, arch, 1, self.teacher_recipe, seeds=[seed], device=cell.device,
+                                         progress=cell.progress,
+                                         checkpoint=checkpoints[seed] if checkpoints is not None else None)
+            cell.cache[key] = TeacherRelabel(teachers, loss=preset.loss)
+        return cell.cache[key]
+
+    def teacher_logits(self, subset: DistilledSet, preset: Preset, name: str) -> torch.Tensor:
+        """The preset's teachers' mean logits over ``subset``'s normalised images (no augmentation),
+        computed once per subset and kept as artifact ``teacher_labels/<name>.pt`` of the cell run."""
+        from ddlib.engine.train import Normalize, as_pixels
+
+        hook = self._teacher_hook(preset)
+        cache = self.cell.cache.setdefault("teacher_logits", {})
+        key = (hook.name, tensor_digest(subset.images, subset.labels))
+        if key not in cache:
+            ds, dev = self.cell.dataset, self.cell.device
+            normalize = Normalize(ds.mean, ds.std).to(dev)
+            with torch.no_grad():
+                logits = torch.cat([hook.teacher_logits(normalize(as_pixels(chunk.to(dev)))).cpu()
+                                    for chunk in subset.images.split(512)])
+            cache[key] = logits
+            with tempfile.TemporaryDirectory() as tmp:
+                file = Path(tmp) / f"{name}.pt"
+                torch.save({"logits": logits, "labels": subset.labels, "teacher": hook.name}, file)
+                self.cell.tracker.log_artifact(self.cell.run_id, file, "teacher_labels")
+        return cache[key]
+
+    def _labels(self, setting: Setting, subset: DistilledSet, name: str):
+        """(targets, loss hook, loss name, what the labels are) for ``subset`` under ``setting``."""
+        from ddlib.engine.labels import create_loss, stored_targets
+
+        if setting.hard:
+            return subset.labels, None, "ce", "hard labels"
+        preset = setting.preset
+        if preset.label_type == "teacher":
+            hook = self._teacher_hook(preset)
+            return subset.labels, hook, hook.name, f"relabelled online by {len(hook.teachers)} teacher(s)"
+        loss, loss_name = create_loss(preset.loss)
         temperature = preset.loss.get("temperature", 1.0)
-        return stored_targets(subset, temperature=temperature), loss, f"stored:{name}"
-    loss, name = create_loss(preset.loss)
-    targets = subset.labels
-    if kind == "stored":  # random baseline: no stored labels, one-hot rows with the same loss
-        targets = torch.nn.functional.one_hot(subset.labels, subset.num_classes).float()
-        name = f"onehot:{name}"
-    return targets, loss, name
+        if subset.soft_labels is not None:
+            return stored_targets(subset, temperature=temperature), loss, f"stored:{loss_name}", "soft labels shipped with the set"
+        labelled = replace(subset, soft_labels=self.teacher_logits(subset, preset, name))
+        note = f"teacher logits ({'+'.join(preset.teacher_archs())}), computed once (artifact teacher_labels/{name}.pt)"
+        return stored_targets(labelled, temperature=temperature), loss, f"stored:{loss_name}", note
 
+    # ------------------------------------------------------------------ learning rates
 
-def evaluate_with_preset(
-    cell: Cell,
-    role: str,
-    subset: DistilledSet,
-    preset: Preset,
-    seeds: Sequence[int],
-    *,
-    with_augment: bool = True,
-    lr_select: str = "validation",
-    lr_grid: Sequence[float] = LR_GRID,
-    teacher_recipe: Recipe | None = None,
-    teacher_checkpoints: Sequence[str] | None = None,
-    epochs: int | None = None,
-) -> tuple[list[Evaluation], float]:
-    """Train ``subset`` under ``preset`` for every seed and test it; returns the evaluations and the lr used.
+    def lr_plan(self, setting: Setting, side: str, subset: DistilledSet) -> LrPlan:
+        return lr_plan(self.policy, setting, side, subset.learned_lr, self.grid, self.split)
 
-    ``epochs`` overrides the preset's epochs (CPU smoke runs); it is part of every evaluation's key.
-    """
-    from ddlib.engine.augment import create_augment
+    # ------------------------------------------------------------------ training a side
 
-    if lr_select not in LR_SELECT:
-        raise ValueError(f"lr_select must be one of {LR_SELECT}, got {lr_select!r}")
-    ds = cell.dataset
-    recipe = preset.recipe if epochs is None else replace(preset.recipe, epochs=epochs)
-    augment = create_augment(preset.augment if with_augment else [], mean=ds.mean, std=ds.std,
-                             num_classes=ds.num_classes)
-    augment_name = augment.describe() if augment is not None else "none"
-    preprocess = _zca(cell) if preset.zca else None
-    preprocess_name = "zca(eps=0.1)" if preset.zca else "none"
-    targets, loss, loss_name = _targets_and_loss(cell, preset, subset, teacher_recipe or Recipe(), teacher_checkpoints)
-    common = dict(augment=augment, augment_name=augment_name, loss=loss, loss_name=loss_name,
-                  preprocess=preprocess, preprocess_name=preprocess_name)
+    def run(self, role: str, side: str, subsets: dict[int, DistilledSet], setting: Setting,
+            seeds: Sequence[int], set_name: str) -> list[Evaluation]:
+        """Train every seed's subset under ``setting`` at the lr the policy gives; one evaluation per seed."""
+        cell = self.cell
+        common = dict(model=setting.model, augment=setting.augment, augment_name=setting.augment_name,
+                      preprocess=setting.preprocess, preprocess_name=setting.preprocess_name)
+        results, lrs, sources, label_notes, loss_names = [], {}, {}, set(), set()
+        for seed in seeds:
+            subset = subsets[seed]
+            name = "distilled" if side == "syn" else f"random_seed{seed if cell.params['baseline_seed'] is None else cell.params['baseline_seed']}"
+            targets, loss, loss_name, note = self._labels(setting, subset, name)
+            label_notes.add(note)
+            loss_names.add(loss_name)
+            plan = self.lr_plan(setting, side, subset)
+            lr = plan.lr
+            if plan.search:
+                scores = {}
+                for candidate in self.grid:
+                    (trial,) = cell.train_eval(f"{role}-lr{candidate:g}-{self.split}", subset.images, targets,
+                                               replace(setting.recipe, lr=candidate), [seed], eval_split=self.split,
+                                               loss=loss, loss_name=loss_name, **common)
+                    scores[candidate] = trial.accuracy
+                lr = max(scores, key=lambda c: (scores[c], -c))  # ties: the smaller lr
+            (evaluation,) = cell.train_eval(role, subset.images, targets, replace(setting.recipe, lr=float(lr)), [seed],
+                                            loss=loss, loss_name=loss_name, **common)
+            results.append(evaluation)
+            lrs[seed], sources[seed] = float(lr), plan.source
+        self.log_lrs(role, lrs, sources)
+        recipe = setting.recipe
+        self.rows.append({
+            "role": role, "set": set_name, "setting": setting.name, "labels": "; ".join(sorted(label_notes)),
+            "loss": ", ".join(sorted(loss_names)), "augment": setting.augment_name, "preprocess": setting.preprocess_name,
+            "model": setting.model, "recipe": f"{recipe.optimizer}, {recipe.scheduler}, {recipe.epochs} epochs, "
+                                              f"batch {recipe.batch_size}",
+            "lr": ", ".join(f"{lrs[s]:g}" for s in seeds), "lr from": "; ".join(sorted(set(sources.values()))),
+        })
+        return results
 
-    lr = recipe.lr
-    if preset.lr_search and lr_select != "none":
-        split = "val" if lr_select == "validation" else "test"
-        scores = {}
-        for candidate in lr_grid:
-            (trial,) = cell.train_eval(f"{role}-lr{candidate:g}-{split}", subset.images, targets,
-                                       replace(recipe, lr=float(candidate)), list(seeds)[:1], eval_split=split,
-                                       **common)
-            scores[float(candidate)] = trial.accuracy
-        lr = max(scores, key=lambda c: (scores[c], -c))  # ties: the smaller lr
-        cell.tracker.set_tags(cell.run_id, {f"ddlib.lr_select.{role}": f"{lr_select}: chose {lr:g} of {sorted(scores)}"
-                                            + (" (selected on the TEST set, as the peer does)" if split == "test" else "")})
-        cell.tracker.log_metrics(cell.run_id, {f"{role}_lr": lr})
-    results = cell.train_eval(role, subset.images, targets, replace(recipe, lr=float(lr)), seeds, **common)
-    return results, float(lr)
+    def run_real(self, role: str, recipe: Recipe, seeds: Sequence[int]) -> list[Evaluation]:
+        """The full-data reference: the whole training pool, hard labels, ``recipe``, never searched."""
+        ds = self.cell.dataset
+        results = self.cell.train_eval(role, ds.train_images, ds.train_labels, recipe, seeds)
+        self.log_lrs(role, {s: recipe.lr for s in seeds}, {s: "real_recipe (never searched)" for s in seeds})
+        self.rows.append({"role": role, "set": f"the real training pool ({len(ds.train_labels)} images)",
+                          "setting": "real", "labels": "hard labels", "loss": "ce", "augment": "none",
+                          "preprocess": "none", "model": self.cell.params["model"],
+                          "recipe": f"{recipe.optimizer}, {recipe.scheduler}, {recipe.epochs} epochs, batch {recipe.batch_size}",
+                          "lr": f"{recipe.lr:g}", "lr from": "real_recipe (never searched)"})
+        return results
+
+    def log_lrs(self, role: str, lrs: dict[int, float], sources: dict[int, str]) -> None:
+        tracker, run_id = self.cell.tracker, self.cell.run_id
+        tracker.log_series(run_id, f"lr_{role}", list(lrs.values()), list(lrs))
+        text = "; ".join(f"seed {s}: {lr:g} ({sources[s]})" for s, lr in lrs.items())
+        tracker.set_tags(run_id, {f"ddlib.lr.{role}": text[:4900]})
+
+    def sides(self) -> pd.DataFrame:
+        """What every trained side used: set, labels, loss, augmentation, ZCA, model, recipe, lr and its source."""
+        return pd.DataFrame(copy.deepcopy(self.rows)).set_index("role") if self.rows else pd.DataFrame()

@@ -22,7 +22,8 @@ Schema (every level is strict: an unknown key is a ``ValueError`` naming the fil
       - flip: {p: 0.5}
       - cutmix: {alpha: 1.0, p: 1.0}
     zca: false                          # ZCA whitening (kornia-style, eps 0.1) fitted on the real train set
-    lr_search: true                     # search the lr over the protocol's grid
+    model: resnet18_bn                  # the student the method evaluates with (optional; grid's model wins)
+    learned_lr: false                   # train the distilled set at the lr it ships (MTT, DATM)
 
 ``recipe`` must give the seven training keys (``epochs``, ``batch_size``, ``optimizer``, ``lr``,
 ``momentum``, ``weight_decay``, ``scheduler``); ``eval_batch_size`` is optional. ``momentum`` is
@@ -31,7 +32,9 @@ only used by SGD (AdamW keeps PyTorch's betas 0.9 / 0.999).
 ``labels.type``:
 
 * ``hard``: the set's int labels, loss ``ce`` (no parameters).
-* ``stored``: soft labels shipped with the set (DATM's learned labels), any loss.
+* ``stored``: soft labels shipped with the set (DATM's learned labels), any loss. ``labels.teacher``
+  is required: it labels every set that ships none (the random subset: DD-Ranking's
+  ``soft_label_mode: S`` runs its teacher once over the random images and keeps the logits).
 * ``teacher``: every augmented batch is relabelled online by pretrained teachers.
 
 ``labels.loss``: ``{name: ce}``; ``{name: kl, temperature, t_squared}``; ``{name: sce,
@@ -51,12 +54,15 @@ gives the member architectures as a list either way.
 augmentation op: use the top-level ``zca`` flag. When :func:`ddlib.engine.augment.create_augment` is
 importable, every preset's ``augment`` is also built with it at load time.
 
-``lr_search``: ``true`` means the protocol searches the learning rate over its grid instead of
-using ``recipe.lr``, as DD-Ranking does for soft-label evaluation (``ddranking/metrics/
-soft_label.py``, ``_hyper_param_search_for_soft_label``/``_for_hard_label``: lr in {0.001, 0.005,
-0.01, 0.05, 0.1}, best test accuracy kept). DD-Ranking skips the search only where a learned or
-fixed lr is passed in (``compute_metrics(syn_lr=...)``, e.g. the lr MTT/DATM learn and ship); its
-hard-label evaluator (``hard_label.py``) searches the same grid whenever no ``syn_lr`` is given.
+``model``: the student architecture the method reports its accuracy with (DD-Ranking evaluates
+"with the model architecture reported in the paper", e.g. ResNet-18-BN for SRe2L); a protocol uses
+it unless the grid names a ``model``.
+
+``learned_lr``: ``true`` where the method learns the evaluation lr with the images and ships it
+(MTT's ``lr_best.pt``, DATM's ``lr.pt``): the distilled set's own evaluation then trains at that lr,
+unsearched (DD-Ranking's ``compute_metrics(syn_lr=...)``). Whether other learning rates are searched
+is not a preset's choice but the protocol's ``lr_policy`` (:mod:`ddlib.protocols.preset_eval`); the
+key ``lr_search`` of earlier presets is refused with a message saying so.
 """
 
 from __future__ import annotations
@@ -99,7 +105,7 @@ LOSS_PARAMS: dict[str, tuple[str, ...]] = {
 AUGMENT_OPS: dict[str, tuple[str, ...]] = {name: op_params(name) for name in list_ops()}
 
 _TOP_REQUIRED = ("method", "citation", "recipe", "labels")
-_TOP_OPTIONAL = ("augment", "zca", "lr_search")
+_TOP_OPTIONAL = ("augment", "zca", "model", "learned_lr")
 _RECIPE_REQUIRED = ("epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "scheduler")
 _LABEL_KEYS = ("type", "loss", "teacher")
 _TEACHER_KEYS = ("arch", "count", "recipe")
@@ -128,7 +134,8 @@ class Preset:
     labels: dict = field(hash=False)
     augment: list = field(hash=False)
     zca: bool = False
-    lr_search: bool = False
+    model: str | None = None  # the student the method evaluates with (None: the protocol's default)
+    learned_lr: bool = False  # the distilled set trains at the lr it ships (MTT, DATM)
     source: Path | None = None
 
     # ------------------------------------------------------------------ accessors
@@ -176,13 +183,14 @@ class Preset:
             "labels": copy.deepcopy(self.labels),
             "augment": copy.deepcopy(self.augment),
             "zca": self.zca,
-            "lr_search": self.lr_search,
+            "model": self.model,
+            "learned_lr": self.learned_lr,
             "source": str(self.source) if self.source is not None else None,
         }
 
     def hard_label_variant(self) -> "Preset":
         """The same preset trained on the set's hard labels with cross-entropy (the hard-label side
-        of the Label-Robust Score); recipe, augmentation, ZCA and lr search are unchanged."""
+        of the Label-Robust Score); recipe, augmentation, ZCA, model and learned lr are unchanged."""
         return replace(
             self,
             labels={"type": "hard", "loss": {"name": "ce"}},
@@ -283,12 +291,13 @@ def _check_labels(chk: _Checker, value: Any) -> dict:
         chk.fail("labels.loss.name", f"hard labels train with 'ce', got {name!r}")
 
     out: dict[str, Any] = {"type": kind, "loss": loss_out}
-    if kind == "teacher":
+    if kind in ("teacher", "stored"):
         if "teacher" not in labels:
-            chk.fail("labels.teacher", "required for labels of type 'teacher'")
+            why = "" if kind == "teacher" else " (it labels the sets that ship no soft labels: the random subset)"
+            chk.fail("labels.teacher", f"required for labels of type {kind!r}{why}")
         out["teacher"] = _check_teacher(chk, labels["teacher"])
     elif "teacher" in labels:
-        chk.fail("labels.teacher", f"only labels of type 'teacher' take a teacher (type is {kind!r})")
+        chk.fail("labels.teacher", f"hard labels take no teacher (type is {kind!r})")
     return out
 
 
@@ -319,6 +328,16 @@ def _check_teacher(chk: _Checker, value: Any) -> dict:
         chk.recipe(overrides, "labels.teacher.recipe", required=())  # validates keys and values
         out["recipe"] = dict(overrides)
     return out
+
+
+def _check_model(chk: _Checker, value: Any) -> str | None:
+    from ddlib.models import list_models
+
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in list_models():
+        chk.fail("model", f"unknown model {value!r}; known: {list_models()}")
+    return value
 
 
 def _check_augment(chk: _Checker, value: Any) -> list:
@@ -376,6 +395,10 @@ def parse_preset(data: Any, *, source: str | Path | None = None, name: str | Non
     label = str(source) if source is not None else (name or "<preset>")
     chk = _Checker(label)
     data = chk.mapping(data, "preset")
+    if "lr_search" in data:
+        chk.fail("lr_search", "removed in ddlib 0.2.0: whether a learning rate is searched is the protocol's "
+                              "lr_policy (paper | symmetric | fixed); a preset only says 'learned_lr: true' when "
+                              "the set ships the lr it was distilled for")
     chk.keys(data, "", _TOP_REQUIRED, _TOP_OPTIONAL)
     if name is None:
         name = Path(source).stem if source is not None else chk.text(data["method"], "method").lower()
@@ -387,7 +410,8 @@ def parse_preset(data: Any, *, source: str | Path | None = None, name: str | Non
         labels=_check_labels(chk, data["labels"]),
         augment=_check_augment(chk, data.get("augment")),
         zca=chk.boolean(data.get("zca", False), "zca"),
-        lr_search=chk.boolean(data.get("lr_search", False), "lr_search"),
+        model=_check_model(chk, data.get("model")),
+        learned_lr=chk.boolean(data.get("learned_lr", False), "learned_lr"),
         source=Path(source).resolve() if source is not None else None,
     )
 

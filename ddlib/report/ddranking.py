@@ -5,20 +5,26 @@ from __future__ import annotations
 import pandas as pd
 
 from ddlib import metrics
+from ddlib.protocols.common import POOL_TAG
 from ddlib.report.core import aggregate, per_seed_values
+from ddlib.tracking import TAG
 
-__all__ = ["ROW_PARAMS", "SWEEP", "lrs_leaderboard", "ars_leaderboard", "weight_sweep", "plot_scores"]
+__all__ = ["ROW_PARAMS", "ROW_TAGS", "SWEEP", "lrs_leaderboard", "ars_leaderboard", "weight_sweep", "plot_scores"]
 
-ROW_PARAMS = ("dataset", "ipc", "method", "model", "preset")
+ROW_PARAMS = ("dataset", "ipc", "method", "model", "preset", "lr_policy")
+# Part of a row's key besides its params (the group hash holds the revision already; the tags show it
+# as a column): the protocol revision, so no row pools cells of two definitions, and the real-data
+# pool's identity (its content digest), so no row pools cells scored against different real data.
+ROW_TAGS = {"revision": TAG["revision"], "pool": POOL_TAG}
 
 
 def _leaderboard(experiment: str, keys: tuple[str, ...], derive, score: str) -> pd.DataFrame:
     """Pool per-seed values by group, add derived columns, and aggregate mean and std over seeds."""
-    df = per_seed_values(experiment, keys, ROW_PARAMS)
+    df = per_seed_values(experiment, keys, ROW_PARAMS, row_tags=ROW_TAGS)
     if df.empty:
         return df
     derived = derive(df)
-    return aggregate(df, [*keys, *derived], ROW_PARAMS, sort=("dataset", "ipc"), descending=score)
+    return aggregate(df, [*keys, *derived], (*ROW_PARAMS, "revision"), sort=("dataset", "ipc"), descending=score)
 
 
 def lrs_leaderboard(experiment: str = "label_robust", w: float = 0.5) -> pd.DataFrame:
@@ -58,8 +64,9 @@ def weight_sweep(score: str = "lrs", weights=SWEEP, experiment: str | None = Non
         board = build(v)
         if board.empty:
             return board
-        column = board[list(ROW_PARAMS) + [f"{score}_mean"]].rename(columns={f"{score}_mean": f"{score} @ {v:g}"})
-        table = column if table is None else table.merge(column, on=list(ROW_PARAMS), how="outer")
+        key = [*ROW_PARAMS, "revision", *(["config"] if "config" in board else [])]
+        column = board[key + [f"{score}_mean"]].rename(columns={f"{score}_mean": f"{score} @ {v:g}"})
+        table = column if table is None else table.merge(column, on=key, how="outer")
     return table
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "list_ops",
     "op_params",
     "register_op",
+    "zca_to_pixels",
 ]
 
 # --------------------------------------------------------------------------- the families
@@ -64,4 +65,4 @@ from ddlib.engine.augment.policies import (  # noqa: F401
     _jitter_ranges,
     _randaugment_plan,
 )
-from ddlib.engine.augment.zca import ZCA, fit_zca
+from ddlib.engine.augment.zca import ZCA, fit_zca, zca_to_pixels

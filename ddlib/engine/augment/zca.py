@@ -83,3 +83,17 @@ def fit_zca(images_pixels: torch.Tensor, mean: Sequence[float], std: Sequence[fl
         return (x - m) / s
 
     return ZCA(eps)._fit_chunks(chunk, len(images_pixels), batch, dev)
+
+
+@torch.no_grad()
+def zca_to_pixels(whitened: torch.Tensor, zca: ZCA, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """Pixels of a set stored ZCA-whitened (MTT/DATM with ``--zca``): ``zca``'s inverse (back to
+    normalised images), then de-normalisation with the dataset's mean/std. ``zca`` must be fitted on
+    the real data the set was whitened with; the result is float32 on ``whitened``'s device."""
+    if not zca.fitted:
+        raise ValueError("zca_to_pixels needs a fitted ZCA (fit_zca on the real training set)")
+    dev = zca.whitening.transform_inv.device
+    x = zca.inverse(whitened.to(dev).float())
+    m = torch.tensor(mean, dtype=torch.float32, device=dev).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32, device=dev).view(1, -1, 1, 1)
+    return (x * s + m).to(whitened.device)
