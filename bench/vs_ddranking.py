@@ -205,7 +205,6 @@ def write_preset(path: Path, cfg: dict) -> Path:
                    "teacher": {"arch": "convnet", "count": 1}},
         "augment": [{"cutmix": {"alpha": cfg["cutmix_beta"], "p": 1.0}}],
         "zca": False,
-        "lr_search": True,
     }
     path.write_text(yaml.safe_dump(preset, sort_keys=False))
     return path
@@ -605,7 +604,8 @@ def main(argv=None) -> int:
                       source={"kind": "file", "path": str(DC_FILE)}, ipc=IPC, model="convnet", seeds=list(cfg["seeds"]),
                       baseline_seed=0, device="cpu", train_per_class=cfg["train_per_class"], test_size=cfg["test_size"],
                       preset=str(preset), preset_epochs=None, teacher_recipe=cfg["teacher_recipe"],
-                      lr_select=cfg["lr_select"], lr_grid=LR_GRID)
+                      lr_select=cfg["lr_select"], lr_grid=LR_GRID,
+                      lr_policy="symmetric")  # the peer searches every side when no syn_lr is passed
         params = {"lrs": {**shared, "recipe": hard_recipe, "real_recipe": {"scheduler": "none"}, "w": cfg["w"]},
                   "ars": {**shared, "gamma": cfg["gamma"]}}
         cfg["ddlib_params"] = {k: {**v, "preset": "vs_ddranking_preset.yaml (temporary; see settings.preset)"}

@@ -17,7 +17,7 @@ from ddlib.tracking import TAG
 TINY = {
     "protocol": "label_robust",
     "params": {"dataset": "digits", "seeds": [0], "recipe": {"epochs": 2, "batch_size": 64},
-               "real_recipe": {"epochs": 1}},
+               "real_recipe": {"epochs": 1}, "lr_policy": "fixed"},
     "grid": {"method": ["random", "broken"], "ipc": [1]},
     "methods": {"broken": {"kind": "file", "path": "PLACEHOLDER"}},
 }
@@ -146,7 +146,7 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
 
 def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path):
     params = dict(dataset="digits", method="random", ipc=1, seeds=[0, 1], recipe={"epochs": 2},
-                  real_recipe={"epochs": 1})
+                  real_recipe={"epochs": 1}, lr_policy="fixed")
     cell = label_robust.open_cell(**params)
     distilled = label_robust.obtain(cell)
     result = label_robust.evaluate(cell, distilled)
@@ -164,7 +164,8 @@ def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path)
     again = label_robust.evaluate(cell2, label_robust.obtain(cell2))
     cell2.close()
     assert again.per_seed.equals(result.per_seed)
-    assert len(client.search_runs([run.info.experiment_id], f"tags.`{TAG['kind']}` = 'eval'")) == 4  # 2 seeds x (syn, real)
+    # 2 seeds x (syn, real) + seed 1's random subset (seed 0's is the random method's set itself)
+    assert len(client.search_runs([run.info.experiment_id], f"tags.`{TAG['kind']}` = 'eval'")) == 5
 
     bad_file = tmp_path / "nan.pt"
     torch.save({"images": torch.full((10, 1, 8, 8), float("nan")), "labels": torch.arange(10)}, bad_file)
