@@ -17,7 +17,6 @@ import torch
 from ddlib import report, tracking
 from ddlib.engine.train import Recipe
 from ddlib.protocols import augmentation_robust, label_robust
-from ddlib.protocols.preset_eval import LrPlan, Setting, lr_plan, resolve_preset
 from ddlib.tracking import TAG
 
 TINY = dict(dataset="digits", method="random7", source={"kind": "random", "seed": 7}, ipc=2, model="convnet",
@@ -149,7 +148,9 @@ def test_stored_soft_labels_learned_lr_and_teacher_labels_for_the_random_side(ml
 # --------------------------------------------------------------------------- item 5: the policy, side by side
 
 
-def _setting(preset_name: str | None, hard: bool, own: bool) -> Setting:
+def _setting(preset_name: str | None, hard: bool, own: bool):
+    from ddlib.protocols.preset_eval import Setting, resolve_preset
+
     preset = resolve_preset(preset_name)
     recipe = preset.recipe if preset is not None else Recipe(lr=0.03)
     return Setting("s", recipe, "convnet", preset, hard, own=own)
@@ -175,6 +176,8 @@ def _setting(preset_name: str | None, hard: bool, own: bool) -> Setting:
     ("fixed", "datm", False, True, "syn", 0.02, (False, 0.02)),
 ])
 def test_lr_policy(policy, preset, hard, own, side, learned, expected):
+    from ddlib.protocols.preset_eval import LrPlan, lr_plan
+
     plan = lr_plan(policy, _setting(preset, hard, own), side, learned, [0.001, 0.01])
     assert isinstance(plan, LrPlan) and plan.search is expected[0]
     if not plan.search:
