@@ -130,10 +130,16 @@ STUDENTS = {"dc": "convnet", "dsa": "convnet", "dm": "convnet", "mtt": "convnet"
             "dwa": "resnet18_bn", "d4m": "resnet18_bn", "edc": "resnet18_bn", "gvbsm": "resnet18_bn"}
 
 
+# DD-Ranking's use_aug_for_hard: false in its SRe2L, RDED, DWA, D4M and G-VBSM configs (CDA and EDC follow
+# SRe2L's and G-VBSM's pipelines); true for DATM; its hard-label evaluator always augments DC/DSA/DM/MTT.
+NO_AUG_FOR_HARD = ("sre2l", "rded", "dwa", "d4m", "gvbsm", "cda", "edc")
+
+
 @pytest.mark.parametrize("name", sorted(TABLE))
 def test_student_model_learned_lr_and_schedule(name):
     p = load_preset(name)
     assert p.model == STUDENTS[name]
+    assert p.use_aug_for_hard is (name not in NO_AUG_FOR_HARD)
     assert p.learned_lr is (name in ("mtt", "datm"))  # MTT's lr_best.pt, DATM's lr.pt
     # RDED's and EDC's cosine ends at half the lr (0.5 * (1 + cos(pi * e / E / 2))); SRe2L & co anneal to 0
     expected = {"rded": "cosine_half", "edc": "cosine_half"}.get(name, p.recipe.scheduler)
@@ -269,6 +275,7 @@ def test_unknown_keys_are_refused_naming_file_and_key(tmp_path, mutate, key):
         (lambda d: d.update(zca="no"), "zca: must be true or false"),
         (lambda d: d.update(lr_search=True), "lr_search: removed in ddlib 0.2.0.*lr_policy"),
         (lambda d: d.update(learned_lr=1), "learned_lr: must be true or false"),
+        (lambda d: d.update(use_aug_for_hard="no"), "use_aug_for_hard: must be true or false"),
         (lambda d: d.update(model="resnet9000"), "model: unknown model 'resnet9000'"),
         (lambda d: d.update(augment=[{"zca": {}}]), "top-level 'zca: true'"),
         (lambda d: d.update(augment=[{"flip": {"p": 0.5}, "cutmix": {}}]), "single-key mapping"),
@@ -339,8 +346,12 @@ def test_hard_label_variant(name):
     h = p.hard_label_variant()
     assert h.labels == {"type": "hard", "loss": {"name": "ce"}}
     assert h.teacher is None and h.teacher_archs() == []
-    assert (h.recipe, h.augment, h.zca, h.model, h.learned_lr, h.method, h.source) == (
-        p.recipe, p.augment, p.zca, p.model, p.learned_lr, p.method, p.source)
+    assert (h.recipe, h.zca, h.model, h.learned_lr, h.method, h.source) == (
+        p.recipe, p.zca, p.model, p.learned_lr, p.method, p.source)
+    # DD-Ranking's use_aug_for_hard: false (the teacher-relabelling methods) drops the batch-level op
+    # (CutMix) from the hard side and keeps the per-image transforms; DSA stays for DSA/DM/MTT/DataDAM/DATM
+    expected = [op for op in p.augment if "cutmix" not in op] if name in NO_AUG_FOR_HARD else p.augment
+    assert h.augment == expected and ("dsa" in _ops(h)) == TABLE[name][7]
     assert p.to_dict() == before  # the original is untouched
 
 
@@ -355,13 +366,14 @@ def test_without_augment(name):
 def test_to_dict_is_plain_copy_and_round_trips():
     p = load_preset("edc")
     d = p.to_dict()
-    assert set(d) == {"name", "method", "citation", "recipe", "labels", "augment", "zca", "model", "learned_lr", "source"}
+    assert set(d) == {"name", "method", "citation", "recipe", "labels", "augment", "zca", "model", "learned_lr",
+                      "use_aug_for_hard", "source"}
     assert d["recipe"] == p.recipe.to_dict() and d["source"].endswith("edc.yaml")
     yaml.safe_dump(d)  # plain data
     d["labels"]["teacher"]["arch"].append("mlp")
     d["augment"].clear()
     assert p.teacher_archs() == ["resnet18_bn", "convnet"] and p.augment
-    back = parse_preset({k: d[k] for k in ("method", "citation", "zca", "model", "learned_lr")}
+    back = parse_preset({k: d[k] for k in ("method", "citation", "zca", "model", "learned_lr", "use_aug_for_hard")}
                         | {"recipe": p.recipe.to_dict(), "labels": p.to_dict()["labels"], "augment": p.to_dict()["augment"]},
                         name="edc", source=p.source)
     assert back == p

@@ -5,8 +5,9 @@ and ``soft_label.py``):
 
 * **Hard-label side**: the distilled set (acc_syn_hard) and that seed's random subset of the same
   size (acc_rdm_hard) on hard labels with cross-entropy. With a ``preset`` it is the method's own
-  evaluation with hard labels: its recipe, augmentation (DSA for DSA/DM/MTT/DataDAM/DATM), ZCA and
-  student model; without one, the grid's ``recipe`` and ``model`` and no augmentation.
+  evaluation with hard labels: its recipe, augmentation (DSA for DSA/DM/MTT/DataDAM/DATM; no CutMix
+  where the preset says ``use_aug_for_hard: false``), ZCA and student model; without one, the grid's
+  ``recipe`` and ``model`` and no augmentation.
 * **Full-data reference** (acc_real_hard): the real training pool, hard labels, ``real_recipe``, no
   augmentation, never searched (DD-Ranking's fixed ``REAL_DATA_TRAINING_CONFIG``). It depends only
   on the dataset, pool, model and recipe: identical in every cell that shares them, whatever the preset.

@@ -10,8 +10,10 @@ Settings:
 
 * **hard** (HLR and the hard-label IOR): hard labels with cross-entropy. With a preset, the preset's
   recipe, augmentation, ZCA and student model (DD-Ranking measures a hard-label method under its
-  own augmentation, e.g. DSA for DSA/DM/MTT/DataDAM/DATM, DATM also with ZCA:
-  ``use_aug_for_hard``); without one, the grid's ``recipe`` and ``model``, no augmentation.
+  own augmentation, e.g. DSA for DSA/DM/MTT/DataDAM/DATM, DATM also with ZCA), less its
+  batch-level ops (CutMix, Mixup) where the preset says ``use_aug_for_hard: false`` (DD-Ranking's
+  configs of the teacher-relabelling methods); without one, the grid's ``recipe`` and ``model``, no
+  augmentation.
 * **own** (the "any" side, ARS): the preset as published. Label types: ``hard``; ``stored`` (soft
   labels shipped with the set; a set without them, e.g. the random subset, is labelled once by the
   preset's teacher: its logits over the images, kept as an artifact of the cell run and trained on

@@ -24,6 +24,7 @@ Schema (every level is strict: an unknown key is a ``ValueError`` naming the fil
     zca: false                          # ZCA whitening (kornia-style, eps 0.1) fitted on the real train set
     model: resnet18_bn                  # the student the method evaluates with (optional; grid's model wins)
     learned_lr: false                   # train the distilled set at the lr it ships (MTT, DATM)
+    use_aug_for_hard: false             # hard-label side without the batch-level ops (DSA, CutMix, Mixup)
 
 ``recipe`` must give the seven training keys (``epochs``, ``batch_size``, ``optimizer``, ``lr``,
 ``momentum``, ``weight_decay``, ``scheduler``); ``eval_batch_size`` is optional. ``momentum`` is
@@ -58,6 +59,12 @@ importable, every preset's ``augment`` is also built with it at load time.
 "with the model architecture reported in the paper", e.g. ResNet-18-BN for SRe2L); a protocol uses
 it unless the grid names a ``model``.
 
+``use_aug_for_hard`` (default ``true``; DD-Ranking's config key of that name): whether the hard-label
+side trains with the preset's batch-level augmentation (DD-Ranking's ``data_aug_func``: ``dsa``,
+``cutmix``, ``mixup``). Its configs say ``true`` for DATM (and its hard-label evaluator always
+applies DSA for DC/DSA/DM/MTT), ``false`` for SRe2L, RDED, DWA, D4M and G-VBSM, whose hard side keeps
+only the per-image transforms (``custom_train_trans``: crops, flips, PatchShuffle).
+
 ``learned_lr``: ``true`` where the method learns the evaluation lr with the images and ships it
 (MTT's ``lr_best.pt``, DATM's ``lr.pt``): the distilled set's own evaluation then trains at that lr,
 unsearched (DD-Ranking's ``compute_metrics(syn_lr=...)``). Whether other learning rates are searched
@@ -87,6 +94,7 @@ __all__ = [
     "LABEL_TYPES",
     "LOSS_PARAMS",
     "AUGMENT_OPS",
+    "BATCH_AUGMENT_OPS",
 ]
 
 PRESETS_DIR = Path(__file__).resolve().parents[2] / "params" / "methods"
@@ -105,7 +113,9 @@ LOSS_PARAMS: dict[str, tuple[str, ...]] = {
 AUGMENT_OPS: dict[str, tuple[str, ...]] = {name: op_params(name) for name in list_ops()}
 
 _TOP_REQUIRED = ("method", "citation", "recipe", "labels")
-_TOP_OPTIONAL = ("augment", "zca", "model", "learned_lr")
+_TOP_OPTIONAL = ("augment", "zca", "model", "learned_lr", "use_aug_for_hard")
+# DD-Ranking's data_aug_func: batch-level ops, which use_aug_for_hard: false leaves out of the hard side
+BATCH_AUGMENT_OPS = ("dsa", "cutmix", "mixup")
 _RECIPE_REQUIRED = ("epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "scheduler")
 _LABEL_KEYS = ("type", "loss", "teacher")
 _TEACHER_KEYS = ("arch", "count", "recipe")
@@ -136,6 +146,7 @@ class Preset:
     zca: bool = False
     model: str | None = None  # the student the method evaluates with (None: the protocol's default)
     learned_lr: bool = False  # the distilled set trains at the lr it ships (MTT, DATM)
+    use_aug_for_hard: bool = True  # the hard-label side keeps the batch-level augmentation (DD-Ranking's key)
     source: Path | None = None
 
     # ------------------------------------------------------------------ accessors
@@ -185,22 +196,26 @@ class Preset:
             "zca": self.zca,
             "model": self.model,
             "learned_lr": self.learned_lr,
+            "use_aug_for_hard": self.use_aug_for_hard,
             "source": str(self.source) if self.source is not None else None,
         }
 
     def hard_label_variant(self) -> "Preset":
         """The same preset trained on the set's hard labels with cross-entropy (the hard-label side
-        of the Label-Robust Score); recipe, augmentation, ZCA, model and learned lr are unchanged."""
-        return replace(
-            self,
-            labels={"type": "hard", "loss": {"name": "ce"}},
-            augment=copy.deepcopy(self.augment),
-        )
+        of the Label-Robust Score); recipe, ZCA, model and learned lr are unchanged, and so is the
+        augmentation, except the batch-level ops (:data:`BATCH_AUGMENT_OPS`) where
+        ``use_aug_for_hard`` is false."""
+        augment = [op for op in self.augment if self.use_aug_for_hard or _op_name(op) not in BATCH_AUGMENT_OPS]
+        return replace(self, labels={"type": "hard", "loss": {"name": "ce"}}, augment=copy.deepcopy(augment))
 
     def without_augment(self) -> "Preset":
         """The same preset with no augmentation (the Augmentation-Robust Score's other side). ZCA is
         preprocessing, not augmentation, and stays as it is."""
         return replace(self, labels=copy.deepcopy(self.labels), augment=[])
+
+
+def _op_name(op) -> str:
+    return op if isinstance(op, str) else next(iter(op))
 
 
 # ---------------------------------------------------------------------- loading and validation
@@ -412,6 +427,7 @@ def parse_preset(data: Any, *, source: str | Path | None = None, name: str | Non
         zca=chk.boolean(data.get("zca", False), "zca"),
         model=_check_model(chk, data.get("model")),
         learned_lr=chk.boolean(data.get("learned_lr", False), "learned_lr"),
+        use_aug_for_hard=chk.boolean(data.get("use_aug_for_hard", True), "use_aug_for_hard"),
         source=Path(source).resolve() if source is not None else None,
     )
 
