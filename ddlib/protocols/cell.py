@@ -44,6 +44,9 @@ MODEL_ARTIFACT = "model.pt"
 CONFUSION_ARTIFACT = "confusion.json"  # an evaluation's test counts, [true class][predicted class]
 MODEL_STORED_TAG = "ddlib.model_stored"
 RESULT_KEY_TAG = "ddlib.result_key"
+# The seed of every cell's validation split: the real-data pool depends on the dataset and the
+# fraction only, never on the preset or method of a cell.
+VALIDATION_SEED = 0
 
 
 def group_params(params: dict, protocol: str | None = None) -> dict:
@@ -327,7 +330,7 @@ class Cell:
         return metrics, False
 
 
-def hold_out_validation(dataset: Dataset, fraction: float, seed: int = 0) -> tuple[Dataset, tuple]:
+def hold_out_validation(dataset: Dataset, fraction: float, seed: int = VALIDATION_SEED) -> tuple[Dataset, tuple]:
     """Split a class-stratified validation set off the training set, so that choices such as the
     learning rate are never made on the test set; everything else in the cell (random baseline,
     full-data reference, teachers, ZCA) then uses only the remaining training images."""

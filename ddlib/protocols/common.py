@@ -6,7 +6,7 @@ from __future__ import annotations
 from ddlib.data.datasets import list_datasets
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
-from ddlib.protocols.cell import Cell
+from ddlib.protocols.cell import VALIDATION_SEED, Cell
 from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SELECT, resolve_preset
 from ddlib.methods.sources import obtain_set, resolve_source, validate_source
 from ddlib.engine.train import Recipe
@@ -40,9 +40,8 @@ PRESET_PARAMS = {
     "val_fraction": 0.1,  # held out of the real training set of every cell (the real-data pool is the rest)
 }
 
-# The validation split is drawn with this seed for every cell of a dataset, whatever the preset or
-# method: one real-data pool per (dataset, val_fraction), identified by the tag POOL_TAG.
-VALIDATION_SEED = 0
+# Every DD-Ranking cell of a dataset holds out the same validation split (VALIDATION_SEED, whatever
+# the preset or method): one real-data pool per (dataset, val_fraction), identified by this tag.
 POOL_TAG = "ddlib.pool"
 
 
