@@ -38,7 +38,7 @@ from browser import Browser, chromium_path  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(dataset="digits", ipc=2, seeds=[0, 1, 2], train_per_class=30, recipe={"epochs": 3},
-            real_recipe={"epochs": 2})
+            real_recipe={"epochs": 2}, lr_policy="fixed")  # no lr search: the report is tested, not the policy
 SOURCES = {"random": None, "kcenter": {"kind": "kcenter", "epochs": 1},
            "dm": {"kind": "dm", "iterations": 5, "batch_real": 16}}
 # ARS cells written directly: per seed (syn_aug, rdm_aug, syn_noaug, rdm_noaug). dm and kcenter are
