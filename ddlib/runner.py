@@ -130,7 +130,7 @@ def expand(spec: GridSpec) -> list[dict]:
                 source = resolve_source(method, spec.methods)
             except ValueError as e:
                 raise GridError(f"{spec.path}: {e}") from None
-            if source.get("kind") == "file":  # kernels run elsewhere: make paths absolute
+            if source.get("kind") in ("file", "checkpoint"):  # kernels run elsewhere: make paths absolute
                 source["path"] = str(Path(source["path"]).expanduser().absolute())
             cell["source"] = source
         for key in ("data_root", *getattr(module, "PATH_PARAMS", ())):  # relative to where `ddlib run` runs

@@ -1,7 +1,9 @@
-"""ddlib.protocols.attacks: the torchattacks registry, pixel-space ε, targets, seeds and BEARD's measurements.
+"""ddlib.protocols.attacks: the torchattacks registry, pixel-space ε, BEARD's normalised-tensor
+space, targets, seeds and BEARD's measurements.
 
 A tiny ConvNet (width 8, depth 2) trained for a second on synthetic 16x16 colour images, 16 test
-images, few attack steps: fast on a CPU.
+images, few attack steps: fast on a CPU. Timings are checked with a clock that moves only when the
+network runs a forward pass, so what each timed region covers is exact and no wall time is asserted.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch.nn.functional as F
 import torchattacks
 import yaml
 
+from ddlib.protocols import attacks as attacks_module
 from ddlib.protocols.attacks import (
     AttackSpec,
     PixelModel,
@@ -255,25 +258,42 @@ BOUNDED = [
 ]
 
 
+def _check_bounded_attack(spec, model, x, y, adv, targets=None):
+    """In [0, 1], within ε in pixel space, and doing its job: it spends at least half its budget
+    (every one of these reaches 0.58 ε or more here) and moves the loss the attack's way (up on the
+    true labels, or down on the targets). An attack that returns its input fails this."""
+    assert adv.shape == x.shape and float(adv.min()) >= 0.0 and float(adv.max()) <= 1.0
+    delta = (adv - x).flatten(1)
+    size = float(delta.abs().max()) if spec.norm == "Linf" else float(delta.norm(dim=1).max())
+    assert size <= spec.eps + 1e-5, "outside the ε ball"
+    assert size >= 0.5 * spec.eps, f"the attack used {size / spec.eps:.2f} of its budget"
+    with torch.no_grad():
+        before = F.cross_entropy(model(x), y if targets is None else targets)
+        after = F.cross_entropy(model(adv), y if targets is None else targets)
+    assert (after > before + 0.01) if targets is None else (after < before - 0.1), (float(before), float(after))
+
+
 @pytest.mark.parametrize("spec", BOUNDED, ids=lambda s: s.describe())
 @pytest.mark.parametrize("targeted", [False, True], ids=["untargeted", "targeted"])
-def test_perturbation_stays_within_eps_in_pixel_space(setup, spec, targeted):
+def test_perturbation_stays_within_eps_in_pixel_space_and_does_its_job(setup, spec, targeted):
     _, model, x, y = setup
     if targeted and not supports_targeted(spec):
         pytest.skip("no targeted mode")
     out = run_attack(spec, model, x, y, num_classes=C, targeted=targeted, batch_size=8, device="cpu", return_adv=True)
-    adv = out.adv
-    assert adv.shape == x.shape and float(adv.min()) >= 0.0 and float(adv.max()) <= 1.0
-    delta = (adv - x).flatten(1)
-    if spec.norm == "Linf":
-        assert float(delta.abs().max()) <= spec.eps + 1e-6
-        assert out.max_linf <= spec.eps + 1e-6
-    else:
-        assert spec.norm == "L2"
-        assert float(delta.norm(dim=1).max()) <= spec.eps + 1e-5
-        assert out.max_l2 <= spec.eps + 1e-5
+    _check_bounded_attack(spec, model, x, y, out.adv, (y + 1) % C if targeted else None)
+    delta = (out.adv - x).flatten(1)
     assert out.max_linf == pytest.approx(float(delta.abs().max()), abs=1e-7)
     assert out.max_l2 == pytest.approx(float(delta.norm(dim=1).max()), abs=1e-6)
+
+
+def test_the_bound_check_catches_an_attack_that_does_nothing(setup):
+    _, model, x, y = setup
+    for spec in (_fast("fgsm"), _fast("pgd_l2")):
+        with pytest.raises(AssertionError, match="budget"):
+            _check_bounded_attack(spec, model, x, y, x.clone())
+    noise = (x + 0.5 * (8 / 255) * torch.sign(torch.randn(x.shape, generator=torch.Generator().manual_seed(0)))).clamp(0, 1)
+    with pytest.raises(AssertionError):  # random noise of the right size does not move the loss the attack's way
+        _check_bounded_attack(_fast("fgsm"), model, x, y, noise, (y + 1) % C)
 
 
 def test_minimum_norm_attacks_are_unbounded_but_in_range(setup):
@@ -301,6 +321,39 @@ def test_feeding_normalised_tensors_breaks_eps(setup):
     assert torch.allclose(model(x), net((x - mean) / std))
 
 
+@pytest.mark.parametrize("targeted", [False, True], ids=["untargeted", "targeted"])
+@pytest.mark.parametrize("attack", [
+    ("fgsm", {}, lambda net: torchattacks.FGSM(net, eps=8 / 255)),
+    ("pgd", {"alpha": "2/225"}, lambda net: torchattacks.PGD(net, eps=8 / 255, alpha=2 / 225, steps=10, random_start=False)),
+    ("pgd_l2", {}, lambda net: torchattacks.PGDL2(net, eps=128 / 255, alpha=15 / 255, steps=10, random_start=False)),
+], ids=lambda a: a[0] if isinstance(a, tuple) else a)
+def test_beard_compat_space_is_beards_pipeline_exactly(setup, attack, targeted):
+    """BEARD's eva_utils.epoch, written out: normalised images into torchattacks on the raw network,
+    targets (y + 1) % 10, the raw network classifies the result. space='beard_compat' gives the
+    same adversarial images (reported in pixels) and the same robust accuracy."""
+    net, model, x, y = setup
+    name, params, beard_attack = attack
+    mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
+    atk = beard_attack(net)
+    if targeted:
+        atk.set_mode_targeted_by_label(quiet=True)
+    beard_adv = atk((x - mean) / std, (y + 1) % 10 if targeted else y)
+    with torch.no_grad():
+        beard_acc = float((net(beard_adv).argmax(1) == y).float().mean())
+    ours = run_attack({name: params}, model, x, y, num_classes=C, targeted=targeted, batch_size=16, device="cpu",
+                      return_adv=True, space="beard_compat")
+    assert torch.allclose(ours.adv, beard_adv * std + mean, atol=1e-6)
+    assert ours.robust_acc == beard_acc
+    # the [0, 1] clamp on normalised values moves pixels far beyond ε (pixel units: 0.031 for 8/255)
+    assert ours.max_linf > 0.1
+    pixel = run_attack({name: params}, model, x, y, num_classes=C, targeted=targeted, batch_size=16, device="cpu")
+    assert pixel.max_linf <= parse_attack({name: params}).params["eps"] + 1e-6
+    with pytest.raises(ValueError, match="needs a PixelModel"):
+        run_attack(name, net, x, y, num_classes=C, device="cpu", space="beard_compat")
+    with pytest.raises(ValueError, match="space must be one of"):
+        run_attack(name, model, x, y, num_classes=C, device="cpu", space="normalised")
+
+
 # --------------------------------------------------------------------------- measurements
 
 
@@ -310,7 +363,6 @@ def test_clean_pass_matches_the_training_loop_evaluation(setup):
     assert out.n == 16 and out.correct.dtype == torch.bool and out.correct.shape == (16,)
     assert out.accuracy == pytest.approx(evaluate(net, x, y, Normalize(MEAN, STD), batch_size=5))
     assert out.accuracy >= 0.75  # the tiny model did learn
-    assert out.seconds >= 0 and out.seconds_per_sample == pytest.approx(out.seconds / 16)
     u8 = (x * 255).round().to(torch.uint8)
     assert clean_pass(model, u8, y, device="cpu").accuracy == pytest.approx(
         evaluate(net, u8, y, Normalize(MEAN, STD))
@@ -335,9 +387,9 @@ def test_untargeted_measurements_are_consistent(setup):
     assert out.asr - out.asr_beard == pytest.approx(repaired)
     assert 0 <= out.asr_beard <= out.asr <= clean.accuracy
     assert out.targeted_success is None
-    assert out.attack_seconds >= 0 and out.seconds_per_sample == pytest.approx(out.attack_seconds / 16)
+    assert out.clean_seconds == clean.seconds  # the clean pass given is the one the attack is compared with
     assert set(out.metrics()) == {"clean_acc", "robust_acc", "asr", "asr_beard", "attack_seconds",
-                                  "seconds_per_sample", "max_linf", "max_l2"}
+                                  "seconds_per_sample", "clean_seconds", "max_linf", "max_l2"}
     assert out.description == "pgd(alpha=2/255, eps=16/255, random_start=False, steps=10)"
 
 
@@ -361,6 +413,43 @@ def test_targeted_mode_hits_the_targets(setup):
                      return_adv=True)
     assert torch.equal(rnd.adv, run_attack("fgsm", model, x, y, num_classes=C, targeted=True, targets=targets,
                                            device="cpu", return_adv=True).adv)
+
+
+class ForwardClock:
+    """A clock that advances by one unit each time the network runs a forward pass on a batch."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self, *_) -> None:
+        self.now += 1.0
+
+
+def test_timed_regions_cover_crafting_and_classifying_never_the_warm_up(setup, monkeypatch):
+    net, model, x, y = setup
+    clock = ForwardClock()
+    monkeypatch.setattr(attacks_module, "_clock", clock)
+    handle = net.register_forward_hook(clock.tick)
+    try:
+        # 16 images in batches of 5: 4 batches, one forward each (the warm-up batch is not timed)
+        clean = clean_pass(model, x, y, batch_size=5, device="cpu")
+        assert clean.seconds == 4 and clean.seconds_per_sample == 4 / 16
+        # no clean pass given: one is timed right before the attack, in this process
+        fgsm = run_attack("fgsm", model, x, y, num_classes=C, batch_size=5, device="cpu")
+        assert fgsm.clean_seconds == 4
+        assert fgsm.attack_seconds == 4 * 2  # per batch: the gradient's forward, then classifying
+        assert fgsm.seconds_per_sample == 8 / 16
+        pgd = _fast("pgd", steps=3)
+        for space in ("pixel", "beard_compat"):
+            out = run_attack(pgd, model, x, y, num_classes=C, batch_size=5, device="cpu", clean=clean, space=space)
+            assert out.attack_seconds == 4 * (3 + 1) and out.clean_seconds == clean.seconds
+        targeted = run_attack(pgd, model, x, y, num_classes=C, targeted=True, batch_size=8, device="cpu")
+        assert (targeted.clean_seconds, targeted.attack_seconds) == (2, 2 * 4)
+    finally:
+        handle.remove()
 
 
 @pytest.mark.parametrize("name", ["deepfool", "autoattack"])

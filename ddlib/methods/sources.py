@@ -9,7 +9,10 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
   ``zca_space: true`` marks a set saved ZCA-whitened (MTT/DATM run with ``--zca``, see
   :mod:`ddlib.data.distilled`): the protocol turns it back into pixels before training;
 * ``{kind: full}``: the whole real training set, the reference every compression is measured
-  against (the cell's ``ipc`` does not apply to it).
+  against (the cell's ``ipc`` does not apply to it);
+* ``{kind: checkpoint, path: "model_pool/BACON_ConvNet_CIFAR10_{ipc}_seed{seed}.pth", model: convnet}``:
+  not a set but a released trained model (a state_dict), attacked by the ``adversarial`` protocol
+  only (``{seed}`` in the path gives one model per seed; ``model`` defaults to the cell's).
 
 The names ``random``, ``kcenter``, ``dm`` and ``full`` work without a spec.
 """
@@ -21,7 +24,7 @@ from pathlib import Path
 from ddlib.data.datasets import Dataset
 from ddlib.data.distilled import DistilledSet, DistilledSetError, load
 
-__all__ = ["SOURCE_KINDS", "BUILTIN_SOURCES", "resolve_source", "validate_source", "obtain_set", "full_set"]
+__all__ = ["SOURCE_KINDS", "MODEL_KINDS", "BUILTIN_SOURCES", "resolve_source", "validate_source", "obtain_set", "full_set"]
 
 # kind -> allowed keys (besides "kind") with their expected types
 SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
@@ -32,7 +35,9 @@ SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
     "file": {"path": str, "normalized": (bool, type(None)), "allow_unequal": bool, "experiment": int,
              "zca_space": (bool, type(None))},
     "full": {},
+    "checkpoint": {"path": str, "model": str},
 }
+MODEL_KINDS = ("checkpoint",)  # sources that are trained models, not sets: no set to obtain
 BUILTIN_SOURCES = {"random": {"kind": "random"}, "kcenter": {"kind": "kcenter"}, "dm": {"kind": "dm"},
                    "full": {"kind": "full"}}
 
@@ -54,8 +59,8 @@ def validate_source(method: str, spec: dict) -> dict:
             raise ValueError(f"method {method!r}: {key} must be {allowed[key]}, got {value!r}")
         if not isinstance(value, allowed[key]):
             raise ValueError(f"method {method!r}: {key} has the wrong type: {value!r}")
-    if kind == "file" and "path" not in spec:
-        raise ValueError(f"method {method!r}: kind 'file' needs a 'path'")
+    if kind in ("file", "checkpoint") and "path" not in spec:
+        raise ValueError(f"method {method!r}: kind {kind!r} needs a 'path'")
     return spec
 
 
@@ -82,6 +87,9 @@ def obtain_set(method: str, spec: dict, dataset: Dataset, ipc: int, device="auto
     spec = validate_source(method, spec)
     options = {k: v for k, v in spec.items() if k != "kind"}
     kind = spec["kind"]
+    if kind in MODEL_KINDS:
+        raise ValueError(f"method {method!r}: kind {kind!r} is a trained model, not a set (the adversarial protocol "
+                         "attacks it; no protocol can train on it)")
     if kind == "random":
         from ddlib.methods.select import random_subset
 

@@ -4,17 +4,32 @@ Per cell: one set (``method``, ``ipc``), one architecture (``model``), one attac
 set trains one model per seed with BEARD's recipe (ConvNet, SGD 0.01, momentum 0.9, weight decay
 5e-4, 1000 epochs, lr x 0.1 at half, batch 256, DSA), or with an adversarial-training objective
 (``training``: pgd_at, trades, mart). The trained models are stored in MLflow (the model pool), so
-the other mode, another attack list or a rerun attacks them without retraining.
+the other mode, another attack list or a rerun attacks them without retraining. A released model
+joins the pool instead with ``source: {kind: checkpoint, path, model}`` (BEARD's own model pool is
+ConvNet state_dicts): loaded with ``weights_only=True``, checked to fit the architecture and data,
+scored on the test set and attacked like a trained one (``recipe``, ``augment`` do not apply).
 
-Each model is attacked, in pixel space, on a seeded class-stratified subset of ``attack_size``
-test images (default: the whole test set) by every attack of ``attacks``. Per attack: robust
-accuracy, ASR as the BEARD paper defines it and as its code computes it (clean - robust), the
-synchronised wall time of the attack pass and per sample. An attack that cannot target is
-recorded as skipped in targeted mode (never as a clean accuracy). Per seed, from the attacks
-that ran: BEARD's RR, AE and CREI and the monotone robust-to-clean ratio RCR; an optional
-robust-accuracy-versus-epsilon curve. Each attack result is cached in MLflow by (model, attack,
-mode, test subset, seed, device), so a rerun recomputes nothing. References (a random subset,
-the full data) are other rows of the grid: ``method: [dc, random, full]``.
+Each model is attacked on a seeded class-stratified subset of ``attack_size`` test images
+(default: the whole test set) by every attack of ``attacks``, in pixel space (``space: pixel``,
+the default: ε bounds the change of pixels in [0, 1]), or as BEARD's code does it (``space:
+beard_compat``: normalised tensors fed to torchattacks, ε in normalised units and torchattacks'
+[0, 1] clamp on normalised values; see :func:`ddlib.protocols.attacks.run_attack`), which
+reproduces BEARD's published accuracies and is never a pixel-space robustness: ``space`` is part
+of the leaderboard row, and the run is tagged ``ddlib.attack_space``.
+
+Per attack: robust accuracy, ASR as the BEARD paper defines it and as its code computes it
+(clean - robust), the synchronised wall time of the attack pass and per sample. An attack that
+cannot target is recorded as skipped in targeted mode (never as a clean accuracy). Timing
+provenance: each attack is preceded by a clean pass timed in the same process, on the same
+device (its name is part of every cached result's key and logged with it), and AE compares the
+attack times with those clean times (their mean is the seed's ``clean_seconds``), never with a
+clean time taken in another process or the other mode: BEARD's published tables use each mode's
+own clean time (its metric toolkit's minimum of the two modes is the report's
+``clean_time="min_of_modes"``). Per seed, from the attacks that ran: BEARD's RR, AE and CREI and
+the monotone robust-to-clean ratio RCR; an optional robust-accuracy-versus-epsilon curve. Each
+attack result is cached in MLflow by (model, attack, mode, space, test subset, seed, device), so a
+rerun recomputes nothing. References (a random subset, the full data) are other rows of the grid:
+``method: [dc, random, full]``.
 """
 
 from __future__ import annotations
@@ -26,15 +41,18 @@ import torch
 
 from ddlib import metrics
 from ddlib.engine.adversarial_training import create_objective
-from ddlib.protocols.attacks import (TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attack, parse_attacks, run_attack,
-                           targeted_skip_reason)
+from ddlib.protocols.attacks import (SPACES, TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attack,
+                                    parse_attacks, run_attack, targeted_skip_reason)
 from ddlib.engine.augment import create_augment
 from ddlib.data.datasets import stratified_subset
 from ddlib.data.distilled import DistilledSet
 from ddlib.data.digest import tensor_digest
-from ddlib.protocols.cell import Cell, Evaluation, device_name
-from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, obtain, validate_set_params
+from ddlib.models import list_models
+from ddlib.protocols.cell import Cell, Evaluation, device_name, group_params
+from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, validate_set_params
+from ddlib.protocols.common import obtain as obtain_set
 from ddlib.protocols.dcbench import check_augment
+from ddlib.tracking import config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
            "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key"]
@@ -42,7 +60,9 @@ __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_ce
 PROTOCOL = "adversarial"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 1
+# 2: the space parameter; each attack paired with a clean pass timed in its own process (AE no
+# longer compares with a clean pass cached from another process or the other mode).
+REVISION = 2
 MODES = ("untargeted", "targeted")
 BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 
@@ -61,11 +81,18 @@ PARAMS = {
     "attack_batch_size": 256,  # BEARD's test batch size (timings depend on it)
     "alpha": 0.5,  # CREI = alpha RR + (1 - alpha) AE
     "eps_curve": None,  # e.g. {attack: pgd, eps: [1/255, 2/255, 4/255, 8/255, 16/255]}: robust accuracy vs epsilon
+    "space": "pixel",  # pixel (eps bounds pixels) | beard_compat (BEARD's normalised-tensor pipeline, to check its numbers)
 }
+SPACE_TAG = "ddlib.attack_space"
+MODE_PAIR_TAG = "ddlib.mode_pair"  # the same row in the other mode (the report's clean_time="min_of_modes")
 
 
 def validate(params: dict) -> dict:
-    p = validate_set_params(PROTOCOL, PARAMS, params)
+    p = validate_set_params(PROTOCOL, PARAMS, params, trained_models=True)
+    if p["source"]["kind"] == "checkpoint":
+        _check_checkpoint(p, params)
+    if p["space"] not in SPACES:
+        raise ValueError(f"space must be one of {SPACES}, got {p['space']!r}")
     check_recipe(p, "real_recipe", base=check_recipe(p, "recipe"))
     check_augment(p["augment"], "augment")
     check_weight(p, "alpha")
@@ -113,14 +140,44 @@ def validate(params: dict) -> dict:
     return p
 
 
+def _check_checkpoint(p: dict, raw: dict) -> None:
+    """A checkpoint source: its ``model`` is the cell's; its path names one file per seed."""
+    source = p["source"]
+    if "model" in source:
+        if "model" in raw and raw["model"] != source["model"]:
+            raise ValueError(f"method {p['method']!r}: the checkpoint is a {source['model']!r} but model is "
+                             f"{raw['model']!r}")
+        if source["model"] not in list_models():
+            raise ValueError(f"method {p['method']!r}: unknown model {source['model']!r}; known: {list_models()}")
+        p["model"] = source["model"]
+    try:
+        source["path"].format(seed=0, ipc=1, dataset="d")
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"method {p['method']!r}: path {source['path']!r} may hold only {{seed}}, {{ipc}} and "
+                         f"{{dataset}} ({type(e).__name__}: {e})") from None
+    if "{seed}" not in source["path"] and len(p["seeds"]) > 1:
+        raise ValueError(f"method {p['method']!r}: path {source['path']!r} has no {{seed}}, so the {len(p['seeds'])} "
+                         "seeds would attack one file; put {seed} in the path or list one seed")
+
+
+def checkpoint_path(params: dict, dataset_name: str, seed: int) -> str:
+    """The file of one seed's model for a checkpoint source (``{seed}``, ``{ipc}``, ``{dataset}`` filled in)."""
+    return params["source"]["path"].format(seed=seed, ipc=params["ipc"], dataset=dataset_name)
+
+
 def group_identity(params: dict) -> dict:
     """The leaderboard row of a cell: attacks by their resolved description (``fgsm`` and
     ``{fgsm: {eps: 8/255}}`` are one attack), without what the summary recomputes or only adds
-    (``alpha``, ``eps_curve``), and without ``target`` in untargeted mode."""
+    (``alpha``, ``eps_curve``), without ``target`` in untargeted mode, and without the training
+    recipe of a checkpoint (nothing is trained). ``space`` stays: a ``beard_compat`` row is never
+    pooled with a pixel-space one."""
     out = {k: v for k, v in params.items() if k not in ("alpha", "eps_curve")}
     out["attacks"] = [a.describe() for a in parse_attacks(params["attacks"])]
     if params.get("mode") != "targeted":
         out.pop("target", None)
+    if (params.get("source") or {}).get("kind") == "checkpoint":
+        for key in ("recipe", "real_recipe", "augment"):
+            out.pop(key, None)
     return out
 
 
@@ -172,9 +229,23 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
     return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
 
 
-def train_models(cell: Cell, distilled: DistilledSet) -> list[Evaluation]:
-    """One model per seed trained on the set (or found in the model pool), with its weights."""
+def obtain(cell: Cell) -> DistilledSet | None:
+    """The cell's set (made or loaded, logged as an image grid), or None for a checkpoint source."""
+    if cell.params["source"]["kind"] == "checkpoint":
+        return None
+    return obtain_set(cell)
+
+
+def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]:
+    """One model per seed trained on the set (or found in the model pool), with its weights; for a
+    checkpoint source, the seeds' released models, put into the pool (``distilled`` is None)."""
     p, ds = cell.params, cell.dataset
+    if p["source"]["kind"] == "checkpoint":
+        with cell.guard():
+            paths = {seed: checkpoint_path(p, ds.name, seed) for seed in p["seeds"]}
+            return cell.pool_checkpoints("model", paths, p["model"])
+    if distilled is None:
+        raise ValueError(f"method {p['method']!r}: no set to train on")
     with cell.guard():
         hook = create_augment(p["augment"], mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
         objective, objective_name = create_objective(p["training"], mean=ds.mean, std=ds.std,
@@ -201,7 +272,7 @@ def attack_subset(cell: Cell) -> tuple[torch.Tensor, torch.Tensor]:
     return ds.test_images[keep], ds.test_labels[keep]
 
 
-def evaluate(cell: Cell, distilled: DistilledSet, models: list[Evaluation] | None = None) -> AdversarialResult:
+def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation] | None = None) -> AdversarialResult:
     p, ds = cell.params, cell.dataset
     targeted = p["mode"] == "targeted"
     with cell.guard():
@@ -211,64 +282,66 @@ def evaluate(cell: Cell, distilled: DistilledSet, models: list[Evaluation] | Non
         attacks = parse_attacks(p["attacks"])
         curve = [] if p["eps_curve"] is None else [_with_eps(p["eps_curve"]["attack"], e) for e in p["eps_curve"]["eps"]]
         run = dict(num_classes=ds.num_classes, batch_size=p["attack_batch_size"], seed=p["attack_seed"],
-                   device=cell.device)
+                   device=cell.device, space=p["space"])
+        pair = {k: v for k, v in group_params(p, PROTOCOL).items() if k not in ("mode", "target")}
+        cell.tracker.set_tags(cell.run_id, {SPACE_TAG: p["space"],
+                                            MODE_PAIR_TAG: config_hash({"revision": REVISION, **pair})})
         rows, attack_rows, skipped = [], [], {}
         for evaluation in models:
             net = PixelModel(evaluation.model, ds.mean, ds.std).to(cell.device).eval()
             # timings are results too: they are cached per device (GPU model, CPU thread count)
             identity = {"model_run": evaluation.run_id, "test": test_id, "device": device_name(cell.device),
-                        "batch_size": p["attack_batch_size"]}
-            state = {}
-
-            def clean():
-                state["clean"] = clean_pass(net, images, labels, p["attack_batch_size"], cell.device)
-                return {"clean_acc": state["clean"].accuracy, "clean_seconds": state["clean"].seconds}
-
-            clean_metrics, _ = cell.cached_result(f"clean-seed{evaluation.seed}", {**identity, "pass": "clean"}, clean)
-            row = {"seed": evaluation.seed, "clean_acc": clean_metrics["clean_acc"],
-                   "clean_seconds": clean_metrics["clean_seconds"]}
-            accs, times = [], []
+                        "batch_size": p["attack_batch_size"], "space": p["space"], "revision": REVISION}
+            # the clean accuracy (deterministic); its time is not used: every attack carries the
+            # time of a clean pass run right before it, in the process that timed the attack
+            clean = clean_pass(net, images, labels, p["attack_batch_size"], cell.device)
+            row = {"seed": evaluation.seed, "clean_acc": clean.accuracy}
+            accs, times, clean_times = [], [], []
             for spec in attacks:
                 if targeted and (reason := targeted_skip_reason(spec)):
                     skipped[spec.name] = reason
                     attack_rows.append({"seed": evaluation.seed, "attack": spec.name, "status": "skipped",
                                         "reason": reason})
                     continue
-                result = _attack(cell, net, spec, images, labels, identity, evaluation.seed, targeted, run, state)
+                result = _attack(cell, net, spec, images, labels, identity, evaluation.seed, targeted, run)
                 for k, v in result.items():
                     row[f"{spec.name}.{k}"] = v
                 accs.append(100 * result["robust_acc"])
                 times.append(result["attack_seconds"])
+                clean_times.append(result["clean_seconds"])
                 attack_rows.append({"seed": evaluation.seed, "attack": spec.name, "status": "ran", **result})
             clean_pct = 100 * row["clean_acc"]
+            row["clean_seconds"] = metrics.mean_std(clean_times)[0]
             row["rr"] = metrics.rr(clean_pct, accs)
             row["ae"] = metrics.ae(row["clean_seconds"], times)
             row["crei"] = metrics.crei(row["rr"], row["ae"], p["alpha"])
             row["rcr"] = metrics.rcr(clean_pct, accs) if clean_pct > 0 else float("nan")
             for spec in curve:
                 row[curve_key(spec)] = _attack(cell, net, spec, images, labels, identity, evaluation.seed, targeted,
-                                               run, state)["robust_acc"]
+                                               run)["robust_acc"]
             rows.append(row)
         if skipped:
             cell.tracker.set_tags(cell.run_id, {f"ddlib.skipped.{name}": reason for name, reason in skipped.items()})
         per_seed, summary = cell.record_per_seed(rows)
-    label = {"dataset": p["dataset"], "method": p["method"], "ipc": p["ipc"], "mode": p["mode"],
+    label = {"dataset": p["dataset"], "method": p["method"], "ipc": p["ipc"], "mode": p["mode"], "space": p["space"],
              "training": p["training"] if isinstance(p["training"], str) else str(p["training"])}
     return AdversarialResult(per_seed, summary, pd.DataFrame(attack_rows), label)
 
 
-def _attack(cell: Cell, net, spec: AttackSpec, images, labels, identity: dict, seed: int, targeted: bool, run: dict,
-            state: dict) -> dict[str, float]:
-    """One attack on one pooled model, cached by everything its result depends on."""
+def _attack(cell: Cell, net, spec: AttackSpec, images, labels, identity: dict, seed: int, targeted: bool,
+            run: dict) -> dict[str, float]:
+    """One attack on one pooled model, with a clean pass timed right before it in this process,
+    cached by everything its result depends on (the device's name included: times are results)."""
     p = cell.params
     key = {**identity, "attack": spec.describe(), "mode": p["mode"], "attack_seed": p["attack_seed"],
            **({"target": p["target"]} if targeted else {})}
 
     def compute():
         outcome = run_attack(spec, net, images, labels, targeted=targeted, targets=p["target"] if targeted else None,
-                             clean=state.get("clean"), progress=cell.progress, **run)
+                             progress=cell.progress, **run)
         return {k: v for k, v in outcome.metrics().items() if k != "clean_acc"}
 
     result, _ = cell.cached_result(f"{spec.describe()} {p['mode']} seed{seed}", key, compute,
-                                   params={"attack": spec.describe(), "mode": p["mode"], "model_run": identity["model_run"]})
+                                   params={"attack": spec.describe(), "mode": p["mode"], "space": p["space"],
+                                           "model_run": identity["model_run"], "device_name": identity["device"]})
     return result

@@ -17,7 +17,9 @@ What BEARD (Zhou et al. 2024, ``Code/eva_utils.py:epoch``) gets wrong and this m
   units (8/255 × std ≈ 1.6/255 in pixels for CIFAR-10), while its [0, 1] clamp acts on normalised
   values: every pixel below its channel mean or above mean + std is moved there, a pixel-space
   change far larger than any ε. Here models are wrapped in :class:`PixelModel`, which normalises
-  inside its forward, and images are pixels in [0, 1].
+  inside its forward, and images are pixels in [0, 1]. ``space="beard_compat"`` (see
+  :func:`run_attack`) reproduces BEARD's pipeline exactly, to check a published number against it;
+  its results are never a pixel-space robustness.
 * **Targets for any number of classes.** BEARD targets ``(y + 1) % 10`` whatever the dataset;
   :func:`target_labels` uses the dataset's class count (``next``) or draws another class at random
   from a private, seeded generator (``random``).
@@ -87,6 +89,7 @@ from ddlib.engine.device import resolve_device, synchronize
 from ddlib.engine.train import Normalize, as_pixels
 
 __all__ = [
+    "SPACES",
     "PixelModel",
     "AttackSpec",
     "AttackEntry",
@@ -107,6 +110,10 @@ __all__ = [
 ]
 
 TARGET_KINDS = ("next", "random")
+# Where the attack acts: "pixel" (pixels in [0, 1], ε a pixel-space bound: the default) or
+# "beard_compat" (BEARD's pipeline: normalised tensors fed to torchattacks, see run_attack).
+SPACES = ("pixel", "beard_compat")
+_clock = time.perf_counter  # every timed region reads this clock (tests replace it with a counter)
 
 
 class PixelModel(nn.Module):
@@ -123,6 +130,10 @@ class PixelModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(self.normalize(x))
+
+    def to_pixels(self, x: torch.Tensor) -> torch.Tensor:
+        """The inverse of the normalisation: model inputs back to pixel units."""
+        return x * self.normalize.std + self.normalize.mean
 
 
 # --------------------------------------------------------------------------- parameters
@@ -384,10 +395,11 @@ _SUPPORTED_MODES: dict[str, tuple[str, ...]] = {}
 
 
 def _supported_modes(name: str) -> tuple[str, ...]:
-    """``supported_mode`` of the attack's torchattacks class (read off an instance on a dummy model)."""
+    """``supported_mode`` of the attack's torchattacks class, read off an instance of the class
+    itself on a dummy model (never through :func:`create_attack`, so the answer does not depend on
+    what was built before)."""
     if name not in _SUPPORTED_MODES:
-        probe = create_attack(AttackSpec.create(name), nn.Linear(1, 10), 10)
-        _SUPPORTED_MODES[name] = tuple(probe.supported_mode)
+        _SUPPORTED_MODES[name] = tuple(get_entry(name).cls(nn.Linear(1, 10)).supported_mode)
     return _SUPPORTED_MODES[name]
 
 
@@ -482,7 +494,10 @@ class AttackOutcome:
     * ``targeted_success``: targeted mode only: share of all N classified as their target.
     * ``attack_seconds``: wall time of the attack pass (moving each batch to the device, crafting,
       classifying), synchronised on CUDA; ``seconds_per_sample`` = that / N.
-    * ``max_linf``, ``max_l2``: largest per-image L∞ and L2 norm of (adv − clean), pixels in [0, 1].
+    * ``clean_seconds``: wall time of the clean pass the attack was compared with (the one given,
+      or the one :func:`run_attack` timed right before the attack, in the same process).
+    * ``max_linf``, ``max_l2``: largest per-image L∞ and L2 norm of (adv − clean), in pixel units
+      (in ``beard_compat`` space too, where they exceed ε: that is the point of showing them).
     * ``skipped``/``reason``: the attack cannot run in this mode (e.g. DeepFool targeted): every
       measurement is None; never report a skipped attack's accuracy.
     """
@@ -498,6 +513,7 @@ class AttackOutcome:
     targeted_success: float | None = None
     attack_seconds: float | None = None
     seconds_per_sample: float | None = None
+    clean_seconds: float | None = None
     max_linf: float | None = None
     max_l2: float | None = None
     correct: torch.Tensor | None = field(default=None, repr=False)  # per image, after the attack
@@ -508,7 +524,7 @@ class AttackOutcome:
     def metrics(self) -> dict[str, float]:
         """The numeric measurements that are set (for ``mlflow.log_metrics``)."""
         keys = ("clean_acc", "robust_acc", "asr", "asr_beard", "targeted_success", "attack_seconds",
-                "seconds_per_sample", "max_linf", "max_l2")
+                "seconds_per_sample", "clean_seconds", "max_linf", "max_l2")
         return {k: float(getattr(self, k)) for k in keys if getattr(self, k) is not None}
 
 
@@ -559,11 +575,11 @@ def clean_pass(
             model(as_pixels(images[:batch_size].to(dev)))  # warm-up, untimed
         for i in range(0, len(labels), batch_size):
             synchronize(dev)
-            start = time.perf_counter()
+            start = _clock()
             x = as_pixels(images[i : i + batch_size].to(dev, non_blocking=True))
             pred = model(x).argmax(1)
             synchronize(dev)
-            seconds += time.perf_counter() - start
+            seconds += _clock() - start
             preds.append(pred.cpu())
     finally:
         model.train(was_training)
@@ -594,6 +610,7 @@ def run_attack(
     clean: CleanOutcome | None = None,
     return_adv: bool = False,
     progress: bool = False,
+    space: str = "pixel",
 ) -> AttackOutcome:
     """Run one attack on (``images``, ``labels``) and measure it (see :class:`AttackOutcome`).
 
@@ -608,9 +625,18 @@ def run_attack(
     ``seed``: batch b runs inside ``torch.random.fork_rng`` (CPU and the CUDA device) seeded with
     :func:`batch_seed` (seed, b), and AutoAttack gets ``seed``: the same seed, data, batch size and
     device give the same adversarial images; the global generators are left untouched.
-    ``clean``: a :func:`clean_pass` of the same model and images (computed, untimed, if omitted).
-    Adversarial images are floats (not re-quantised to uint8); ``return_adv`` keeps them (on the
-    CPU) in ``AttackOutcome.adv``.
+    ``clean``: a :func:`clean_pass` of the same model and images; if omitted, one is run (and
+    timed) right before the attack, in this process, so ``clean_seconds`` and ``attack_seconds``
+    share the process, device and load. Adversarial images are floats (not re-quantised to uint8);
+    ``return_adv`` keeps them (on the CPU, in pixel units) in ``AttackOutcome.adv``.
+
+    ``space``: ``"pixel"`` (default) attacks ``model`` on pixels, so ε, step sizes and the [0, 1]
+    clamp mean what they say. ``"beard_compat"`` reproduces BEARD's pipeline (``eva_utils.epoch``):
+    ``model`` must be a :class:`PixelModel`; the attack runs on its inner model, fed the
+    *normalised* images, so ε and steps are in normalised units and torchattacks' [0, 1] clamp
+    acts on normalised values (moving every pixel below its channel mean up to it, and every pixel
+    above mean + std down to it); the inner model classifies the result as BEARD's does. Only for
+    checking a published BEARD number: its robust accuracies are not robustness to any pixel-space ε.
     """
     spec = parse_attack(spec)
     labels = _check_data(images, labels)
@@ -637,6 +663,10 @@ def run_attack(
             raise ValueError("a target equals the true label; targets must be other classes")
     elif targets is not None:
         raise ValueError("targets given for an untargeted attack")
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {SPACES}, got {space!r}")
+    if space == "beard_compat" and not isinstance(model, PixelModel):
+        raise ValueError("space 'beard_compat' needs a PixelModel (it attacks the inner model on normalised inputs)")
     if spec.name == "tifgsm" and images.shape[1] != 3:
         raise ValueError(
             f"attack 'tifgsm' needs 3-channel images (torchattacks' TIFGSM kernel has 3 groups), got {images.shape[1]}"
@@ -648,14 +678,18 @@ def run_attack(
         clean = clean_pass(model, images, labels, batch_size, dev)
     elif clean.n != n:
         raise ValueError(f"clean pass has {clean.n} images, the attack {n}")
-    atk = create_attack(spec, model, num_classes, seed=seed)
+    if space == "beard_compat":  # BEARD: torchattacks on the normalised-input network, normalised tensors in
+        attacked, to_input, to_pixels = model.model, model.normalize, model.to_pixels
+    else:
+        attacked, to_input, to_pixels = model, (lambda x: x), (lambda x: x)
+    atk = create_attack(spec, attacked, num_classes, seed=seed)
     if targeted:
         atk.set_mode_targeted_by_label(quiet=True)
 
     was_training = model.training
     model.eval()
     if n:  # untimed: one-off costs (autograd, kernel selection) are not billed to whichever attack runs first
-        _warm_up(model, as_pixels(images[:batch_size].to(dev)), labels[:batch_size].to(dev))
+        _warm_up(attacked, to_input(as_pixels(images[:batch_size].to(dev))), labels[:batch_size].to(dev))
     correct, hit, advs = [], [], []
     seconds, max_linf, max_l2 = 0.0, 0.0, 0.0
     bar = tqdm(total=n, desc=spec.name, disable=not progress, leave=False)
@@ -663,18 +697,19 @@ def run_attack(
         for b, i in enumerate(range(0, n, batch_size)):
             y = labels[i : i + batch_size]
             synchronize(dev)
-            start = time.perf_counter()
+            start = _clock()
             x = as_pixels(images[i : i + batch_size].to(dev, non_blocking=True))
             y_dev = (targets[i : i + batch_size] if targeted else y).to(dev)
             with torch.random.fork_rng(devices=_fork_devices(dev)):
                 torch.manual_seed(batch_seed(seed, b))
-                adv = atk(x, y_dev)
+                adv = atk(to_input(x), y_dev)
             with torch.no_grad():
-                pred = model(adv).argmax(1)
+                pred = attacked(adv).argmax(1)
             synchronize(dev)
-            seconds += time.perf_counter() - start
+            seconds += _clock() - start
             with torch.no_grad():
-                delta = (adv.detach() - x).flatten(1)
+                adv = to_pixels(adv.detach())
+                delta = (adv - x).flatten(1)
                 if len(delta):
                     max_linf = max(max_linf, float(delta.abs().amax()))
                     max_l2 = max(max_l2, float(delta.norm(dim=1).amax()))
@@ -701,6 +736,7 @@ def run_attack(
         targeted_success=(float(torch.cat(hit).sum()) / denom if hit else 0.0) if targeted else None,
         attack_seconds=seconds,
         seconds_per_sample=seconds / denom,
+        clean_seconds=clean.seconds,
         max_linf=max_linf,
         max_l2=max_l2,
         correct=adv_correct,

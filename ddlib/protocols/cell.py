@@ -10,7 +10,8 @@ A file lock keeps parallel workers from training the same key twice.
 
 With ``keep_models=True`` the trained weights are logged too (artifact ``model.pt`` of the
 evaluation run, tag ``ddlib.model_stored``): those runs are the *model pool*. A later cell that
-needs the model itself (an attack, say) downloads it instead of retraining. Results that are not
+needs the model itself (an attack, say) downloads it instead of retraining; released weights join
+the pool the same way (:meth:`Cell.pool_checkpoints`). Results that are not
 trained models (an attack's robust accuracy on a pooled model, say) are cached the same way by
 :meth:`Cell.cached_result`.
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -33,7 +36,7 @@ from ddlib.engine.device import configure_threads, resolve_device
 from ddlib.metrics import mean_std
 from ddlib.data.distilled import DistilledSet, image_grid
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
-from ddlib.engine.train import AugmentHook, LossHook, Objective, Recipe, train_and_evaluate
+from ddlib.engine.train import AugmentHook, LossHook, Normalize, Objective, Recipe, evaluate, train_and_evaluate
 
 __all__ = ["Cell", "Evaluation", "group_params", "cell_tags", "device_name"]
 
@@ -287,6 +290,63 @@ class Cell:
                     found[r.seed] = Evaluation(role, r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
                                                run_id, False, net)
         return [found[s] for s in seeds]
+
+    def pool_checkpoints(self, role: str, paths: dict[int, str], model: str,
+                         model_kwargs: dict | None = None) -> list[Evaluation]:
+        """Released weights (one state_dict file per seed) into the model pool, like trained models.
+
+        Each file is loaded with ``weights_only=True`` into the registry's ``model`` for this
+        cell's data (:func:`ddlib.protocols.teachers.load_teacher`: an unreadable file, or weights
+        that do not fit the architecture, the channels, image size or class count, raise
+        ``CheckpointError`` naming the file). The weights are keyed by their content: the first
+        time, the model is scored on the test set and stored as an evaluation run (params
+        ``checkpoint``, ``weights_digest``); later, in any cell or process, that run is found again,
+        so results cached against it (attacks) are reused."""
+        from ddlib.protocols.teachers import CheckpointError, load_teacher
+
+        ds = self.dataset
+        test = f"{ds.name}:{ds.source}:test:{tensor_digest(ds.test_labels)}"
+        found, digests = [], {}
+        with self.guard():
+            for seed, path in paths.items():
+                if not Path(path).is_file():
+                    raise CheckpointError(f"{path}: no such checkpoint file (seed {seed})")
+                net = load_teacher(model, ds, path, device=self.device, model_kwargs=model_kwargs)
+                digest = tensor_digest(*net.state_dict().values())
+                if digest in digests:
+                    raise CheckpointError(f"{path}: the same weights as seed {digests[digest]}'s checkpoint; "
+                                          "each seed must be another model (or list one seed)")
+                digests[digest] = seed
+                identity = {"checkpoint": digest, "model": model, "model_kwargs": model_kwargs or {}, "test": test,
+                            "version": ddlib.__version__}
+                key = config_hash(identity)
+                with file_lock(f"eval-{key}"):
+                    runs = self.tracker.find_finished({TAG["eval_key"]: key, MODEL_STORED_TAG: "true"})
+                    if runs:
+                        m = runs[0].data.metrics
+                        found.append(Evaluation(role, seed, m["test_accuracy"], float("nan"),
+                                                m.get("eval_seconds", float("nan")), runs[0].info.run_id, True, net))
+                        continue
+                    start = time.perf_counter()
+                    accuracy = evaluate(net, ds.test_images, ds.test_labels, Normalize(ds.mean, ds.std).to(self.device))
+                    seconds = time.perf_counter() - start
+                    if accuracy <= 1.5 / ds.num_classes:
+                        warnings.warn(f"{path}: test accuracy {100 * accuracy:.1f} % is near chance for "
+                                      f"{ds.num_classes} classes: was it trained on {ds.name}, normalised with "
+                                      f"mean {ds.mean} and std {ds.std}?", UserWarning, stacklevel=2)
+                    run_id = self.tracker.start_run(
+                        f"{role}-seed{seed}",
+                        params={"role": role, "seed": seed, "model": model, "model_kwargs": model_kwargs or {},
+                                "checkpoint": str(path), "weights_digest": digest, "eval_split": "test",
+                                "dataset": ds.name},
+                        tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "eval",
+                              TAG["role"]: role, TAG["eval_key"]: key},
+                        parent_run_id=self.run_id)
+                    self._store_model(run_id, net)
+                    self.tracker.log_metrics(run_id, {"test_accuracy": accuracy, "eval_seconds": seconds})
+                    self.tracker.end_run(run_id)
+                    found.append(Evaluation(role, seed, accuracy, float("nan"), seconds, run_id, False, net))
+        return found
 
     def _store_model(self, run_id: str, model: torch.nn.Module) -> None:
         """Log a trained model's weights (a plain state_dict: loadable with ``weights_only=True``)."""

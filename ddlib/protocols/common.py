@@ -8,7 +8,7 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
 from ddlib.protocols.cell import VALIDATION_SEED, Cell
 from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SELECT, resolve_preset
-from ddlib.methods.sources import obtain_set, resolve_source, validate_source
+from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source
 from ddlib.engine.train import Recipe
 
 # Which set, compared with which random subset, on which data and model.
@@ -67,9 +67,10 @@ def check_recipe(p: dict, key: str, base: Recipe | None = None) -> Recipe:
         raise ValueError(f"{key}: {e}") from None
 
 
-def validate_set_params(protocol: str, defaults: dict, params: dict) -> dict:
+def validate_set_params(protocol: str, defaults: dict, params: dict, trained_models: bool = False) -> dict:
     """Fill defaults, refuse unknown names, check the set parameters and resolve the source
-    (errors name the key)."""
+    (errors name the key). ``trained_models``: the protocol also takes sources that are trained
+    models (``kind: checkpoint``), not sets."""
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown} for protocol {protocol}; known: {sorted(defaults)}")
@@ -79,6 +80,9 @@ def validate_set_params(protocol: str, defaults: dict, params: dict) -> dict:
     if "model" in p and p["model"] is not None and p["model"] not in list_models():
         raise ValueError(f"model: unknown model {p['model']!r}; known: {list_models()}")
     p["source"] = validate_source(p["method"], p["source"]) if p["source"] is not None else resolve_source(p["method"])
+    if p["source"]["kind"] in MODEL_KINDS and not trained_models:
+        raise ValueError(f"method {p['method']!r}: kind {p['source']['kind']!r} is a trained model, not a set; "
+                         f"protocol {protocol} needs a set (only adversarial attacks checkpoints)")
     if p["source"]["kind"] == "full":
         p["ipc"] = FULL_IPC  # the whole training set: one cell, one leaderboard row, whatever ipc the grid crossed it with
     elif not positive_int(p["ipc"]):

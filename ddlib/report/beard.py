@@ -4,6 +4,10 @@
 Scores are recomputed here from the logged per-seed accuracies and times (so ``alpha`` can
 change), with BEARD's formulas (:mod:`ddlib.metrics`: percent and seconds). Skipped attacks
 (targeted DeepFool, AutoAttack) have no values and are left out, as BEARD leaves out its None.
+AE compares the attack times with the clean time of the same cell (``clean_time="mode"``, as
+BEARD's published tables do); ``clean_time="min_of_modes"`` takes the smaller of the targeted and
+untargeted cells' clean times of the same models, as BEARD's metric toolkit does (rows whose other
+mode has not run get no AE). ``space`` is a row column: ``beard_compat`` rows are never pixel-space.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ import json
 import pandas as pd
 
 from ddlib import metrics
+from ddlib.protocols.adversarial import MODE_PAIR_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report.core import aggregate, per_seed_values
-from ddlib.tracking import TAG
+from ddlib.tracking import TAG, client
 
 __all__ = ["ROW_PARAMS", "robustness_leaderboard", "unified_leaderboard", "eps_curves", "plot_eps_curves"]
 
-ROW_PARAMS = ("dataset", "ipc", "method", "model", "training", "mode", "attacks", "device")
+ROW_PARAMS = ("dataset", "ipc", "method", "model", "training", "mode", "space", "attacks", "device")
 EXPERIMENT = "adversarial"
 _ATTACK_VALUES = (".robust_acc", ".asr", ".asr_beard", ".attack_seconds")
 
@@ -46,26 +51,44 @@ def _attacks(df: pd.DataFrame) -> list[str]:
     return [c[: -len(".robust_acc")] for c in df.columns if c.endswith(".robust_acc")]
 
 
+def _clean_times(df: pd.DataFrame, rule: str) -> pd.Series:
+    """Per row, the clean time AE compares with (:func:`ddlib.metrics.beard_clean_time`); NaN where
+    ``min_of_modes`` finds no row of the other mode for the same models, seed and device."""
+    if rule not in metrics.CLEAN_TIMES:
+        raise ValueError(f"clean_time must be one of {metrics.CLEAN_TIMES}, got {rule!r}")
+    if rule == "mode":
+        return df["clean_seconds"]
+    pairs = {run: client().get_run(run).data.tags.get(MODE_PAIR_TAG) for run in df["run_id"].unique()}
+    df = df.assign(mode_pair=df["run_id"].map(pairs))
+    out = []
+    for _, row in df.iterrows():
+        other = df[(df["mode_pair"] == row["mode_pair"]) & (df["seed"] == row["seed"]) & (df["device"] == row["device"])
+                   & (df["mode"] != row["mode"])]
+        out.append(float("nan") if other.empty or pd.isna(row["mode_pair"]) else
+                   metrics.beard_clean_time(row["clean_seconds"], float(other["clean_seconds"].iloc[-1]), rule))
+    return pd.Series(out, index=df.index, dtype=float)
+
+
 def _ran(row: pd.Series, attacks: list[str], value: str, scale: float = 1.0) -> list[float]:
     """The attacks that ran for this row (skipped ones have no value)."""
     return [scale * row[f"{a}.{value}"] for a in attacks if pd.notna(row.get(f"{a}.{value}"))]
 
 
-def robustness_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5) -> pd.DataFrame:
-    """One row per dataset x IPC x method x model x training x mode: clean accuracy, each attack's
-    robust accuracy, ASR and time, BEARD's RR, AE, CREI (``alpha``) and the monotone RCR; mean and
-    std over seeds."""
+def robustness_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_time: str = "mode") -> pd.DataFrame:
+    """One row per dataset x IPC x method x model x training x mode x space: clean accuracy, each
+    attack's robust accuracy, ASR and time, BEARD's RR, AE (against ``clean_time``: see the module
+    docstring), CREI (``alpha``) and the monotone RCR; mean and std over seeds."""
     df = _values(experiment)
     if df.empty:
         return df
     attacks = _attacks(df)
     scores = {"rr": [], "ae": [], "crei": [], "rcr": []}
-    for _, row in df.iterrows():
+    for (_, row), t_clean in zip(df.iterrows(), _clean_times(df, clean_time)):
         clean, accs, times = 100 * row["clean_acc"], _ran(row, attacks, "robust_acc", 100), _ran(row, attacks, "attack_seconds")
-        rr, ae = metrics.rr(clean, accs), metrics.ae(row["clean_seconds"], times)
+        rr, ae = metrics.rr(clean, accs), (float("nan") if pd.isna(t_clean) else metrics.ae(t_clean, times))
         scores["rr"].append(rr)
         scores["ae"].append(ae)
-        scores["crei"].append(metrics.crei(rr, ae, alpha))
+        scores["crei"].append(float("nan") if pd.isna(ae) else metrics.crei(rr, ae, alpha))
         scores["rcr"].append(metrics.rcr(clean, accs) if clean > 0 else float("nan"))
     df = df.assign(**scores)
     per_attack = [f"{a}.{v}" for a in attacks for v in ("robust_acc", "asr", "asr_beard", "attack_seconds")]
@@ -73,14 +96,16 @@ def robustness_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5) -> 
                      sort=("dataset", "mode", "family", "ipc"), descending="crei")
 
 
-def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5) -> pd.DataFrame:
-    """BEARD's multi-adversary scores over IPCs: per dataset x method x model x training x mode and
-    seed, RRM / AEM pool the attack values of the models of every IPC against their mean clean
-    value (:func:`ddlib.metrics.rr_multi`), CREI from them, and RCR likewise; mean and std over seeds."""
+def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_time: str = "mode") -> pd.DataFrame:
+    """BEARD's multi-adversary scores over IPCs: per dataset x method x model x training x mode x
+    space and seed, RRM / AEM pool the attack values of the models of every IPC against their mean
+    clean value (:func:`ddlib.metrics.rr_multi`; clean times by ``clean_time``), CREI from them, and
+    RCR likewise; mean and std over seeds."""
     df = _values(experiment)
     if df.empty:
         return df
     attacks = _attacks(df)
+    df = df.assign(clean_seconds=_clean_times(df, clean_time))
     keys = [p for p in ROW_PARAMS if p != "ipc"]
     rows = []
     # one series: the same configuration at every IPC (never cells of another recipe, attack list or subset)
@@ -89,10 +114,11 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5) -> pd.
         clean = [100 * c for c in sub["clean_acc"]]
         accs = [_ran(r, attacks, "robust_acc", 100) for _, r in sub.iterrows()]
         times = [_ran(r, attacks, "attack_seconds") for _, r in sub.iterrows()]
-        rrm, aem = metrics.rr_multi(clean, accs), metrics.ae_multi(list(sub["clean_seconds"]), times)
+        rrm = metrics.rr_multi(clean, accs)
+        aem = float("nan") if sub["clean_seconds"].isna().any() else metrics.ae_multi(list(sub["clean_seconds"]), times)
         rows.append({"group": key, "seed": seed, "family": first["family"], **{k: first[k] for k in keys},
                      "ipcs": ",".join("all" if i == FULL_IPC else str(i) for i in sorted(sub["ipc"].unique())),
-                     "rrm": rrm, "aem": aem, "creim": metrics.crei(rrm, aem, alpha),
+                     "rrm": rrm, "aem": aem, "creim": float("nan") if pd.isna(aem) else metrics.crei(rrm, aem, alpha),
                      "rcrm": metrics.rcr_multi(clean, accs) if min(clean) > 0 else float("nan")})
     out = pd.DataFrame(rows)
     # the IPC list is part of a row: seeds missing at one IPC make a different row, never a silent mix
@@ -134,7 +160,7 @@ def plot_eps_curves(curves: pd.DataFrame):
         first = sub.iloc[0]
         ipc = "all" if first["ipc"] == FULL_IPC else first["ipc"]
         label = f"{first['method']} IPC {ipc}" + (f" {first['training']}" if first["training"] != "standard" else "")
-        label += f", {attack} {first['mode']}"
+        label += f", {attack} {first['mode']}" + (f" [{first['space']}]" if first.get("space") not in (None, "pixel") else "")
         if curves["dataset"].nunique() > 1:
             label = f"{first['dataset']}: {label}"
         names.setdefault(label, []).append(group)
@@ -143,7 +169,8 @@ def plot_eps_curves(curves: pd.DataFrame):
         sub = sub.sort_values("eps")
         ax.errorbar(sub["eps"] * 255, 100 * sub["robust_acc_mean"], yerr=100 * sub["robust_acc_std"], marker="o",
                     capsize=3, label=label)
-    ax.set_xlabel("epsilon (x 1/255, pixel space)")
+    compat = set(curves.get("space", pd.Series(dtype=object)).dropna()) - {"pixel"}
+    ax.set_xlabel("epsilon (x 1/255, " + ("normalised units for beard_compat lines)" if compat else "pixel space)"))
     ax.set_ylabel("robust accuracy (%)")
     ax.set_title("Robust accuracy against epsilon (mean ± std over seeds)")
     ax.legend(fontsize="small")
