@@ -1,6 +1,8 @@
 """BEARD's protocol end to end on the embedded digits data: model pool, released checkpoints,
 attacks, skips, spaces, scores, timing provenance, caching."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -355,6 +357,38 @@ def test_bad_checkpoints_are_named(mlflow_store, tmp_path):
     with pytest.warns(UserWarning, match="near chance"):
         cell = adversarial.open_cell(**{**TINY, "method": "pool", "source": {"kind": "checkpoint", "path": str(untrained)}})
         adversarial.train_models(cell, None)
+
+
+def test_a_grid_names_checkpoints_relative_to_where_it_runs(tmp_path, monkeypatch):
+    import yaml
+
+    from ddlib.runner import expand, load_grid
+
+    monkeypatch.chdir(tmp_path)
+    grid = {"protocol": "adversarial", "params": {"dataset": "digits", "seeds": [0, 1]},
+            "grid": {"method": ["bacon"], "space": ["pixel", "beard_compat"]},
+            "methods": {"bacon": {"kind": "checkpoint", "path": "pool/bacon_{ipc}_seed{seed}.pth", "model": "convnet"}}}
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
+    cells = expand(load_grid(tmp_path / "grid.yaml"))
+    assert [c["space"] for c in cells] == ["pixel", "beard_compat"]
+    assert cells[0]["source"]["path"] == str(tmp_path / "pool" / "bacon_{ipc}_seed{seed}.pth")
+    assert adversarial.checkpoint_path(cells[0], "digits", 1) == str(tmp_path / "pool" / "bacon_1_seed1.pth")
+
+
+@pytest.mark.slow
+def test_the_notebook_attacks_a_checkpoint_in_beard_compat_space(mlflow_store, tmp_path):
+    import papermill as pm
+
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    _beard_checkpoint(tmp_path / "released.pth", 0)
+    source = {"kind": "checkpoint", "path": str(tmp_path / "released.pth"), "model": "convnet"}
+    pm.execute_notebook(str(notebooks / "adversarial.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
+                        progress_bar=False, cwd=str(notebooks),
+                        parameters={"method": "bacon", "source": source, "ipc": 10, "attacks": ["fgsm"],
+                                    "attack_size": 50, "space": "beard_compat"})
+    cells = tracking.runs("adversarial", kind="cell")
+    assert list(cells["status"]) == ["FINISHED"] and list(cells["tags.ddlib.attack_space"]) == ["beard_compat"]
+    assert cells.iloc[0]["metrics.clean_acc_mean"] > 0.7
 
 
 @pytest.mark.slow
