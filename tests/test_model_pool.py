@@ -1,4 +1,4 @@
-"""The model pool (trained weights kept in MLflow), cached results, the full-data source, grid lists."""
+"""The model pool (trained and released weights kept in MLflow), cached results, the full-data source, grid lists."""
 
 import pytest
 import torch
@@ -67,6 +67,25 @@ def test_the_objective_is_part_of_the_reuse_key(mlflow_store):
     assert b.accuracy == a.accuracy  # the same loss written as an objective trains the same model
     (c,) = cell.train_eval("syn", x, y, TINY, [0], objective=objective, objective_name="ce-objective")
     assert c.reused and c.run_id == b.run_id
+
+
+@pytest.mark.filterwarnings("ignore:.*near chance")  # untrained weights: only their identity matters here
+def test_checkpoints_are_pooled_by_their_weights_not_their_file(mlflow_store, tmp_path):
+    from ddlib.models import create_model
+
+    torch.manual_seed(0)
+    torch.save(create_model("convnet", 1, 10, (8, 8)).state_dict(), tmp_path / "a.pth")
+    torch.save({"state_dict": torch.load(tmp_path / "a.pth")}, tmp_path / "renamed_and_wrapped.pth")
+    torch.save(create_model("convnet", 1, 10, (8, 8)).state_dict(), tmp_path / "b.pth")
+    (first,) = _cell().pool_checkpoints("model", {0: str(tmp_path / "a.pth")}, "convnet")
+    assert not first.reused and tracking.client().get_run(first.run_id).data.tags["ddlib.model_stored"] == "true"
+    (same,) = _cell().pool_checkpoints("model", {0: str(tmp_path / "renamed_and_wrapped.pth")}, "convnet")
+    assert same.reused and same.run_id == first.run_id and same.accuracy == first.accuracy
+    (other,) = _cell().pool_checkpoints("model", {0: str(tmp_path / "b.pth")}, "convnet")
+    assert not other.reused and other.run_id != first.run_id
+    stored = _cell()._load_model(first.run_id, "convnet", None)  # the pool holds the weights themselves
+    for k, v in torch.load(tmp_path / "a.pth").items():
+        assert torch.equal(stored.state_dict()[k].cpu(), v), k
 
 
 def test_cached_result_computes_once(mlflow_store):
