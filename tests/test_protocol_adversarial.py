@@ -34,7 +34,6 @@ TINY = {"dataset": "digits", "seeds": [0], "device": "cpu", "method": "random", 
     ({"space": "normalised"}, "space must be one of"),
     ({"method": "pool", "source": {"kind": "checkpoint"}}, "kind 'checkpoint' needs a 'path'"),
     ({"method": "pool", "source": {"kind": "checkpoint", "path": "m.pth"}, "seeds": [0, 1]}, "has no {seed}"),
-    ({"method": "pool", "source": {"kind": "checkpoint", "path": "m{run}.pth"}}, "only {seed}, {ipc} and {dataset}"),
     ({"method": "pool", "source": {"kind": "checkpoint", "path": "m.pth", "model": "convnet_bn"}, "model": "convnet"},
      "the checkpoint is a 'convnet_bn' but model is 'convnet'"),
     ({"method": "pool", "source": {"kind": "checkpoint", "path": "m.pth", "model": "convnet9"}}, "unknown model 'convnet9'"),
@@ -373,6 +372,8 @@ def test_a_grid_names_checkpoints_relative_to_where_it_runs(tmp_path, monkeypatc
     assert [c["space"] for c in cells] == ["pixel", "beard_compat"]
     assert cells[0]["source"]["path"] == str(tmp_path / "pool" / "bacon_{ipc}_seed{seed}.pth")
     assert adversarial.checkpoint_path(cells[0], "digits", 1) == str(tmp_path / "pool" / "bacon_1_seed1.pth")
+    literal = {**cells[0], "source": {**cells[0]["source"], "path": "{run}/{dataset}_{seed}.pth"}}
+    assert adversarial.checkpoint_path(literal, "digits", 2) == "{run}/digits_2.pth"  # other braces are literal
 
 
 @pytest.mark.slow
