@@ -60,7 +60,7 @@ LAYOUT = {
     "adversarial": ("beard", "BEARD: adversarial robustness (targeted and untargeted)",
                     [("clean_acc", "clean accuracy"), ("rr", "RR (0-100)"), ("ae", "AE (0-100)"),
                      ("crei", "CREI (0-100)"), ("rcr", "RCR = robust / clean accuracy (0-100)"), None],
-                    ("mode", "training", "model", "attacks"), "crei"),
+                    ("mode", "space", "training", "model", "attacks"), "crei"),
     "augmentation": ("augmentation", "DC-Bench: accuracy without and with augmentation",
                      [("acc_noaug", "no augmentation"), ("acc_aug_avg", "average over the augmentations"),
                       ("acc_aug_best", "best augmentation"), None], ("model",), "acc_aug_avg"),
