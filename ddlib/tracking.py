@@ -44,6 +44,7 @@ TAG = {
     "group": "ddlib.group_key",  # a cell's params without seeds: rows of a leaderboard
     "series": "ddlib.series_key",  # ... and without ipc: one method's cells across IPCs (unified scores, curves)
     "family": "ddlib.family_key",  # ... and without method and source: the cells compared with each other
+    "data": "ddlib.data",  # how results on a cell's data must be labelled, e.g. "CIFAR-10 (JPEG)"
     "device_name": "ddlib.device_name",  # e.g. "cuda: NVIDIA H100 80GB HBM3" or "cpu x2 threads": what timings ran on
     "eval_key": "ddlib.eval_key",  # what was trained on what, with which seed: reuse key
     "role": "ddlib.role",  # syn / rdm / real ...

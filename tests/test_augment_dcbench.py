@@ -1,13 +1,16 @@
-"""ddlib.engine.augment: DC-Bench's autoaugment, randaugment and imagenet_aug (per sample, seeded, uint8 pixel space).
+"""ddlib.engine.augment: DC-Bench's autoaugment, randaugment and imagenet_aug (per sample or per batch,
+seeded, uint8 pixel space), and DC's own evaluation augmentation ``dc_augment``.
 
 Faithfulness is checked against torchvision itself: the grouped, batched application of the drawn
 parameters must equal torchvision's kernels applied image by image with the same parameters, bit for bit.
+``dc_augment``'s outputs are checked against every outcome DC's ``utils.augment`` can draw.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ddlib.engine import augment as A
 from ddlib.engine.augment import create_augment
@@ -92,12 +95,54 @@ def test_identical_images_in_one_batch_get_different_transforms(op, min_distinct
 
 
 def test_describe_spells_out_every_param():
-    assert make("autoaugment").name == "autoaugment(policy=auto)"
-    assert make("randaugment").name == "randaugment(num_ops=1, magnitude=9, num_magnitude_bins=31)"
+    assert make("autoaugment").name == "autoaugment(policy=auto, draw=image)"
+    assert make("randaugment").name == "randaugment(num_ops=1, magnitude=9, num_magnitude_bins=31, draw=image)"
     assert make("imagenet_aug").name == (
-        "imagenet_aug(padding=4, flip=0.5, brightness=0.4, contrast=0.4, saturation=0.4, hue=0.2)"
+        "imagenet_aug(padding=4, flip=0.5, brightness=0.4, contrast=0.4, saturation=0.4, hue=0.2, draw=image)"
     )
-    assert make({"autoaugment": {"policy": "SVHN"}}).name == "autoaugment(policy=svhn)"
+    assert make({"autoaugment": {"policy": "SVHN", "draw": "batch"}}).name == "autoaugment(policy=svhn, draw=batch)"
+    assert make("dc_augment", 1).name == "dc_augment(strategy=crop_scale_rotate, crop=4, scale=0.2, rotate=45, noise=0.001)"
+
+
+# --------------------------------------------------------------------------- draw: batch (DC-Bench's per-batch draws)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_batch_draw_gives_every_image_of_a_batch_the_same_transform(op):
+    """``draw: batch`` is DC-Bench's one torchvision call on the whole batch: each image comes out as
+    it would alone under the same draw (identical images come out identical); ``draw: image`` does
+    not, and successive batches draw anew."""
+    x, y = batch((12, 3, 32, 32), seed=4)
+    shared = make({op: {"draw": "batch"}})
+    out, _ = shared(x, y, gen(3))
+    alone = torch.cat([shared(x[i:i + 1], y[i:i + 1], gen(3))[0] for i in range(len(x))])
+    assert torch.equal(to_u8(out), to_u8(alone))
+    per_image = make({op: {"draw": "image"}})(x, y, gen(3))[0]
+    assert not torch.equal(to_u8(per_image), to_u8(torch.cat([make(op)(x[i:i + 1], y[i:i + 1], gen(3))[0]
+                                                              for i in range(len(x))])))
+    same = x[:1].expand(32, -1, -1, -1).contiguous()
+    g = gen(5)
+    outs = [to_u8(shared(same, y.new_zeros(32), g)[0]) for _ in range(6)]
+    assert all(len({o[None].numpy().tobytes() for o in b}) == 1 for b in outs)  # one transform per batch
+    assert len({b[0].numpy().tobytes() for b in outs}) > 1  # ... drawn anew for every batch
+
+
+def test_batch_draw_crop_shifts_the_whole_batch_alike():
+    img = _known_image()
+    x = normalize(torch.stack([img, img.flip(2)]).float() / 255)
+    spec = {"imagenet_aug": {"draw": "batch", "flip": 0.0, "brightness": 0, "contrast": 0, "saturation": 0, "hue": 0}}
+    seen = set()
+    for seed in range(8):
+        out = to_u8(make(spec)(x, torch.zeros(2), gen(seed))[0])
+        (a,), (b,) = (_match(*_candidates(im, 4, flips=(0,)), o[None]) for im, o in zip((img, img.flip(2)), out))
+        assert a == b  # both images shifted alike
+        seen.add(a)
+    assert len(seen) > 1
+
+
+def test_draw_is_validated():
+    with pytest.raises(ValueError, match="'draw'"):
+        make({"randaugment": {"draw": "epoch"}})
 
 
 # --------------------------------------------------------------------------- autoaugment policy
@@ -297,6 +342,108 @@ def test_quantisation_rounds_clamps_and_keeps_real_images():
     expected = normalize(pixels.clamp(0, 1).mul(255).round() / 255)
     assert torch.allclose(out, expected, atol=1e-5)
     assert to_u8(out).min() == 0 and to_u8(out).max() == 255
+
+
+# --------------------------------------------------------------------------- dc_augment (DC's utils.augment)
+
+
+def _mnist_like(n, seed=0):
+    x, _ = batch((n, 1, 28, 28), seed)
+    return x
+
+
+def _dc_crop_outcomes(img, mean, crop=4):
+    """DC's cropfun for every offset it can draw: pad with the channel means, cut at r, c in [0, 2 crop)."""
+    c, h, w = img.shape
+    padded = mean.view(c, 1, 1).expand(c, h + 2 * crop, w + 2 * crop).clone()
+    padded[:, crop:crop + h, crop:crop + w] = img
+    return {("crop", r, q): padded[:, r:r + h, q:q + w] for r in range(2 * crop) for q in range(2 * crop)}
+
+
+def _dc_scale_outcomes(img, scale=0.2):
+    """DC's scalefun for every size it can draw (int(U(0.8, 1.2) * 28): 22 .. 33 per axis)."""
+    c, h, w = img.shape
+    out = {}
+    for hh in range(int((1 - scale) * h), int((1 + scale) * h) + 1):
+        for ww in range(int((1 - scale) * w), int((1 + scale) * w) + 1):
+            tmp = F.interpolate(img[None], [hh, ww])[0]
+            side = max(hh, ww, h, w)
+            canvas = torch.zeros(c, side, side)
+            canvas[:, (side - hh) // 2:(side - hh) // 2 + hh, (side - ww) // 2:(side - ww) // 2 + ww] = tmp
+            out[("scale", hh, ww)] = canvas[:, (side - h) // 2:(side - h) // 2 + h, (side - w) // 2:(side - w) // 2 + w]
+    return out
+
+
+def _dc_rotate_outcomes(img, mean, rotate=45):
+    """DC's rotatefun for every angle it can draw (np.random.randint(-45, 45): -45 .. 44 degrees)."""
+    from scipy.ndimage import rotate as scipy_rotate
+
+    out = {}
+    for angle in range(-rotate, rotate):
+        turned = scipy_rotate(img.numpy(), angle=angle, axes=(-2, -1), cval=float(mean.mean()))
+        r, q = (turned.shape[-2] - img.shape[-2]) // 2, (turned.shape[-1] - img.shape[-1]) // 2
+        out[("rotate", angle)] = torch.from_numpy(turned[:, r:r + img.shape[-2], q:q + img.shape[-1]].copy())
+    return out
+
+
+def _which(outcomes: dict, out: torch.Tensor) -> list:
+    return [key for key, candidate in outcomes.items() if torch.allclose(candidate, out, atol=1e-5)]
+
+
+def test_dc_augment_each_image_gets_one_of_dcs_outcomes_and_every_operation_is_drawn():
+    x = _mnist_like(60)
+    mean = x.mean(dim=(0, 2, 3))  # DC: per channel over the batch, before any image changes
+    out, _ = make("dc_augment", 1)(x, torch.zeros(60), gen(0))
+    used = set()
+    for img, o in zip(x, out):
+        found = (_which(_dc_crop_outcomes(img, mean), o) or _which(_dc_scale_outcomes(img), o)
+                 or _which(_dc_rotate_outcomes(img, mean), o))
+        assert found, "an output DC's augment cannot produce"
+        used.add(found[0][0])
+    assert used == {"crop", "scale", "rotate"}
+
+
+def test_dc_augment_crop_offsets_span_dcs_range_and_pad_with_the_batch_mean():
+    x = _mnist_like(200, seed=1)
+    mean = x.mean(dim=(0, 2, 3))
+    out, _ = make({"dc_augment": {"strategy": "crop"}}, 1)(x, torch.zeros(200), gen(1))
+    offsets = set()
+    for img, o in zip(x, out):
+        found = _which(_dc_crop_outcomes(img, mean), o)
+        assert found
+        offsets |= {k[1] for k in found}
+    assert offsets == set(range(8))  # r in 0 .. 7: a shift of -4 .. +3 px, never +4
+
+
+def test_dc_augment_noise_and_crop_noise():
+    x = _mnist_like(64, seed=2)
+    out, _ = make({"dc_augment": {"strategy": "noise"}}, 1)(x, torch.zeros(64), gen(2))
+    diff = out - x
+    assert 0.0009 < float(diff.std()) < 0.0011 and abs(float(diff.mean())) < 1e-4
+    mixed, _ = make({"dc_augment": {"strategy": "crop_noise"}}, 1)(x, torch.zeros(64), gen(2))
+    mean = x.mean(dim=(0, 2, 3))
+    kinds = ["crop" if _which(_dc_crop_outcomes(img, mean), o) and not torch.allclose(o, img, atol=1e-2) else "noise"
+             for img, o in zip(x, mixed)]
+    noisy = [o - img for img, o, k in zip(x, mixed, kinds) if k == "noise"]
+    assert 10 < kinds.count("noise") < 54 and all(float(d.abs().max()) < 0.01 for d in noisy)
+
+
+def test_dc_augment_is_seeded_and_leaves_its_input_alone():
+    x = _mnist_like(16, seed=3)
+    before = x.clone()
+    aug = make("dc_augment", 1)
+    a, _ = aug(x, torch.zeros(16), gen(0))
+    assert torch.equal(a, aug(x, torch.zeros(16), gen(0))[0]) and not torch.equal(a, aug(x, torch.zeros(16), gen(1))[0])
+    assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("params,key", [({"strategy": "crop_flip"}, "strategy"), ({"strategy": ""}, "strategy"),
+                                        ({"crop": 0}, "crop"), ({"rotate": 0}, "rotate"), ({"scale": 1.0}, "scale"),
+                                        ({"noise": -1}, "noise")])
+def test_dc_augment_bad_values_are_refused(params, key):
+    with pytest.raises(ValueError) as info:
+        make({"dc_augment": params}, 1)
+    assert "dc_augment" in str(info.value) and key in str(info.value)
 
 
 # --------------------------------------------------------------------------- validation

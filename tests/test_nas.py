@@ -270,8 +270,10 @@ def test_shared_ground_truth(shared_table):
     assert 9.9 <= table.accuracy.min() <= 10.5 and 94.0 < table.accuracy.max() < 95.0  # percent
     by_arch = table.set_index("arch").accuracy
     assert 94.0 < by_arch[BEST_C10] < 94.5
-    sample = sample_architectures(table, 50, seed=0)
+    sample = sample_architectures(table, 50, seed=0, sampling="isomorphism")
     assert sample.arch.is_unique and sample["unique"].is_unique
+    uniform = sample_architectures(table, 100, seed=0)  # DC-Bench's: uniform over the 15,625 strings
+    assert uniform.arch.is_unique and len(uniform) == 100
 
 
 # --------------------------------------------------------------------------- sampling
@@ -301,21 +303,37 @@ def test_sampling_is_deterministic_and_private():
     assert sample_architectures(table, 10, seed=8).arch.tolist() != a.arch.tolist()
 
 
-def test_sampling_draws_distinct_architectures_one_per_class():
+def test_sampling_by_isomorphism_class_draws_one_per_class():
     table = _synthetic_table(n_classes=40, per_class=3)
-    sample = sample_architectures(table, 40, seed=0)
+    sample = sample_architectures(table, 40, seed=0, sampling="isomorphism")
     assert len(sample) == 40 and sample.arch.is_unique and sample["unique"].is_unique
     assert set(sample.columns) == {"arch", "accuracy", "unique"}
     merged = sample.merge(table, on="arch", suffixes=("", "_t"))
     assert (merged.accuracy == merged.accuracy_t).all() and (merged["unique"] == merged["unique_t"]).all()
     with pytest.raises(ValueError, match="isomorphism classes"):
+        sample_architectures(table, 41, seed=0, sampling="isomorphism")
+    with pytest.raises(ValueError, match="UniqueString"):
+        sample_architectures(table.drop(columns="unique"), 5, seed=0, sampling="isomorphism")
+    with pytest.raises(ValueError, match="sampling must be one of"):
+        sample_architectures(table, 5, seed=0, sampling="classes")
+
+
+def test_uniform_sampling_is_dcbenchs_uniform_over_cell_strings():
+    """DC-Bench draws each edge's op uniformly (uniform over the strings): a class of three strings
+    is drawn three times as often as a class of one; isomorphism sampling draws them equally."""
+    big = _synthetic_table(n_classes=10, per_class=3)  # 30 strings in 10 classes of 3
+    small = _synthetic_table(n_classes=40, per_class=1).iloc[30:].assign(unique=lambda t: "single" + t.arch)
+    table = pd.concat([big, small], ignore_index=True)  # 30 strings in classes of 3, 10 in classes of 1
+    assert table.arch.is_unique
+    in_big = lambda s: s["unique"].str.startswith("class").sum()  # noqa: E731
+    uniform = sum(in_big(sample_architectures(table, 4, seed=s)) for s in range(400)) / 1600
+    classes = sum(in_big(sample_architectures(table, 4, seed=s, sampling="isomorphism")) for s in range(400)) / 1600
+    assert uniform == pytest.approx(30 / 40, abs=0.04) and classes == pytest.approx(10 / 20, abs=0.04)
+    every = sample_architectures(table, 40, seed=0)
+    assert every.arch.is_unique and len(every) == 40  # distinct, unlike DC-Bench's draws with replacement
+    with pytest.raises(ValueError, match="41"):
         sample_architectures(table, 41, seed=0)
-    every = sample_architectures(table, 120, seed=0, one_per_class=False)
-    assert every.arch.is_unique and len(every) == 120
-    with pytest.raises(ValueError, match="121"):
-        sample_architectures(table, 121, seed=0, one_per_class=False)
-    no_unique = table.drop(columns="unique")
-    assert sample_architectures(no_unique, 100, seed=3).arch.is_unique
+    assert sample_architectures(table.drop(columns="unique"), 30, seed=3).arch.is_unique
     with pytest.raises(ValueError):
         sample_architectures(table, 0, seed=0)
 

@@ -34,6 +34,11 @@ __all__ = [
 ]
 
 
+DISPLAY_NAMES = {"digits": "digits", "mnist": "MNIST", "fashionmnist": "Fashion-MNIST", "cifar10": "CIFAR-10",
+                 "cifar100": "CIFAR-100", "svhn": "SVHN", "tinyimagenet": "Tiny ImageNet"}
+JPEG_EXTENSIONS = (".jpg", ".jpeg")
+
+
 class DatasetError(ValueError):
     """A dataset could not be found or read; the message names the path and the problem."""
 
@@ -52,6 +57,17 @@ class Dataset:
     std: tuple[float, ...]
     source: str = ""  # where it was read from, for provenance
     extra: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """How results on this data must be labelled: the dataset's usual name and, where the images
+        were decoded from JPEG files (the shared CIFAR-10 is a JPEG re-encoding), "(JPEG)", so that
+        nobody compares them with numbers on the original images unawares: "CIFAR-10 (JPEG)"."""
+        name = DISPLAY_NAMES.get(self.name, self.name)
+        extensions = self.extra.get("file_extensions") or ()
+        if any(ext.lower() in JPEG_EXTENSIONS for ext in extensions):
+            name += " (JPEG)"
+        return name
 
     @property
     def num_classes(self) -> int:

@@ -52,10 +52,12 @@ class Recipe:
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 5e-4
-    # "step": lr x 0.1 for the second half (DC); "cosine": to 0 (SRe2L); "cosine_half": the quarter-period
+    # "step": lr x 0.1 for the second half (DC); "cosine": to lr_min (SRe2L: 0); "cosine_half": the quarter-period
     # cosine 0.5 * (1 + cos(pi * epoch / epochs / 2)) that ends at half the lr (RDED, EDC); "none"
     scheduler: str = "step"
     eval_batch_size: int = 1024
+    lr_min: float = 0.0  # the cosine schedule's final lr (DC-Bench's NAS proxy: 0.001)
+    grad_clip: float | None = None  # clip the gradient norm to this (DC-Bench's NAS proxy: 5); None = never
 
     def __post_init__(self):
         problems = []
@@ -69,10 +71,13 @@ class Recipe:
             problems.append(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.scheduler not in SCHEDULERS:
             problems.append(f"scheduler must be one of {SCHEDULERS}, got {self.scheduler!r}")
-        for name in ("lr", "momentum", "weight_decay"):
+        for name in ("lr", "momentum", "weight_decay", "lr_min"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 problems.append(f"{name} must be a non-negative number, got {value!r}")
+        clip = self.grad_clip
+        if clip is not None and (not isinstance(clip, (int, float)) or isinstance(clip, bool) or clip <= 0):
+            problems.append(f"grad_clip must be null or a positive number, got {clip!r}")
         if problems:
             raise ValueError("bad recipe: " + "; ".join(problems))
 
@@ -85,7 +90,7 @@ class Recipe:
         if unknown:
             raise ValueError(f"unknown recipe key(s) {unknown}; known: {sorted(known)}")
         merged = {**(asdict(base) if base else {}), **values}
-        for name in ("lr", "momentum", "weight_decay"):  # YAML reads 1e-3 as a string
+        for name in ("lr", "momentum", "weight_decay", "lr_min"):  # YAML reads 1e-3 as a string
             if isinstance(merged.get(name), str):
                 try:
                     merged[name] = float(merged[name])
@@ -94,7 +99,16 @@ class Recipe:
         return cls(**merged)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """All fields, except ``lr_min`` and ``grad_clip`` at their defaults: they joined later, and
+        this dict is part of every evaluation's reuse key, so earlier keys stay valid."""
+        out = asdict(self)
+        for name in ("lr_min", "grad_clip"):
+            if out[name] == _LATER_DEFAULTS[name]:
+                del out[name]
+        return out
+
+
+_LATER_DEFAULTS = {"lr_min": 0.0, "grad_clip": None}
 
 
 @dataclass
@@ -141,7 +155,7 @@ def _scheduler(recipe: Recipe, optimizer) -> torch.optim.lr_scheduler.LRSchedule
     if recipe.scheduler == "step":
         return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[recipe.epochs // 2], gamma=0.1)
     if recipe.scheduler == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=recipe.epochs)
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=recipe.epochs, eta_min=recipe.lr_min)
     if recipe.scheduler == "cosine_half":  # RDED / EDC (DD-Ranking's 'cosine'): ends at lr / 2
         epochs = recipe.epochs
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 0.5 * (1.0 + math.cos(math.pi * e / epochs / 2)))
@@ -245,6 +259,8 @@ def train_and_evaluate(
                 batch_loss = loss(model(x), y, x) if objective is None else objective(model, x, y, aug_gen)
                 optimizer.zero_grad(set_to_none=True)
                 batch_loss.backward()
+                if recipe.grad_clip is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
                 optimizer.step()
                 total += batch_loss.detach() * len(idx)
             if scheduler is not None:

@@ -2,7 +2,9 @@
 
 A params grid names methods; each name maps to a *source spec*, a small dict with a ``kind``:
 
-* ``{kind: random, seed: 0}`` and ``{kind: kcenter, seed: 0}``: selection baselines;
+* ``{kind: random, seed: 0}``, ``{kind: kcenter, seed: 0}`` (DC-Bench's K-Center: the real images
+  nearest per-class k-means centres) and ``{kind: kcenter_greedy}`` (greedy farthest-point
+  selection): selection baselines (:mod:`ddlib.methods.select`);
 * ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.methods.dm.distribution_matching`;
 * ``{kind: file, path: "sets/dc_cifar10_ipc{ipc}.pt"}``: a published set; ``{ipc}`` and
   ``{dataset}`` in the path are filled in per grid cell, and the file's IPC must match;
@@ -14,7 +16,7 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
   not a set but a released trained model (a state_dict), attacked by the ``adversarial`` protocol
   only (``{seed}`` in the path gives one model per seed; ``model`` defaults to the cell's).
 
-The names ``random``, ``kcenter``, ``dm`` and ``full`` work without a spec.
+The names ``random``, ``kcenter``, ``kcenter_greedy``, ``dm`` and ``full`` work without a spec.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ __all__ = ["SOURCE_KINDS", "MODEL_KINDS", "BUILTIN_SOURCES", "resolve_source", "
 # kind -> allowed keys (besides "kind") with their expected types
 SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
     "random": {"seed": int},
-    "kcenter": {"seed": int, "model": str, "epochs": int},
+    "kcenter": {"seed": int, "model": str, "epochs": int, "n_init": int},
+    "kcenter_greedy": {"seed": int, "model": str, "epochs": int},
     "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
            "model": str, "init": str, "init_epochs": int, "seed": int},
     "file": {"path": str, "normalized": (bool, type(None)), "allow_unequal": bool, "experiment": int,
@@ -38,8 +41,8 @@ SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
     "checkpoint": {"path": str, "model": str},
 }
 MODEL_KINDS = ("checkpoint",)  # sources that are trained models, not sets: no set to obtain
-BUILTIN_SOURCES = {"random": {"kind": "random"}, "kcenter": {"kind": "kcenter"}, "dm": {"kind": "dm"},
-                   "full": {"kind": "full"}}
+BUILTIN_SOURCES = {"random": {"kind": "random"}, "kcenter": {"kind": "kcenter"},
+                   "kcenter_greedy": {"kind": "kcenter_greedy"}, "dm": {"kind": "dm"}, "full": {"kind": "full"}}
 
 
 def validate_source(method: str, spec: dict) -> dict:
@@ -98,6 +101,10 @@ def obtain_set(method: str, spec: dict, dataset: Dataset, ipc: int, device="auto
         from ddlib.methods.select import kcenter_subset
 
         out = kcenter_subset(dataset, ipc, device=device, **options)
+    elif kind == "kcenter_greedy":
+        from ddlib.methods.select import kcenter_greedy_subset
+
+        out = kcenter_greedy_subset(dataset, ipc, device=device, **options)
     elif kind == "dm":
         from ddlib.methods.dm import distribution_matching
 

@@ -145,7 +145,7 @@ class Cell:
             tracker.log_dict(run_id, params, "config.json")
             cell.dataset = reduce_dataset(load_dataset(params["dataset"], params.get("data_root")),
                                           params.get("train_per_class"), params.get("test_size"))
-            tracker.set_tags(run_id, {TAG["data_source"]: cell.dataset.source})
+            tracker.set_tags(run_id, {TAG["data_source"]: cell.dataset.source, TAG["data"]: cell.dataset.label})
             if cell.dataset.extra.get("reduced"):
                 tracker.set_tags(run_id, {"ddlib.reduced_data": cell.dataset.source})
             cell.unsplit = cell.dataset

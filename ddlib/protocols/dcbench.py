@@ -9,7 +9,8 @@ trainings are reused across cells and protocols).
 
 DC-Bench's recipe: ConvNet, SGD lr 0.01, momentum 0.9, weight decay 5e-4, batch 256, lr x 0.1 at
 half; 300 epochs without augmentation, 1000 with (``recipe`` holds the former, ``aug_epochs`` the
-latter).
+latter). Its compression and transfer tables (Tables 2, 5, 6) train every set, and the whole
+training set, with DSA; those two protocols therefore train with ``augment: dsa`` by default.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ddlib.protocols.common import positive_int, check_recipe
 from ddlib.engine.train import Recipe
 
 __all__ = ["RECIPE_PARAMS", "Condition", "train_conditions", "check_recipe_params", "augment_label",
-           "condition_recipe", "accuracy_rows"]
+           "condition_recipe", "accuracy_rows", "best_by_mean"]
 
 # How every condition is trained unless it says otherwise.
 RECIPE_PARAMS = {
@@ -46,8 +47,9 @@ class Condition:
     model_kwargs: dict | None = None
 
 
-def check_recipe_params(p: dict) -> Recipe:
-    recipe = check_recipe(p, "recipe")
+def check_recipe_params(p: dict, base: Recipe | None = None) -> Recipe:
+    """Check ``recipe`` (on top of ``base``, the protocol's default recipe), ``real_recipe`` and ``aug_epochs``."""
+    recipe = check_recipe(p, "recipe", base=base)
     check_recipe(p, "real_recipe", base=recipe)
     if p["aug_epochs"] is not None and not positive_int(p["aug_epochs"]):
         raise ValueError(f"aug_epochs must be null or a positive integer, got {p['aug_epochs']!r}")
@@ -73,11 +75,11 @@ def check_augment(spec, key: str) -> None:
         raise ValueError(f"{key}: {e}") from None
 
 
-def condition_recipe(p: dict, augment, full: bool | None = None) -> Recipe:
-    """The params' recipe, with ``aug_epochs`` when the condition trains with an augmentation, and
-    ``real_recipe``'s overrides on top when it trains on the whole training set (``full``; by
-    default, when the cell's method is the ``full`` source)."""
-    recipe = Recipe.from_dict(p["recipe"])
+def condition_recipe(p: dict, augment, full: bool | None = None, base: Recipe | None = None) -> Recipe:
+    """The params' recipe (on top of ``base``, the protocol's default), with ``aug_epochs`` when the
+    condition trains with an augmentation, and ``real_recipe``'s overrides on top when it trains
+    on the whole training set (``full``; by default, when the cell's method is the ``full`` source)."""
+    recipe = Recipe.from_dict(p["recipe"], base=base)
     if augment_label(augment) != "none" and p["aug_epochs"] is not None:
         recipe = replace(recipe, epochs=p["aug_epochs"])
     if full if full is not None else p["source"].get("kind") == "full":
@@ -86,8 +88,9 @@ def condition_recipe(p: dict, augment, full: bool | None = None) -> Recipe:
 
 
 def train_conditions(cell: Cell, subset: DistilledSet, conditions: list[Condition], role: str = "syn",
-                     keep_models: bool = False) -> dict[str, list[Evaluation]]:
-    """Train ``subset`` under every condition for the cell's seeds: ``{label: [Evaluation per seed]}``."""
+                     keep_models: bool = False, eval_split: str = "test") -> dict[str, list[Evaluation]]:
+    """Train ``subset`` under every condition for the cell's seeds: ``{label: [Evaluation per seed]}``,
+    scored on the test set or (``eval_split="val"``) on the cell's held-out validation split."""
     ds = cell.dataset
     out = {}
     with cell.guard():
@@ -96,7 +99,7 @@ def train_conditions(cell: Cell, subset: DistilledSet, conditions: list[Conditio
             out[c.label] = cell.train_eval(
                 f"{role}-{c.label}", subset.images, subset.labels, c.recipe, cell.params["seeds"], model=c.model,
                 augment=hook, augment_name=hook.name if hook is not None else "none", model_kwargs=c.model_kwargs,
-                keep_models=keep_models)
+                keep_models=keep_models, eval_split=eval_split)
     return out
 
 
@@ -104,6 +107,16 @@ def accuracy_rows(evaluations: dict[str, list[Evaluation]], seeds: list[int]) ->
     """One row per seed: ``{"seed": s, "acc_<label>": accuracy, ...}``."""
     return [{"seed": seed, **{f"acc_{label}": evals[i].accuracy for label, evals in evaluations.items()}}
             for i, seed in enumerate(seeds)]
+
+
+def best_by_mean(accuracies: dict[str, list[float]]) -> str:
+    """DC-Bench's "best": the label whose accuracies (one per seed) have the highest mean; the first
+    in order on a tie. Its mean and std over seeds are reported, never a mean of per-seed maxima
+    (which is biased upward: each seed would pick its own luckiest augmentation)."""
+    if not accuracies:
+        raise ValueError("no accuracies to choose the best from")
+    means = {label: sum(values) / len(values) for label, values in accuracies.items()}
+    return max(means, key=lambda label: (means[label], -list(means).index(label)))
 
 
 def mean_std_table(summary: dict[str, float], labels: list[str], prefix: str = "acc_") -> pd.DataFrame:

@@ -24,7 +24,7 @@ import scipy.stats
 
 from ddlib.models.nasbench201 import format_arch, parse_arch
 
-__all__ = ["NasError", "DATASET_COLUMNS", "load_ground_truth", "sample_architectures", "rank_correlation"]
+__all__ = ["NasError", "DATASET_COLUMNS", "SAMPLINGS", "load_ground_truth", "sample_architectures", "rank_correlation"]
 
 
 class NasError(ValueError):
@@ -132,16 +132,23 @@ def load_ground_truth(path, column: str | None = None, dataset: str | None = Non
     return table
 
 
-def sample_architectures(table: pd.DataFrame, k: int, seed: int, one_per_class: bool = True) -> pd.DataFrame:
+SAMPLINGS = ("uniform", "isomorphism")
+
+
+def sample_architectures(table: pd.DataFrame, k: int, seed: int, sampling: str = "uniform") -> pd.DataFrame:
     """Draw ``k`` distinct architectures from a :func:`load_ground_truth` table.
 
-    Isomorphic architectures: NAS-Bench-201's 15,625 cell strings fall into 6,466 isomorphism
-    classes (``unique``); two strings of one class compute the same function (e.g. an edge into a
-    node whose output is never used), so their ground-truth accuracies differ only by training noise,
-    and sampling both would count one network twice in the rank correlation. By default
-    (``one_per_class=True``, used when the table has a ``unique`` column) the draw is therefore
-    uniform over classes: ``k`` distinct classes are chosen, then one member of each, both uniformly.
-    With ``one_per_class=False`` (or no ``unique`` column) it is ``k`` distinct rows, uniformly.
+    ``sampling="uniform"`` (the default, DC-Bench's): ``k`` distinct rows, uniformly, i.e. uniform
+    over the 15,625 cell strings of a full NAS-Bench-201 table. DC-Bench draws each of the six
+    edges' ops uniformly (``torch.randint(0, 5, (6,))`` per network), which is the same
+    distribution, but with replacement: 100 draws repeat an architecture with probability ~27 %;
+    here the ``k`` are distinct.
+
+    ``sampling="isomorphism"``: uniform over isomorphism classes (the table's ``unique`` column,
+    required). The 15,625 strings fall into 6,466 classes; two strings of one class compute the
+    same function (e.g. an edge into a node whose output is never used), so their ground-truth
+    accuracies differ only by training noise, and sampling both counts one network twice in the
+    rank correlation. ``k`` distinct classes are chosen, then one member of each, both uniformly.
 
     Deterministic: a private ``numpy.random.default_rng(seed)`` (the global NumPy / PyTorch RNGs are
     neither read nor advanced), applied to the table sorted by ``arch``, so the same seed gives the
@@ -150,16 +157,21 @@ def sample_architectures(table: pd.DataFrame, k: int, seed: int, one_per_class: 
     """
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {list(SAMPLINGS)}, got {sampling!r}")
     if "arch" not in table.columns:
         raise ValueError(f"table needs an 'arch' column (see load_ground_truth); columns: {list(table.columns)}")
     rng = np.random.default_rng(seed)
     ordered = table.sort_values("arch", kind="stable").reset_index(drop=True)
-    if one_per_class and "unique" in ordered.columns:
+    if sampling == "isomorphism":
+        if "unique" not in ordered.columns:
+            raise ValueError("sampling 'isomorphism' needs the isomorphism class of every architecture "
+                             "(a UniqueString column in the ground-truth CSV)")
         groups = ordered.groupby("unique", sort=True).indices  # class -> row positions (sorted by arch)
         classes = sorted(groups)
         if k > len(classes):
             raise ValueError(f"cannot draw {k} architectures from {len(classes)} isomorphism classes "
-                             f"(pass one_per_class=False to allow isomorphic ones)")
+                             f"(sampling 'uniform' allows isomorphic ones)")
         chosen = rng.permutation(len(classes))[:k]
         rows = [groups[classes[c]][rng.integers(len(groups[classes[c]]))] for c in chosen]
     else:

@@ -4,7 +4,9 @@ Each FINISHED cell run logs its per-seed values as metric histories (step = seed
 row is one *group* (the cell's params without seeds): runs of the same group are pooled seed by
 seed (the newest run wins a seed), so a grid that splits seeds over several runs and a grid that
 lists them in one run give the same row. Scores are recomputed from the logged accuracies with the
-pure functions of :mod:`ddlib.metrics`, so their weights can be changed at summary time.
+pure functions of :mod:`ddlib.metrics`, so their weights can be changed at summary time. Every row
+carries ``data``, the data source its cells ran on (e.g. "CIFAR-10 (JPEG)"), so that no result on a
+re-encoded copy is compared with published numbers unawares.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
                 continue
             row = {"group": group, "series": tags.get(TAG["series"], group) + split,
                    "family": tags.get(TAG["family"], group) + split,
-                   "seed": seed, "run_id": run.info.run_id}
+                   "seed": seed, "run_id": run.info.run_id, "data": tags.get(TAG["data"])}
             row.update({p: _param(run, p) for p in row_params})
             row.update({column: tags.get(tag) for column, tag in (row_tags or {}).items()})
             row.update({k: history[k].get(seed, float("nan")) for k in history})
@@ -119,6 +121,10 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
     for group, sub in df.groupby("group", sort=False):
         pooled.append(sub)
         row = {p: sub[p].iloc[0] for p in row_params}
+        if "data" in sub and "data" not in row:  # the data source, beside the dataset's name
+            at = list(row).index("dataset") + 1 if "dataset" in row else 0
+            items = list(row.items())
+            row = dict([*items[:at], ("data", sub["data"].iloc[0]), *items[at:]])
         row.update({k: sub[k].iloc[0] for k in ("series", "family") if k in sub})
         row["seeds"] = len(sub)
         present = [c for c in value_cols if c in sub]

@@ -19,15 +19,18 @@ Ops: ``dsa`` (Zhao & Bilen, ICML 2021, ported from VICO-UoE/DatasetCondensation 
 ``mixup`` / ``cutmix`` (timm ``timm/data/mixup.py`` batch mode), ``random_resized_crop``
 (torchvision's sampling), ``flip``, ``patch_shuffle`` (RDED's ``ShufflePatches``), ``torchvision``
 (any ``torchvision.transforms.v2`` list, per sample, seeded), DC-Bench's ``autoaugment``,
-``randaugment`` and ``imagenet_aug`` (torchvision's kernels on uint8 pixels, per sample; not
-differentiable) and ``none``. ZCA whitening is a preprocessing module (:class:`ZCA`,
+``randaugment`` and ``imagenet_aug`` (torchvision's kernels on uint8 pixels, per sample or, with
+``draw: batch``, one draw per batch as DC-Bench; not differentiable), DC's own evaluation
+augmentation ``dc_augment`` (crop / scale / rotate / noise, one per image; not differentiable) and
+``none``. ZCA whitening is a preprocessing module (:class:`ZCA`,
 :func:`fit_zca`), not a random op.
 
 This package holds the registry and the hook (``registry.py``), parameter validation (``_params.py``) and
 one file per family, each registering its ops on import: ``dsa_ops.py`` (``dsa``), ``mixing.py``
 (``mixup``, ``cutmix``), ``geometric.py`` (``random_resized_crop``, ``flip``, ``patch_shuffle``),
 ``torchvision_ops.py`` (``torchvision``), ``policies.py`` (DC-Bench's ``autoaugment``, ``randaugment``,
-``imagenet_aug``; both on the pixel-space round trip of ``_pixels.py``) and ``zca.py``. Adding an
+``imagenet_aug``; both on the pixel-space round trip of ``_pixels.py``), ``dc_augment.py``
+(``dc_augment``) and ``zca.py``. Adding an
 op is adding a file that uses :func:`register_op` and importing it here.
 """
 
@@ -65,4 +68,5 @@ from ddlib.engine.augment.policies import (  # noqa: F401
     _jitter_ranges,
     _randaugment_plan,
 )
+from ddlib.engine.augment.dc_augment import DC_DEFAULTS, DC_TOKENS, dc_augment  # noqa: F401
 from ddlib.engine.augment.zca import ZCA, fit_zca, zca_to_pixels

@@ -1,6 +1,7 @@
 """DC-Bench's augmentations: ``autoaugment``, ``randaugment`` and ``imagenet_aug``, torchvision's
-kernels on uint8 pixels, per sample, seeded, batched (not differentiable). How they differ from
-DC-Bench is in ``_DCBENCH_NOTE``, appended to each op's docstring."""
+kernels on uint8 pixels, seeded, batched (not differentiable); per image by default, or one draw
+for the whole batch (``draw: batch``) as DC-Bench does. How they differ from DC-Bench is in
+``_DCBENCH_NOTE``, appended to each op's docstring."""
 
 from __future__ import annotations
 
@@ -33,10 +34,13 @@ whole N x C x H x W uint8 batch, ``/ 255`` and re-normalising:
 constant zero padding, flip p = 0.5). The three ops (``autoaugment``, ``randaugment``,
 ``imagenet_aug``) do the same, with these differences, common to all three:
 
-1. Per-sample parameters. A torchvision transform called on a 4-D batch draws once, so in DC-Bench
-   the whole batch gets the same sub-policy / op, magnitude, sign, crop offset, flip and jitter
-   factors (only the data-dependent parts, equalize/autocontrast histograms and the contrast mean,
-   are per image). Here every image draws its own.
+1. Per-sample parameters by default. A torchvision transform called on a 4-D batch draws once,
+   so in DC-Bench the whole batch gets the same sub-policy / op, magnitude, sign, crop offset,
+   flip and jitter factors (only the data-dependent parts, equalize/autocontrast histograms and
+   the contrast mean, are per image); at IPC 1 to 10 (at most 100 images, batch 256) the whole set
+   is one batch, so every image of an epoch shares one draw. Here every image draws its own
+   (``draw: image``); ``draw: batch`` draws once per batch and applies it to every image, which
+   reproduces DC-Bench's behaviour (DC-Bench's params files use it).
 2. Randomness from the op's generator (never the global RNG), with our own sampling code that
    draws from torchvision's distributions (same tables, probabilities, ranges), so the same seed
    does not give torchvision's draws.
@@ -78,6 +82,18 @@ image-by-image loop worst (~250 img/s: thousands of tiny parallel regions).
 
 
 _AUTOAUGMENT_POLICIES = ("auto", "cifar10", "imagenet", "svhn")
+DRAWS = ("image", "batch")
+
+
+def _check_draw(op: str, draw) -> str:
+    if draw not in DRAWS:
+        raise ValueError(f"augmentation op {op!r}: 'draw' must be one of {list(DRAWS)}, got {draw!r}")
+    return draw
+
+
+def _shared(plan: list[list], n: int) -> list[list]:
+    """A plan drawn for one image, given to all ``n`` images of the batch (``draw: batch``)."""
+    return [row * n for row in plan]
 
 
 def _autoaugment_policy(policy: str, height: int, width: int):
@@ -171,15 +187,16 @@ def _apply_plan(tv, pixels_u8: torch.Tensor, plan: list[list]) -> torch.Tensor:
 
 
 @register_op("autoaugment")
-def _autoaugment_factory(ctx: AugmentContext, *, policy: str = "auto"):
+def _autoaugment_factory(ctx: AugmentContext, *, policy: str = "auto", draw: str = "image"):
     """DC-Bench's ``autoaug``: torchvision ``AutoAugment(policy)`` on uint8 pixels, per sample.
 
     ``policy``: ``auto`` (CIFAR10 for images up to 32 x 32, IMAGENET above, decided per batch from its
     size: :func:`_autoaugment_policy`), ``cifar10``, ``imagenet`` or ``svhn``. Nearest interpolation,
     fill 0 (black pixels), torchvision's tables (25 sub-policies of two ops, magnitude bins of 10,
-    translations of up to 150/331 of the image side: at most 3 px on 8 x 8).
+    translations of up to 150/331 of the image side: at most 3 px on 8 x 8). ``draw``: ``image``
+    (each image its own sub-policy and signs) or ``batch`` (one for the whole batch, DC-Bench).
 
-    Differences from DC-Bench: the common ones in the note below (per-sample draws, generator,
+    Differences from DC-Bench: the common ones in the note below (per-sample draws by default, generator,
     rounding instead of truncation, dataset mean/std, torchvision 0.29 kernels, grouped batching);
     the ``auto`` policy looks at the image size, DC-Bench at the dataset name (the two agree on
     CIFAR-10/100 and Tiny ImageNet). Grayscale images work (torchvision's ``Color`` op leaves a
@@ -189,6 +206,7 @@ def _autoaugment_factory(ctx: AugmentContext, *, policy: str = "auto"):
             f"augmentation op 'autoaugment': 'policy' must be one of {list(_AUTOAUGMENT_POLICIES)}, got {policy!r}"
         )
     policy = policy.lower()
+    draw = _check_draw("autoaugment", draw)
     _check_rgb_or_gray("autoaugment", ctx)
     from torchvision.transforms import v2
 
@@ -202,26 +220,32 @@ def _autoaugment_factory(ctx: AugmentContext, *, policy: str = "auto"):
             transforms[chosen] = v2.AutoAugment(chosen)
         tv = transforms[chosen]
         pixels = space.to_uint8(x)
-        plan = _autoaugment_plan(tv, n, h, w, g, x.device)
+        if draw == "batch":
+            plan = _shared(_autoaugment_plan(tv, 1, h, w, g, x.device), n)
+        else:
+            plan = _autoaugment_plan(tv, n, h, w, g, x.device)
         return space.from_uint8(_apply_plan(tv, pixels, plan), x), targets
 
-    return fn, {"policy": policy}
+    return fn, {"policy": policy, "draw": draw}
 
 
 @register_op("randaugment")
-def _randaugment_factory(ctx: AugmentContext, *, num_ops: int = 1, magnitude: int = 9, num_magnitude_bins: int = 31):
+def _randaugment_factory(ctx: AugmentContext, *, num_ops: int = 1, magnitude: int = 9, num_magnitude_bins: int = 31,
+                         draw: str = "image"):
     """DC-Bench's ``randaug``: torchvision ``RandAugment(num_ops=1)`` (magnitude 9 of 31 bins, nearest,
     fill 0) on uint8 pixels, per sample: each image draws ``num_ops`` ops uniformly from torchvision's
     14 (Identity, ShearX/Y, TranslateX/Y, Rotate, Brightness, Color, Contrast, Sharpness, Posterize,
     Solarize, AutoContrast, Equalize), each with a random sign where signed. ``magnitude`` must be in
-    [0, num_magnitude_bins - 1] (torchvision would fail on the first draw otherwise).
+    [0, num_magnitude_bins - 1] (torchvision would fail on the first draw otherwise). ``draw``:
+    ``image`` (each image its own ops and signs) or ``batch`` (one draw for the batch, DC-Bench).
 
-    Differences from DC-Bench: the common ones in the note below (per-sample draws, generator,
+    Differences from DC-Bench: the common ones in the note below (per-sample draws by default, generator,
     rounding instead of truncation, dataset mean/std, torchvision 0.29 kernels, grouped batching).
     Grayscale images work (``Color`` leaves 1 channel unchanged, as PIL does)."""
     num_ops = _int_param("randaugment", "num_ops", num_ops, 0)
     num_magnitude_bins = _int_param("randaugment", "num_magnitude_bins", num_magnitude_bins, 2)
     magnitude = _int_param("randaugment", "magnitude", magnitude, 0, num_magnitude_bins - 1)
+    draw = _check_draw("randaugment", draw)
     _check_rgb_or_gray("randaugment", ctx)
     from torchvision.transforms import v2
 
@@ -231,10 +255,13 @@ def _randaugment_factory(ctx: AugmentContext, *, num_ops: int = 1, magnitude: in
     def fn(x, targets, g):
         n, _, h, w = x.shape
         pixels = space.to_uint8(x)
-        plan = _randaugment_plan(tv, n, h, w, g, x.device)
+        if draw == "batch":
+            plan = _shared(_randaugment_plan(tv, 1, h, w, g, x.device), n)
+        else:
+            plan = _randaugment_plan(tv, n, h, w, g, x.device)
         return space.from_uint8(_apply_plan(tv, pixels, plan), x), targets
 
-    return fn, {"num_ops": num_ops, "magnitude": magnitude, "num_magnitude_bins": num_magnitude_bins}
+    return fn, {"num_ops": num_ops, "magnitude": magnitude, "num_magnitude_bins": num_magnitude_bins, "draw": draw}
 
 
 # ColorJitter on uint8 with one factor per image: torchvision 0.29's kernels
@@ -315,14 +342,15 @@ def _jitter_apply(pixels_u8: torch.Tensor, order: torch.Tensor, factors: list) -
     return pixels_u8
 
 
-def _crop_u8(pixels_u8: torch.Tensor, padding: int, g: torch.Generator) -> torch.Tensor:
-    """``RandomCrop(size=input size, padding)`` per sample: zero-pad by ``padding`` on every side and
-    cut the input size at a uniform offset in [0, 2 * padding] per axis, i.e. shift by
-    [-padding, padding] px with black (0) fill."""
+def _crop_u8(pixels_u8: torch.Tensor, padding: int, g: torch.Generator, shared: bool = False) -> torch.Tensor:
+    """``RandomCrop(size=input size, padding)`` per sample (``shared``: one offset for the batch):
+    zero-pad by ``padding`` on every side and cut the input size at a uniform offset in
+    [0, 2 * padding] per axis, i.e. shift by [-padding, padding] px with black (0) fill."""
     n, _, h, w = pixels_u8.shape
     dev = pixels_u8.device
-    top = torch.randint(0, 2 * padding + 1, (n,), generator=g, device=dev)
-    left = torch.randint(0, 2 * padding + 1, (n,), generator=g, device=dev)
+    draws = 1 if shared else n
+    top = torch.randint(0, 2 * padding + 1, (draws,), generator=g, device=dev).expand(n)
+    left = torch.randint(0, 2 * padding + 1, (draws,), generator=g, device=dev).expand(n)
     padded = F.pad(pixels_u8, [padding] * 4)
     rows = (top[:, None] + torch.arange(h, device=dev))[:, :, None]
     cols = (left[:, None] + torch.arange(w, device=dev))[:, None, :]
@@ -332,15 +360,16 @@ def _crop_u8(pixels_u8: torch.Tensor, padding: int, g: torch.Generator) -> torch
 
 @register_op("imagenet_aug")
 def _imagenet_aug_factory(ctx: AugmentContext, *, padding: int = 4, flip: float = 0.5, brightness: float = 0.4,
-                          contrast: float = 0.4, saturation: float = 0.4, hue: float = 0.2):
+                          contrast: float = 0.4, saturation: float = 0.4, hue: float = 0.2, draw: str = "image"):
     """DC-Bench's ``imagenet_aug``: ``RandomCrop(size, padding=4)``, ``RandomHorizontalFlip()``,
     ``ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.2)``, in that order, on uint8
     pixels, per sample. Crop: shift by [-padding, padding] px per axis with black fill. Flip with
     probability ``flip``. Jitter: the four colour ops in a random order per image, factors uniform
     in [max(0, 1 - v), 1 + v] (hue in [-v, v]); 0 turns an op off (all four 0 and ``padding: 0``,
-    ``flip: 0`` leave only the quantisation).
+    ``flip: 0`` leave only the quantisation). ``draw``: ``image`` (each image its own offset, flip,
+    order and factors) or ``batch`` (one draw for the batch, DC-Bench).
 
-    Differences from DC-Bench: the common ones in the note below (per-sample draws, generator,
+    Differences from DC-Bench: the common ones in the note below (per-sample draws by default, generator,
     rounding instead of truncation, dataset mean/std, torchvision 0.29 kernels, batched jitter);
     the crop size is the input size (DC-Bench: 32, or 64 for Tiny ImageNet, whatever the input, so a
     28 x 28 batch would come out 32 x 32); ``flip`` is a parameter (DC-Bench: 0.5). Padding stays 4 px
@@ -353,22 +382,30 @@ def _imagenet_aug_factory(ctx: AugmentContext, *, padding: int = 4, flip: float 
                                                            ("saturation", saturation))
     )
     hue = _number("imagenet_aug", "hue", hue, lo=0.0, hi=0.5)
+    draw = _check_draw("imagenet_aug", draw)
     _check_rgb_or_gray("imagenet_aug", ctx)
     ranges = _jitter_ranges(brightness, contrast, saturation, hue)
     space = _PixelSpace(ctx, "imagenet_aug")
 
+    shared = draw == "batch"
+
     def fn(x, targets, g):
+        n = x.shape[0]
+        draws = 1 if shared else n
         pixels = space.to_uint8(x)
         if padding:
-            pixels = _crop_u8(pixels, padding, g)
-        u = torch.rand(x.shape[0], 1, 1, 1, generator=g, device=x.device)
+            pixels = _crop_u8(pixels, padding, g, shared)
+        u = torch.rand(draws, 1, 1, 1, generator=g, device=x.device)
         pixels = torch.where(u < flip, pixels.flip(3), pixels)
         if any(r is not None for r in ranges):
-            pixels = _jitter_apply(pixels, *_jitter_plan(x.shape[0], ranges, g, x.device))
+            order, factors = _jitter_plan(draws, ranges, g, x.device)
+            if shared:
+                order, factors = order.expand(n, -1), [None if f is None else f.expand(n) for f in factors]
+            pixels = _jitter_apply(pixels, order, factors)
         return space.from_uint8(pixels, x), targets
 
     resolved = {"padding": padding, "flip": flip, "brightness": brightness, "contrast": contrast,
-                "saturation": saturation, "hue": hue}
+                "saturation": saturation, "hue": hue, "draw": draw}
     return fn, resolved
 
 
