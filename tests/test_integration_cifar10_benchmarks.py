@@ -23,7 +23,7 @@ def test_dc_ipc10_with_dcbench_no_augmentation_recipe_matches_its_recorded_accur
     recorded = torch.load(_dc(shared_data, 10)["path"], weights_only=False)["accs_all_exps"]["ConvNet"]
     recorded = 100 * sum(recorded) / len(recorded)
     cell = compression.open_cell(dataset="cifar10", data_root=str(cifar10_jpeg_root), method="dc", ipc=10,
-                                 source=_dc(shared_data, 10), seeds=[0], full_data=False)
+                                 source=_dc(shared_data, 10), seeds=[0], full_data=False, augment=None)
     cell.progress = False
     result = compression.evaluate(cell, compression.obtain(cell))
     cell.close()
@@ -32,6 +32,8 @@ def test_dc_ipc10_with_dcbench_no_augmentation_recipe_matches_its_recorded_accur
     assert abs(accuracy - recorded) <= 2.0, f"{accuracy:.2f} % against the recorded {recorded:.2f} %"
     evals = tracking.runs("compression", kind="eval")
     assert set(evals["params.recipe.epochs"]) == {"300"} and len(evals) == 1
+    # results on the shared copy are labelled as what they are: a JPEG re-encoding of CIFAR-10
+    assert tracking.client().get_run(cell.run_id).data.tags["ddlib.data"] == "CIFAR-10 (JPEG)"
 
 
 @pytest.mark.slow

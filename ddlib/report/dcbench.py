@@ -169,8 +169,7 @@ def nas_leaderboard(experiment: str = "nas") -> pd.DataFrame:
         ranks = rank_correlation(proxy, truth)
         first = sub.iloc[0]
         out.append({**{k: first[k] for k in ("dataset", "data", *rows[1:])}, "seeds": len(sub), "archs": len(archs),
-                    **{k: ranks[k] for k in ("spearman", "kendall", "top1", "best_possible")},
-                    "family": first["family"]})
+                    **{k: ranks[k] for k in ("spearman", "kendall", "top1", "best_possible")}})
     board = pd.DataFrame(out)
     if board.empty:
         return board

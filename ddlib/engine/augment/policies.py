@@ -91,9 +91,11 @@ def _check_draw(op: str, draw) -> str:
     return draw
 
 
-def _shared(plan: list[list], n: int) -> list[list]:
-    """A plan drawn for one image, given to all ``n`` images of the batch (``draw: batch``)."""
-    return [row * n for row in plan]
+def _draw(make_plan, tv, n: int, height: int, width: int, g: torch.Generator, device, draw: str) -> list[list]:
+    """``make_plan``'s draws, one per image, or (``draw: batch``) one for the whole batch."""
+    if draw == "batch":
+        return [row * n for row in make_plan(tv, 1, height, width, g, device)]
+    return make_plan(tv, n, height, width, g, device)
 
 
 def _autoaugment_policy(policy: str, height: int, width: int):
@@ -220,10 +222,7 @@ def _autoaugment_factory(ctx: AugmentContext, *, policy: str = "auto", draw: str
             transforms[chosen] = v2.AutoAugment(chosen)
         tv = transforms[chosen]
         pixels = space.to_uint8(x)
-        if draw == "batch":
-            plan = _shared(_autoaugment_plan(tv, 1, h, w, g, x.device), n)
-        else:
-            plan = _autoaugment_plan(tv, n, h, w, g, x.device)
+        plan = _draw(_autoaugment_plan, tv, n, h, w, g, x.device, draw)
         return space.from_uint8(_apply_plan(tv, pixels, plan), x), targets
 
     return fn, {"policy": policy, "draw": draw}
@@ -255,10 +254,7 @@ def _randaugment_factory(ctx: AugmentContext, *, num_ops: int = 1, magnitude: in
     def fn(x, targets, g):
         n, _, h, w = x.shape
         pixels = space.to_uint8(x)
-        if draw == "batch":
-            plan = _shared(_randaugment_plan(tv, 1, h, w, g, x.device), n)
-        else:
-            plan = _randaugment_plan(tv, n, h, w, g, x.device)
+        plan = _draw(_randaugment_plan, tv, n, h, w, g, x.device, draw)
         return space.from_uint8(_apply_plan(tv, pixels, plan), x), targets
 
     return fn, {"num_ops": num_ops, "magnitude": magnitude, "num_magnitude_bins": num_magnitude_bins, "draw": draw}
