@@ -78,7 +78,8 @@ def synthesis_vs_selection(board: pd.DataFrame) -> pd.DataFrame:
             for _, r in rows.sort_values("ipc").iterrows():
                 if r["ipc"] in selection.index:
                     margin = r["acc_set_mean"] - selection[r["ipc"]]
-                    found.append({"dataset": r["dataset"], "model": r["model"], "method": method, "ipc": r["ipc"],
+                    found.append({"dataset": r["dataset"], "data": r.get("data"), "model": r["model"], "method": method,
+                                  "ipc": r["ipc"],
                                   "acc": r["acc_set_mean"], "best_selection": selection[r["ipc"]], "margin": margin,
                                   "beats_selection": margin > 0})
             beaten_until = None
@@ -100,6 +101,8 @@ def plot_compression(board: pd.DataFrame):
     fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4), squeeze=False)
     for ax, (family, sub) in zip(axes[0], groups):
         dataset, model = sub["dataset"].iloc[0], sub["model"].iloc[0]
+        if "data" in sub and isinstance(sub["data"].iloc[0], str):
+            dataset = sub["data"].iloc[0]  # the data source, e.g. "CIFAR-10 (JPEG)"
         for method, rows in sub[sub["method"] != "full"].groupby("method", sort=False):
             rows = rows.sort_values("ipc")
             ax.errorbar(rows["ipc"], 100 * rows["acc_set_mean"], yerr=100 * rows["acc_set_std"], marker="o",
@@ -145,7 +148,8 @@ def transfer_tau(board: pd.DataFrame) -> pd.DataFrame:
             if arch == reference or sub[f"acc_{arch}_mean"].isna().any():
                 continue
             tau = scipy.stats.kendalltau(sub["acc_reference_mean"], sub[f"acc_{arch}_mean"]).statistic
-            out.append({"dataset": dataset, "ipc": ipc, "reference": reference, "model": arch,
+            out.append({"dataset": dataset, "data": sub["data"].iloc[0] if "data" in sub else None, "ipc": ipc,
+                        "reference": reference, "model": arch,
                         "methods": len(sub), "tau": float(tau), "ranking_preserved": bool(tau == 1.0)})
     return pd.DataFrame(out)
 
