@@ -271,7 +271,8 @@ def test_dc_mnist_ipc1_under_dcs_augmentation_matches_dcs_recorded_accuracies(ml
 def test_dc_mnist_ipc1_on_dcs_larger_architectures_matches_dcs_recorded_accuracies(mlflow_store, shared_data):
     """AlexNet, VGG-11 and ResNet-18 under DC's evaluation within 2.5 points of the accuracies the
     file records (85.3, 84.2, 90.2 %): our DC architectures against what DC measured with its own.
-    Seed 0 on a stratified 2,000-image test subset (the training, 1000 epochs each, is the cost)."""
+    Seed 0 on a stratified 2,000-image test subset (the training, 1000 epochs each, is the cost;
+    measured 84.8 / 84.0 / 90.2 %, 14 + 9 + 27 min on a 2-core CPU under load)."""
     models = ["convnet", "alexnet", "vgg11", "resnet18"]
     got, recorded = _dc_mnist_transfer(shared_data, models, test_size=2000)
     for model in models[1:]:

@@ -319,3 +319,39 @@ def test_nas_trains_on_the_training_split_and_scores_on_the_validation_split(mlf
     assert -1 <= result.summary["spearman"] <= 1
     artifacts = tracking.client().list_artifacts(cell.run_id)
     assert "architectures.csv" in [a.path for a in artifacts]
+
+
+def test_recipe_cosine_floor_and_gradient_clipping():
+    """The two recipe keys DC-Bench's NAS proxy needs: the cosine schedule ends at ``lr_min`` and
+    ``grad_clip`` bounds the gradient norm; recipes without them keep their earlier reuse keys."""
+    from ddlib.engine.train import Recipe, _scheduler, train_and_evaluate
+
+    recipe = Recipe(epochs=50, lr=0.025, scheduler="cosine", lr_min=0.001, grad_clip=5.0)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=recipe.lr)
+    scheduler = _scheduler(recipe, optimizer)
+    for _ in range(recipe.epochs):
+        optimizer.step()
+        scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.001)
+    assert "lr_min" not in Recipe().to_dict() and "grad_clip" not in Recipe().to_dict()
+    assert Recipe.from_dict(recipe.to_dict()) == recipe
+    with pytest.raises(ValueError, match="grad_clip"):
+        Recipe(grad_clip=0)
+
+    from ddlib.data.datasets import load_dataset
+
+    ds = load_dataset("digits")
+    images, labels = ds.train_images[:64], ds.train_labels[:64]
+
+    def moved(clip):
+        torch.manual_seed(0)
+        (r,) = train_and_evaluate("mlp", images, labels, images, labels, num_classes=10, mean=ds.mean, std=ds.std,
+                                  recipe=Recipe(epochs=1, batch_size=64, lr=1.0, momentum=0.0, weight_decay=0.0,
+                                                grad_clip=clip), seeds=[0], device="cpu", keep_models=True)
+        torch.manual_seed(0)
+        from ddlib.models import create_model
+        start = create_model("mlp", 1, 10, (8, 8))
+        return torch.cat([(a - b).flatten() for a, b in zip(r.model.parameters(), start.parameters())]).norm()
+
+    assert float(moved(1e-3)) == pytest.approx(1e-3, rel=1e-3)  # one SGD step of lr 1: the clipped norm
+    assert float(moved(None)) > 0.01

@@ -101,57 +101,19 @@ def test_kcenter_greedy_is_a_source_of_its_own(digits):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")  # tiny 8x8 batches: a second thread only adds overhead
 def test_kcenter_is_not_worse_than_random_on_digits_ipc10(digits):
     """The issue's check: DC-Bench's K-Center at IPC 10 on digits lands within a point of random or
-    above (the demo's recipe, 3 seeds; measured 96.7 % against random's 94.2 %), where the greedy
-    farthest-point rule picks outliers and lands far below (85.7 %)."""
+    above, with the demo's recipe (measured with 3 seeds: 96.7 % against random's 94.2 %; the greedy
+    farthest-point rule, which picks outliers, 85.7 %). Two seeds here, to keep the suite short."""
     recipe = Recipe(epochs=200, batch_size=256, lr=0.01, momentum=0.9, weight_decay=0.0005, scheduler="step")
 
     def accuracy(subset):
         results = train_and_evaluate("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels,
-                                     num_classes=10, mean=digits.mean, std=digits.std, recipe=recipe, seeds=[0, 1, 2],
+                                     num_classes=10, mean=digits.mean, std=digits.std, recipe=recipe, seeds=[0, 1],
                                      device="cpu")
         return 100 * sum(r.test_accuracy for r in results) / len(results)
 
     random_acc = accuracy(random_subset(digits, 10, seed=0))
     kcenter_acc = accuracy(kcenter_subset(digits, 10, seed=0, device="cpu", epochs=20))
-    greedy_acc = accuracy(kcenter_greedy_subset(digits, 10, seed=0, device="cpu", epochs=20))
     assert kcenter_acc >= random_acc - 1.0, (kcenter_acc, random_acc)
-    assert greedy_acc < random_acc - 3.0, (greedy_acc, random_acc)  # why the greedy one is not the default
-
-
-def test_dm_is_seeded_and_lowers_its_loss(digits):
-    short = distribution_matching(digits, 2, iterations=2, batch_real=16, seed=0, device="cpu")
-    again = distribution_matching(digits, 2, iterations=2, batch_real=16, seed=0, device="cpu")
-    longer = distribution_matching(digits, 2, iterations=40, batch_real=16, seed=0, device="cpu")
-    assert torch.equal(short.images, again.images)
-    assert short.class_counts == [2] * 10 and short.images.shape == (20, 1, 8, 8)
-    assert longer.provenance["final_loss"] < short.provenance["final_loss"]
-    start = random_subset(digits, 2, seed=0)
-    assert torch.equal(short.labels, start.labels)
-    assert not torch.allclose(longer.images, start.images)  # the images moved
-
-
-@pytest.mark.parametrize("init", ["noise", "kcenter"])
-def test_dm_initialisations(digits, init):
-    out = distribution_matching(digits, 1, iterations=1, batch_real=8, init=init, seed=0, device="cpu")
-    assert out.provenance["init"] == init and out.images.shape == (10, 1, 8, 8)
-    if init == "kcenter":
-        start = kcenter_subset(digits, 1, seed=0, device="cpu")
-        assert torch.equal(out.labels, start.labels)
-
-
-def test_dm_refuses_unknown_init(digits):
-    with pytest.raises(ValueError, match="init"):
-        distribution_matching(digits, 1, iterations=1, init="zeros")
-
-
-def test_dm_from_kcenter_starts_at_the_kcenter_images(digits):
-    """With no iteration, DM returns its start: exactly the K-Center images for ``init: kcenter``
-    (with the feature model trained ``init_epochs``), random real images for ``init: real``."""
-    start = distribution_matching(digits, 2, iterations=0, init="kcenter", init_epochs=3, seed=0, device="cpu")
-    chosen = kcenter_subset(digits, 2, seed=0, device="cpu", epochs=3)
-    assert torch.allclose(start.images, chosen.images, atol=1e-6) and start.provenance["init_epochs"] == 3
-    real = distribution_matching(digits, 2, iterations=0, init="real", seed=0, device="cpu")
-    assert torch.allclose(real.images, random_subset(digits, 2, seed=0).images, atol=1e-6)
-    assert not torch.allclose(start.images, real.images)
