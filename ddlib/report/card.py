@@ -37,7 +37,7 @@ __all__ = ["list_sets", "Block", "Card", "build_card", "render_html", "log_card"
 # protocol -> (the value the overview shows, its name); the rank shown is the board's where it ranks that value
 HEADLINE = {"label_robust": ("lrs", "LRS"), "augmentation_robust": ("ars", "ARS"), "adversarial": ("crei", "CREI"),
             "augmentation": ("acc_aug_avg", "accuracy, mean over augmentations"),
-            "transfer": ("acc_others_avg", "DC-Bench transfer average accuracy"),
+            "transfer": ("acc_transfer", "DC-Bench Transfer (mean over MLP, ResNet-18, ResNet-152, ViT)"),
             "compression": ("relative", "accuracy relative to the full data"), "nas": ("kendall", "NAS Kendall tau")}
 
 # protocol -> (board, title, value columns as (column, label) with None = every other value column,
@@ -63,10 +63,12 @@ LAYOUT = {
                     ("mode", "space", "training", "model", "attacks"), "crei"),
     "augmentation": ("augmentation", "DC-Bench: accuracy without and with augmentation",
                      [("acc_noaug", "no augmentation"), ("acc_aug_avg", "average over the augmentations"),
-                      ("acc_aug_best", "best augmentation"), None], ("model",), "acc_aug_avg"),
+                      ("acc_aug_best", "best augmentation (highest mean over seeds)"), None], ("model",),
+                     "acc_aug_avg"),
     "transfer": ("transfer", "DC-Bench: transfer across architectures",
                  [("acc_reference", "reference architecture (the set's own)"),
-                  ("acc_others_avg", "DC-Bench transfer average (the other architectures)"), None],
+                  ("acc_transfer", "DC-Bench Transfer: mean over MLP, ResNet-18, ResNet-152, ViT"),
+                  ("acc_others_avg", "mean over every other architecture"), None],
                  ("model",), "acc_reference"),
     "compression": ("compression", "DC-Bench: accuracy against images per class",
                     [("acc_set", "accuracy of the set"), ("acc_full", "full training set"),
@@ -199,7 +201,8 @@ def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict
 
 
 def data_label(dataset: str, source: str) -> str:
-    """How the data is named in a report: the shared CIFAR-10 is a JPEG re-encoding."""
+    """How the data is named in a report, for runs without the ``ddlib.data`` tag (cells tag it from
+    :attr:`ddlib.data.datasets.Dataset.label`): the shared CIFAR-10 is a JPEG re-encoding."""
     if dataset == "cifar10" and "jpeg" in (source or "").lower():
         return "CIFAR-10 (JPEG)"
     return dataset
@@ -267,10 +270,12 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
         raise ValueError(f"method {method!r} has several sets {sets}: give --dataset and --ipc")
     method, dataset, ipc = sets[0]
     blocks, headline = [], []
-    source, data_source = None, ""
+    source, data_source, data = None, "", None
     for protocol, (name, title, values, keys, score) in LAYOUT.items():
         board = boards[name]
         rows = board_rows(board, method, dataset, ipc)
+        if data is None and not rows.empty and "data" in rows and isinstance(rows["data"].iloc[0], str):
+            data = rows["data"].iloc[0]  # the label the cell runs carry (ddlib.data), e.g. "CIFAR-10 (JPEG)"
         main, main_label = HEADLINE[protocol]
         if rows.empty:
             blocks.append(Block(protocol, title, False))
@@ -302,7 +307,7 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
     for block in blocks:
         if not block.ran:
             block.command = run_command(block.protocol, method, dataset, ipc, source, seeds)
-    card = Card(method, dataset, ipc, data_label(dataset, data_source), data_source, blocks, pd.DataFrame(headline),
+    card = Card(method, dataset, ipc, data or data_label(dataset, data_source), data_source, blocks, pd.DataFrame(headline),
                 settings={"w": boards.w, "gamma": boards.gamma, "alpha": boards.alpha, **INTERVALS},
                 created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     card.image_grid = _image_grid([r for b in blocks for r in b.runs])

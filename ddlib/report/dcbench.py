@@ -5,12 +5,15 @@ rank correlation (rho, tau, Top-1) of the seed-averaged proxy accuracies."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import scipy.stats
 
+from ddlib import stats
 from ddlib.protocols.dcbench import best_by_mean
 from ddlib.protocols.nas_space import rank_correlation
-from ddlib.report.core import aggregate, per_seed_values
+from ddlib.report.core import INTERVALS, aggregate, per_seed_values
 
 __all__ = ["augmentation_leaderboard", "compression_leaderboard", "plot_compression", "synthesis_vs_selection",
            "transfer_leaderboard", "transfer_tau", "nas_leaderboard", "SELECTION"]
@@ -30,27 +33,26 @@ def _value_columns(df: pd.DataFrame, first=()) -> list[str]:
 def augmentation_leaderboard(experiment: str = "augmentation") -> pd.DataFrame:
     """Per dataset x IPC x method x model: accuracy under each augmentation, without augmentation,
     the mean over the augmentations and the best (DC-Bench's: the augmentation with the highest
-    mean over the pooled seeds, named in ``aug_best``, with its own mean and std); mean and std
-    over seeds."""
+    mean over the pooled seeds, named in ``aug_best``, with its own mean, std and interval); mean
+    and std over seeds."""
     rows = ("dataset", "ipc", "method", "model")
     df = _accuracies(experiment, rows)
     if df.empty:
         return df
     cols = _value_columns(df, first=("acc_noaug", "acc_aug_avg"))
     cols = [c for c in cols if c not in ("acc_none", "acc_aug_best")]  # none is shown as acc_noaug; best below
-    board = aggregate(df, cols, rows)
+    board = aggregate(df, cols, rows, sort=("dataset", "ipc"), descending="acc_aug_avg" if "acc_aug_avg" in cols else None)
     augmented = [c for c in cols if c not in ("acc_noaug", "acc_aug_avg")]
     best = []
     for _, row in board.iterrows():
         means = {c: [row[f"{c}_mean"]] for c in augmented if pd.notna(row[f"{c}_mean"])}
         best.append(best_by_mean(means) if means else None)
-    board.insert(board.columns.get_loc("acc_aug_avg_std") + 1 if "acc_aug_avg_std" in board else len(board.columns),
-                 "aug_best", [b[len("acc_"):] if b else None for b in best])
-    for stat in ("mean", "std"):
-        board[f"acc_aug_best_{stat}"] = [row[f"{b}_{stat}"] if b else float("nan") for b, (_, row) in
-                                         zip(best, board.iterrows())]
-    order = ["dataset", "ipc", *(["acc_aug_avg_mean"] if "acc_aug_avg_mean" in board else [])]
-    return board.sort_values(order, ascending=[True, True, False][:len(order)], na_position="last").reset_index(drop=True)
+    at = board.columns.get_loc("acc_aug_avg_high") + 1 if "acc_aug_avg_high" in board else len(board.columns)
+    board.insert(at, "aug_best", [b[len("acc_"):] if b else None for b in best])
+    for stat in ("mean", "std", "low", "high"):
+        board[f"acc_aug_best_{stat}"] = [row[f"{b}_{stat}"] if b else float("nan")
+                                         for b, (_, row) in zip(best, board.iterrows())]
+    return board
 
 
 def compression_leaderboard(experiment: str = "compression") -> pd.DataFrame:
@@ -154,11 +156,16 @@ def transfer_tau(board: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+NAS_VALUES = ("spearman", "kendall", "top1", "best_possible")
+
+
 def nas_leaderboard(experiment: str = "nas") -> pd.DataFrame:
     """Per dataset x IPC x method (x sample, proxy): Spearman's rho, Kendall's tau and the Top-1
-    ground-truth accuracy (percent) of the proxy's best architecture, computed as DC-Bench defines
-    them on the proxy accuracies averaged over the pooled seeds (one value per row: seeds are
-    averaged before the correlation, never correlated one by one)."""
+    ground-truth accuracy (percent) of the proxy's best architecture, as DC-Bench defines them: on
+    the proxy accuracies averaged over the seeds pooled from every run of the row (``<value>_mean``;
+    never a mean of per-seed correlations). ``<value>_low`` / ``_high``: the bootstrap interval over
+    seeds of that statistic (seeds resampled, proxies averaged, correlated again); ``_std`` is NaN
+    (one value, not a mean). ``spearman_per_seed``: each seed's own rho, for rank stability only."""
     rows = ("dataset", "ipc", "method", "num_archs", "arch_seed", "sampling", "C", "N")
     df = per_seed_values(experiment, (), rows, match=lambda k: k.startswith(("proxy.", "gt.")))
     if df.empty or not any(c.startswith("proxy.") for c in df.columns):
@@ -168,13 +175,20 @@ def nas_leaderboard(experiment: str = "nas") -> pd.DataFrame:
         archs = sorted(c[len("proxy."):] for c in sub.columns if c.startswith("proxy.") and sub[c].notna().all())
         if len(archs) < 2:
             continue
-        proxy = [sub[f"proxy.{a}"].mean() for a in archs]
-        truth = [sub[f"gt.{a}"].iloc[0] for a in archs]
-        ranks = rank_correlation(proxy, truth)
+        proxies = sub[[f"proxy.{a}" for a in archs]].to_numpy(dtype=float)  # seeds x architectures
+        truth = [float(sub[f"gt.{a}"].iloc[0]) for a in archs]
         first = sub.iloc[0]
-        out.append({**{k: first[k] for k in ("dataset", "data", *rows[1:])}, "seeds": len(sub), "archs": len(archs),
-                    **{k: ranks[k] for k in ("spearman", "kendall", "top1", "best_possible")}})
+        row = {**{k: first[k] for k in ("dataset", "data", *rows[1:])}, "series": first["series"],
+               "family": first["family"], "seeds": len(sub), "archs": len(archs)}
+        for value in NAS_VALUES:
+            ci = stats.bootstrap_ci(proxies, lambda t, v=value: rank_correlation(t.mean(axis=0), truth)[v], **INTERVALS)
+            row.update({f"{value}_mean": ci.estimate, f"{value}_std": float("nan"), f"{value}_low": ci.low,
+                        f"{value}_high": ci.high})
+        row["runs"] = " ".join(dict.fromkeys(sub["run_id"]))
+        row["spearman_per_seed"] = json.dumps({str(int(seed)): rank_correlation(p, truth)["spearman"]
+                                               for seed, p in zip(sub["seed"], proxies)})
+        out.append(row)
     board = pd.DataFrame(out)
     if board.empty:
         return board
-    return board.sort_values(["dataset", "ipc", "spearman"], ascending=[True, True, False]).reset_index(drop=True)
+    return board.sort_values(["dataset", "ipc", "spearman_mean"], ascending=[True, True, False]).reset_index(drop=True)

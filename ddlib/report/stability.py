@@ -63,7 +63,7 @@ def across_architectures(board: pd.DataFrame) -> list[dict]:
     out = []
     for block in _blocks(board):
         archs = [c for c in block.columns if c.startswith("acc_") and c.endswith("_mean")
-                 and c not in ("acc_reference_mean", "acc_others_avg_mean")]
+                 and c not in ("acc_reference_mean", "acc_transfer_mean", "acc_others_avg_mean")]
         scores = block.set_index(block["method"].astype(str))[archs]
         scores.columns = [c[len("acc_"):-len("_mean")] for c in archs]
         reference = str(block["model"].iloc[0])
