@@ -114,6 +114,7 @@ def test_targeted_then_untargeted_reuses_the_pool_and_skips_what_cannot_target(m
     assert by_mode.loc["targeted", "crei_mean"] == pytest.approx(row.crei)
     unified = report.unified_leaderboard().set_index("mode")
     assert unified.loc["targeted", "rrm_mean"] == pytest.approx(row.rr)  # one IPC: RRM is RR
+    assert set(unified["data"]) == set(board["data"]) == {"digits"}  # the data source, on every board
     curves = report.eps_curves()
     assert list(curves.eps.round(6)) == [0.007843, 0.031373]
 

@@ -116,7 +116,8 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
         times = [_ran(r, attacks, "attack_seconds") for _, r in sub.iterrows()]
         rrm = metrics.rr_multi(clean, accs)
         aem = float("nan") if sub["clean_seconds"].isna().any() else metrics.ae_multi(list(sub["clean_seconds"]), times)
-        rows.append({"group": key, "seed": seed, "family": first["family"], **{k: first[k] for k in keys},
+        rows.append({"group": key, "seed": seed, "family": first["family"], "data": first.get("data"),
+                     **{k: first[k] for k in keys},
                      "ipcs": ",".join("all" if i == FULL_IPC else str(i) for i in sorted(sub["ipc"].unique())),
                      "rrm": rrm, "aem": aem, "creim": float("nan") if pd.isna(aem) else metrics.crei(rrm, aem, alpha),
                      "rcrm": metrics.rcr_multi(clean, accs) if min(clean) > 0 else float("nan")})
