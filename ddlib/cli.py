@@ -1,5 +1,6 @@
 """Command line: ``python -m ddlib run params/demo.yaml``, ``python -m ddlib summary``,
-``python -m ddlib report --method dm``, ``python -m ddlib leaderboard --out site/``, ``python -m ddlib ui``."""
+``python -m ddlib report --method dm``, ``python -m ddlib leaderboard --out site/``, ``python -m ddlib ui``,
+``python -m ddlib server``."""
 
 from __future__ import annotations
 
@@ -11,16 +12,26 @@ import pandas as pd
 
 
 def _cmd_run(args) -> int:
-    from ddlib.runner import GridError, run_grid
+    from ddlib.runner import ExecutorError, GridError, GridInterrupted, run_grid
 
     try:
-        report = run_grid(args.params, workers=args.workers, force=args.force, dry_run=args.dry_run)
-    except GridError as e:
+        report = run_grid(args.params, workers=args.workers, force=args.force, dry_run=args.dry_run,
+                          executor=args.executor, address=args.address, gpus=args.gpus, timeout=args.timeout)
+    except (GridError, ExecutorError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except GridInterrupted:
+        print("interrupted (SIGTERM): running cells marked KILLED; rerun the same command to finish the grid",
+              file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        print("interrupted: running cells marked KILLED; rerun the same command to finish the grid", file=sys.stderr)
+        return 130
     verb = "would run" if args.dry_run else "finished"
+    elsewhere = f", {len(report.elsewhere)} running elsewhere" if report.elsewhere else ""
+    reaped = f", {len(report.reaped)} dead run(s) marked KILLED" if report.reaped else ""
     print(f"{verb} {len(report.finished)}, skipped {len(report.skipped)} already finished, "
-          f"failed {len(report.failed)} ({report.seconds:.1f} s)")
+          f"failed {len(report.failed)}{elsewhere}{reaped} ({report.seconds:.1f} s)")
     for name, error in report.failed:
         print(f"FAILED {name}: {error}", file=sys.stderr)
     return 0 if report.ok else 1
@@ -121,14 +132,53 @@ def _weights(parser) -> None:
     parser.add_argument("--alpha", type=float, default=0.5, help="BEARD's CREI weight on RR (default 0.5)")
 
 
+def _add_scale_arguments(run) -> None:
+    """``run`` options for scale-out and reliability: executor, GPUs, per-cell time limit."""
+    run.add_argument("--executor", choices=("local", "ray"), default="local",
+                     help="local: a process pool (default); ray: one Ray task per cell (needs a tracking server)")
+    run.add_argument("--address", default=None,
+                     help="Ray cluster to use (auto, ray://host:10001); default: a local Ray instance for this run")
+    run.add_argument("--gpus", default=None,
+                     help="local executor: GPU ids (0,1,2,3) or auto; one worker per GPU, each kernel sees only its own")
+    run.add_argument("--timeout", type=float, default=None, metavar="S",
+                     help="seconds per cell: a notebook over it is stopped and its run FAILED")
+
+
+def _cmd_server(args) -> int:
+    from ddlib.server import ServerError, serve
+
+    try:
+        return serve(args.backend_store_uri, args.artifacts_destination, host=args.host, port=args.port,
+                     workers=args.workers)
+    except ServerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _add_server_parser(sub) -> None:
+    server = sub.add_parser("server", help="start an MLflow tracking server that workers on other machines can share")
+    server.add_argument("--backend-store-uri", default=None,
+                        help="database: postgresql://user:password@host:5432/db in production; default: this "
+                             "checkout's SQLite store (mlruns/mlflow.db)")
+    server.add_argument("--artifacts-destination", default=None,
+                        help="where the server keeps artifacts (a folder or an object store URI); default mlruns/artifacts")
+    server.add_argument("--host", default="127.0.0.1",
+                        help="interface to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)")
+    server.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    server.add_argument("--workers", type=int, default=None, help="server worker processes (MLflow's default: 4)")
+    server.set_defaults(func=_cmd_server)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ddlib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="execute a params grid with papermill, tracked in MLflow")
     run.add_argument("params", help="params YAML file, e.g. params/demo.yaml")
-    run.add_argument("--workers", type=int, default=1, help="notebooks executed in parallel (default 1)")
+    run.add_argument("--workers", type=int, default=None,
+                     help="notebooks executed in parallel (default 1, or one per GPU with --gpus)")
     run.add_argument("--force", action="store_true", help="rerun cells that already have a FINISHED run")
     run.add_argument("--dry-run", action="store_true", help="validate and list what would run")
+    _add_scale_arguments(run)
     run.set_defaults(func=_cmd_run)
     summ = sub.add_parser("summary", help="print the leaderboard and log it (CSV, HTML, PNG) to MLflow")
     _weights(summ)
@@ -150,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     board.set_defaults(func=_cmd_leaderboard)
     ui = sub.add_parser("ui", help="print the command that opens the MLflow UI on this store (and the runs pages)")
     ui.set_defaults(func=_cmd_ui)
+    _add_server_parser(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -8,45 +8,57 @@ A params file (YAML)::
     params:   {dataset: digits, seeds: [0, 1, 2], recipe: {epochs: 300}}   # every cell
     grid:     {method: [random, kcenter, dm], ipc: [1, 10]}                 # crossed
     methods:  {dc: {kind: file, path: "sets/dc_ipc{ipc}.pt"}}              # optional sources
+    gpus_per_cell: 1              # optional, Ray: GPUs each cell's task asks for (default 0)
+    cpus_per_cell: 4              # optional, Ray: CPUs each cell's task asks for (default 1)
 
 ``grid`` may also be a list of such mappings: the cells are the union of their cross products
 (e.g. selection baselines at every IPC, a published method only at the IPCs it was released at).
 
-Every cell is validated before anything runs (an unknown key or a bad value names the key).
-A cell whose config already has a FINISHED run is skipped; a failing notebook's run is marked
-FAILED with the partial executed notebook attached; the rest carry on; the exit status is
-non-zero when anything failed.
+Every cell is validated, and every input file it names is loaded and checked (a set, teacher
+checkpoints, a NAS ground-truth CSV), before anything runs or anything is written to the store:
+a bad value or file stops the run with a message naming the params file, the cell and the problem.
+A cell whose config (including the content of its input files) already has a FINISHED run is
+skipped. Cells execute in a local process pool or on Ray (:mod:`ddlib.executors`); each cell's
+run is created when its execution starts. A failing notebook's run is marked FAILED with the
+partial executed notebook attached; the rest carry on; the exit status is non-zero when anything
+failed. An interrupted grid (SIGTERM, Ctrl-C) marks its running cells KILLED; a killed one (SIGKILL)
+leaves RUNNING runs that the next run marks KILLED once their owner is gone; either way the rerun
+redoes exactly the cells that did not finish.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import tempfile
+import signal
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import uuid
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 
-import yaml
 from tqdm.auto import tqdm
 
-from ddlib.protocols.cell import cell_tags, run_name
+from ddlib.executors import CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor
 from ddlib.protocols import PROTOCOLS, protocol_module
-from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, default_tags, init_store, store_environment
+from ddlib.protocols.cell import cell_tags, run_name
+from ddlib.tracking import (PROJECT_ROOT, TAG, Tracker, config_hash, default_tags, init_store, is_server_uri,
+                            owner_is_gone, store_environment, tracking_uri)
+from ddlib.yamlfile import YamlFileError, load_yaml
 
-__all__ = ["GridSpec", "load_grid", "expand", "run_grid", "RunReport", "GridError", "notebooks_dir"]
+__all__ = ["GridSpec", "load_grid", "expand", "check_cell_inputs", "run_grid", "RunReport", "GridError",
+           "GridInterrupted", "ExecutorError", "notebooks_dir", "reap_stale_runs", "parse_gpus"]
 
-# ipykernel 7 warns on every start that its local TCP transport is unencrypted; the kernels of a
-# batch run talk only to this process over loopback, and a shutdown logs a spurious
-# KeyboardInterrupt, so keep its own log quiet (notebook errors still reach the executed notebook).
-KERNEL_ARGUMENTS = ["--log-level=CRITICAL"]
-TOP_LEVEL_KEYS = {"protocol", "experiment", "description", "params", "grid", "methods"}
+TOP_LEVEL_KEYS = {"protocol", "experiment", "description", "params", "grid", "methods", "gpus_per_cell",
+                  "cpus_per_cell"}
 
 
 class GridError(ValueError):
     """A params file is unusable; the message names the file and the key."""
+
+
+class GridInterrupted(KeyboardInterrupt):
+    """The runner was told to stop (SIGTERM); its running cells are KILLED, a rerun redoes them."""
 
 
 @dataclass
@@ -57,6 +69,8 @@ class GridSpec:
     params: dict
     grid: list[dict]  # one or more grids; the cells are the union of their cross products
     methods: dict
+    gpus_per_cell: float = 0
+    cpus_per_cell: float = 1
 
 
 @dataclass
@@ -64,6 +78,8 @@ class RunReport:
     finished: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (cell name, error)
+    elsewhere: list[str] = field(default_factory=list)  # being computed by another live runner
+    reaped: list[str] = field(default_factory=list)  # run ids of dead RUNNING cells marked KILLED
     seconds: float = 0.0
 
     @property
@@ -78,11 +94,9 @@ def notebooks_dir() -> Path:
 def load_grid(path: str | os.PathLike) -> GridSpec:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise GridError(f"{path}: cannot read params file ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise GridError(f"{path}: not valid YAML ({e})") from None
+        raw = load_yaml(path)
+    except YamlFileError as e:
+        raise GridError(str(e)) from None
     if not isinstance(raw, dict):
         raise GridError(f"{path}: expected a mapping at the top level")
     unknown = sorted(set(raw) - TOP_LEVEL_KEYS)
@@ -91,10 +105,19 @@ def load_grid(path: str | os.PathLike) -> GridSpec:
     protocol = raw.get("protocol")
     if protocol not in PROTOCOLS:
         raise GridError(f"{path}: protocol must be one of {sorted(PROTOCOLS)}, got {protocol!r}")
+    experiment = raw.get("experiment") or protocol
+    if not isinstance(experiment, str):
+        raise GridError(f"{path}: experiment must be a name, got {experiment!r}")
+    for key, default in (("gpus_per_cell", 0), ("cpus_per_cell", 1)):
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise GridError(f"{path}: {key} must be a non-negative number, got {value!r}")
+    if raw.get("cpus_per_cell", 1) == 0:
+        raise GridError(f"{path}: cpus_per_cell must be positive, got 0")
     grids = raw.get("grid") or {}
     grids = grids if isinstance(grids, list) else [grids]
-    spec = GridSpec(path, protocol, raw.get("experiment") or protocol, raw.get("params") or {},
-                    grids, raw.get("methods") or {})
+    spec = GridSpec(path, protocol, experiment, raw.get("params") or {}, grids, raw.get("methods") or {},
+                    raw.get("gpus_per_cell", 0), raw.get("cpus_per_cell", 1))
     for key in ("params", "methods"):
         if not isinstance(getattr(spec, key), dict):
             raise GridError(f"{path}: '{key}' must be a mapping")
@@ -109,6 +132,10 @@ def load_grid(path: str | os.PathLike) -> GridSpec:
         if overlap:
             raise GridError(f"{path}: {overlap} appear in both params and {where}")
     return spec
+
+
+def _absolute(value: str) -> str:
+    return str(Path(value).expanduser().absolute())
 
 
 def expand(spec: GridSpec) -> list[dict]:
@@ -131,11 +158,17 @@ def expand(spec: GridSpec) -> list[dict]:
             except ValueError as e:
                 raise GridError(f"{spec.path}: {e}") from None
             if source.get("kind") in ("file", "checkpoint"):  # kernels run elsewhere: make paths absolute
-                source["path"] = str(Path(source["path"]).expanduser().absolute())
+                source["path"] = _absolute(source["path"])
             cell["source"] = source
-        for key in ("data_root", *getattr(module, "PATH_PARAMS", ())):  # relative to where `ddlib run` runs
+        # Every path is taken from where `ddlib run` runs (kernels run in notebooks/).
+        for key in ("data_root", *getattr(module, "PATH_PARAMS", ())):
             if isinstance(cell.get(key), str):
-                cell[key] = str(Path(cell[key]).expanduser().absolute())
+                cell[key] = _absolute(cell[key])
+        if isinstance(cell.get("teacher_checkpoints"), list):
+            cell["teacher_checkpoints"] = [_absolute(c) if isinstance(c, str) else c for c in cell["teacher_checkpoints"]]
+        preset = cell.get("preset")
+        if isinstance(preset, str) and (preset.endswith((".yaml", ".yml")) or "/" in preset):
+            cell["preset"] = _absolute(preset)
         try:
             cell = module.validate(cell)
         except ValueError as e:
@@ -145,80 +178,157 @@ def expand(spec: GridSpec) -> list[dict]:
     return cells
 
 
-def _execute_cell(protocol: str, experiment: str, params: dict, run_id: str, env: dict) -> tuple[str, str | None]:
-    """Run one notebook under papermill (in a worker process); returns (run_id, error or None)."""
-    import papermill as pm
+def check_cell_inputs(spec: GridSpec, cells: list[dict]) -> None:
+    """Load and check every input file of every cell (:func:`ddlib.protocols.inputs.check_inputs`),
+    each distinct one once, before anything runs; a :class:`GridError` names the cell and the file."""
+    from ddlib.protocols.inputs import check_inputs, input_files
 
-    os.environ.update(env)  # this worker's kernel inherits the store and its share of the cores
-    tracker = Tracker(experiment)
-    notebook = notebooks_dir() / PROTOCOLS[protocol][0]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / notebook.name
+    checked: set[str] = set()
+    for cell in cells:
+        if not input_files(cell):
+            continue
+        key = config_hash({k: v for k, v in cell.items() if k not in ("seeds", "device")})
+        if key in checked:
+            continue
         try:
-            pm.execute_notebook(
-                str(notebook), str(out), parameters={**params, "run_id": run_id, "experiment": experiment},
-                kernel_name="python3", progress_bar=False, cwd=str(notebook.parent),
-                extra_arguments=KERNEL_ARGUMENTS,
-            )
-        except BaseException as error:  # noqa: BLE001 - any failure marks the run FAILED
-            if out.exists():
-                tracker.log_artifact(run_id, out, "notebook")
-            message = _short_error(error)
-            tracker.fail_run(run_id, message)
-            return run_id, message
-        tracker.log_artifact(run_id, out, "notebook")
-        tracker.end_run(run_id)
-        return run_id, None
+            check_inputs(cell)
+        except ValueError as e:
+            raise GridError(f"{spec.path}: cell {run_name(spec.protocol, cell)}: {e}") from None
+        checked.add(key)
 
 
-def _short_error(error: BaseException) -> str:
-    """The notebook's own exception line, not papermill's wrapper with the whole traceback."""
-    ename, evalue = getattr(error, "ename", None), getattr(error, "evalue", None)
-    if ename:
-        return f"{ename}: {evalue}"
-    return f"{type(error).__name__}: {error}"
+def parse_gpus(gpus: str | None) -> list[str] | None:
+    """``--gpus``: ``0,1,3`` or ``auto`` (every visible CUDA device) -> device ids; None -> None."""
+    if gpus is None:
+        return None
+    if gpus == "auto":
+        import torch
+
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise ExecutorError("--gpus auto: no CUDA device is visible")
+        return [str(i) for i in range(count)]
+    ids = [g.strip() for g in gpus.split(",") if g.strip()]
+    if not ids or not all(g.isdigit() for g in ids) or len(set(ids)) != len(ids):
+        raise ExecutorError(f"--gpus must be 'auto' or distinct device ids like 0,1,2,3, got {gpus!r}")
+    return ids
 
 
-def run_grid(path: str | os.PathLike, workers: int = 1, force: bool = False, dry_run: bool = False,
-             progress: bool = True) -> RunReport:
-    """Run every cell of a params file that has no FINISHED run yet."""
+def reap_stale_runs(tracker: Tracker, stale_after: float | None = None) -> list[str]:
+    """Mark KILLED every RUNNING cell run of the experiment whose owner is gone (process no longer
+    alive on this host, or heartbeat too old): an interrupted cell that nobody will finish.
+    Returns their run ids."""
+    reaped = []
+    for run in tracker.find_running({TAG["kind"]: "cell"}):
+        if owner_is_gone(run.data.tags, run.info.start_time, stale_after=stale_after):
+            tracker.kill_run(run.info.run_id, "interrupted: its process is gone; the rerun redoes the cell")
+            reaped.append(run.info.run_id)
+    return reaped
+
+
+def _live_elsewhere(tracker: Tracker, config: str) -> bool:
+    return any(not owner_is_gone(r.data.tags, r.info.start_time) for r in tracker.find_running({TAG["config"]: config}))
+
+
+def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = False, dry_run: bool = False,
+             progress: bool = True, executor: str = "local", address: str | None = None, gpus: str | None = None,
+             timeout: float | None = None) -> RunReport:
+    """Run every cell of a params file that has no FINISHED run yet.
+
+    ``executor``: ``local`` (a process pool of ``workers``; with ``gpus``, one device per worker)
+    or ``ray`` (tasks on the Ray cluster at ``address``, or on a local instance started for the
+    run; needs a tracking server). ``timeout``: seconds per cell; a cell over it is stopped and
+    FAILED ("timed out after ... s")."""
     started = time.perf_counter()
+    if executor not in ("local", "ray"):
+        raise ExecutorError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if timeout is not None and not timeout > 0:
+        raise ExecutorError(f"--timeout must be a positive number of seconds, got {timeout!r}")
     spec = load_grid(path)
     cells = expand(spec)
+    check_cell_inputs(spec, cells)
+    gpu_ids = parse_gpus(gpus) if executor == "local" else None
+    if executor == "ray":
+        if gpus is not None:
+            raise ExecutorError("--gpus places local workers; with --executor ray say gpus_per_cell in the params file")
+        RayExecutor.check_installed()
+        if not is_server_uri():
+            raise ExecutorError(
+                f"--executor ray needs a tracking server every Ray worker can reach, not a database file on this "
+                f"machine ({tracking_uri()}): start one with `python -m ddlib server` (or `make server`) and set "
+                "MLFLOW_TRACKING_URI=http://127.0.0.1:5000")
+    workers = workers or (len(gpu_ids) if gpu_ids else 1)
     report = RunReport()
     init_store()  # create the database once, before any worker touches it
     tracker = Tracker(spec.experiment)
+    report.reaped = reap_stale_runs(tracker)
     todo = []
     for params in cells:
         tags = cell_tags(spec.protocol, params)
         name = run_name(spec.protocol, params)
-        if not force and tracker.find_finished({TAG["config"]: tags[TAG["config"]]}, all_experiments=False):
+        config = {TAG["config"]: tags[TAG["config"]]}
+        if not force and tracker.find_finished(config, all_experiments=False):
             report.skipped.append(name)
-            continue
-        todo.append((name, params, tags))
+        elif _live_elsewhere(tracker, tags[TAG["config"]]):
+            report.elsewhere.append(name)
+        else:
+            todo.append((name, params, tags))
     if dry_run:
         report.finished = [name for name, _, _ in todo]
         return report
-    workers = max(1, min(workers, len(todo) or 1))
-    env = {**store_environment(), "DDLIB_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // workers))}
-    pending = {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        for name, params, tags in todo:
-            run_id = tracker.start_run(name, params=params, tags={**default_tags(spec.protocol), **tags})
-            pending[pool.submit(_execute_cell, spec.protocol, spec.experiment, params, run_id, env)] = (name, run_id)
-        bar = tqdm(total=len(todo), desc=f"{spec.protocol} ({len(report.skipped)} skipped)", disable=not progress)
-        for future in as_completed(pending):
-            name, run_id = pending[future]
-            try:
-                _, error = future.result()
-            except BaseException as e:  # the worker itself died
-                error = _short_error(e)
-                tracker.fail_run(run_id, error)
-            if error:
-                report.failed.append((name, error))
-            else:
-                report.finished.append(name)
-            bar.update(1)
+    if not todo:
+        report.seconds = time.perf_counter() - started
+        return report
+    if executor == "ray":
+        runner = RayExecutor(address, min(workers, len(todo)), spec.cpus_per_cell, spec.gpus_per_cell)
+    else:
+        runner = LocalExecutor(min(workers, len(todo)), gpu_ids)
+    runner_id = uuid.uuid4().hex[:12]
+    env = {**store_environment(), "DDLIB_NUM_THREADS": str(runner.threads_per_cell())}
+    notebook = str(notebooks_dir() / PROTOCOLS[spec.protocol][0])
+    jobs = [CellJob(spec.protocol, spec.experiment, name, params, {**default_tags(spec.protocol), **tags}, env,
+                    notebook, runner_id, timeout, force) for name, params, tags in todo]
+    bar = tqdm(total=len(jobs), desc=f"{spec.protocol} ({len(report.skipped)} skipped)", disable=not progress)
+
+    def record(job: CellJob, outcome: CellOutcome) -> None:
+        if outcome.status == "finished":
+            report.finished.append(job.name)
+        elif outcome.status == "skipped":
+            report.skipped.append(job.name)
+        elif outcome.status == "elsewhere":
+            report.elsewhere.append(job.name)
+        else:
+            report.failed.append((job.name, outcome.error or outcome.status))
+        bar.update(1)
+
+    previous = _handle_sigterm()
+    try:
+        runner.run(jobs, record)
+    except BaseException:
+        _settle(tracker, runner_id, "KILLED", "interrupted: the runner stopped; rerun the grid to redo it")
+        raise
+    finally:
         bar.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    _settle(tracker, runner_id, "FAILED", "its worker process died")
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _handle_sigterm():
+    """SIGTERM stops the grid like Ctrl-C (workers stopped, running cells KILLED); returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # signal handlers can only be set from the main thread
+
+    def stop(signum, frame):
+        raise GridInterrupted(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _settle(tracker: Tracker, runner_id: str, status: str, reason: str) -> None:
+    """Runs of this runner still RUNNING once its executor returned: their worker died (FAILED) or
+    the runner was interrupted (KILLED)."""
+    for run in tracker.find_running({TAG["runner"]: runner_id}):
+        tracker.fail_run(run.info.run_id, reason, status=status)

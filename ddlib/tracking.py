@@ -5,8 +5,16 @@ both absolute (papermill runs kernels in other working directories, and a relati
 ``sqlite:///`` URI would follow them). ``MLFLOW_TRACKING_URI`` overrides the database;
 ``DDLIB_MLRUNS`` overrides the folder. MLflow 3.17's file store refuses to open, so there is none.
 
+``MLFLOW_TRACKING_URI`` may also name a tracking server (``http://127.0.0.1:5000``, started with
+``python -m ddlib server``), which workers on other machines share; artifacts then go through it.
+
 Everything goes through :class:`MlflowClient` with explicit run ids (no global "active run"),
 so notebooks, the batch runner and parallel workers never step on each other's state.
+
+Liveness: a cell run being executed carries its owner (``ddlib.owner``: host, process id and the
+process's start time) and a heartbeat (``ddlib.heartbeat``: Unix time, renewed while it runs).
+:func:`owner_is_gone` says when such a run can no longer finish (its process is gone from this
+host, or its heartbeat is older than the stale limit): the runner then marks it KILLED.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +36,8 @@ import ddlib
 
 __all__ = [
     "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "client", "Tracker", "runs",
-    "config_hash", "flatten", "default_tags", "git_commit", "TAG",
+    "config_hash", "flatten", "default_tags", "git_commit", "TAG", "is_server_uri", "owner_tag",
+    "owner_is_gone", "STALE_AFTER_SECONDS",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +60,15 @@ TAG = {
     "role": "ddlib.role",  # syn / rdm / real ...
     "data_source": "ddlib.data_source",  # where a cell's real data was read from (a path, "sklearn.datasets.load_digits")
     "error": "ddlib.error",
+    "owner": "ddlib.owner",  # "host:pid:start time" of the process executing a cell (liveness)
+    "heartbeat": "ddlib.heartbeat",  # Unix time, renewed while the cell executes (liveness across hosts)
+    "runner": "ddlib.runner",  # id of the `ddlib run` invocation that executes a cell
 }
+
+# A RUNNING cell whose heartbeat is older than this is taken for dead (its process may be on a
+# host this one cannot look at). Heartbeats are written every HEARTBEAT_SECONDS.
+STALE_AFTER_SECONDS = float(os.environ.get("DDLIB_STALE_AFTER", 300))
+HEARTBEAT_SECONDS = float(os.environ.get("DDLIB_HEARTBEAT", 30))
 
 
 # Every experiment is a training project to MLflow's UI (3.x opens untagged experiments as GenAI
@@ -77,6 +95,11 @@ def tracking_uri() -> str:
 
 def artifact_root() -> Path:
     return mlruns_dir() / "artifacts"
+
+
+def is_server_uri(uri: str | None = None) -> bool:
+    """Whether the store is a tracking server (reachable from other machines), not a database file."""
+    return (uri or tracking_uri()).startswith(("http://", "https://"))
 
 
 _CLIENTS: dict[str, Any] = {}
@@ -106,6 +129,45 @@ def store_environment() -> dict[str, str]:
     """Variables that point a child process (a worker, a notebook kernel in another working
     directory) at this same store."""
     return {"DDLIB_MLRUNS": str(mlruns_dir()), "MLFLOW_TRACKING_URI": tracking_uri()}
+
+
+def owner_tag(pid: int | None = None) -> str:
+    """``host:pid:start time`` of a process (default: this one). The start time tells a live
+    process from a later one that was given the same pid."""
+    import psutil
+
+    process = psutil.Process(pid)
+    return f"{socket.gethostname()}:{process.pid}:{process.create_time():.3f}"
+
+
+def owner_is_gone(tags: dict, start_time_ms: int | None = None, now: float | None = None,
+                  stale_after: float | None = None) -> bool:
+    """Whether a RUNNING run can no longer finish: its owner process is gone from this host, or its
+    heartbeat is older than ``stale_after`` seconds, or it has neither owner nor heartbeat (written
+    before runs carried them) and started longer ago than that. A run owned by a live process on
+    this host, or with a fresh heartbeat, or owned on another host without heartbeats (a cell run
+    by hand there), is alive."""
+    import psutil
+
+    now = time.time() if now is None else now
+    stale_after = STALE_AFTER_SECONDS if stale_after is None else stale_after
+    owner = tags.get(TAG["owner"])
+    if owner:
+        host, pid, started = _parse_owner(owner)
+        if host == socket.gethostname():
+            try:
+                return abs(psutil.Process(pid).create_time() - started) > 1.0
+            except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+                return True
+    beat = tags.get(TAG["heartbeat"])
+    if beat:
+        return now - float(beat) > stale_after
+    return not owner and start_time_ms is not None and now - start_time_ms / 1000 > stale_after
+
+
+def _parse_owner(owner: str) -> tuple[str, int, float]:
+    host, pid, started = owner.rsplit(":", 2)
+    return host, int(pid), float(started)
 
 
 @contextlib.contextmanager
@@ -177,8 +239,16 @@ class Tracker:
                     for key, value in EXPERIMENT_TAGS.items():
                         self.client.set_experiment_tag(found.experiment_id, key, value)
                 return found.experiment_id
-            location = (artifact_root() / name).as_uri() if tracking_uri().startswith("sqlite:") else None
-            return self.client.create_experiment(name, artifact_location=location, tags=EXPERIMENT_TAGS)
+            # A database the client writes itself keeps artifacts beside it; a server decides itself
+            # (its --artifacts-destination), so that workers on other machines can reach them.
+            location = None if is_server_uri() else (artifact_root() / name).as_uri()
+            try:
+                return self.client.create_experiment(name, artifact_location=location, tags=EXPERIMENT_TAGS)
+            except Exception:  # another host created it between the lookup and here (no shared lock)
+                found = self.client.get_experiment_by_name(name)
+                if found is None:
+                    raise
+                return found.experiment_id
 
     def start_run(self, name: str, params: dict | None = None, tags: dict | None = None,
                   parent_run_id: str | None = None) -> str:
@@ -230,15 +300,25 @@ class Tracker:
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status=status)
 
-    def fail_run(self, run_id: str, error: BaseException | str) -> None:
-        """Mark a run and its unfinished child runs FAILED, recording why."""
+    def fail_run(self, run_id: str, error: BaseException | str, status: str = "FAILED") -> None:
+        """Mark a run and its unfinished child runs FAILED (or ``status``: KILLED), recording why."""
         message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
         for child in self.client.search_runs(
             [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'"
         ):
-            self.client.set_terminated(child.info.run_id, status="FAILED")
+            self.client.set_terminated(child.info.run_id, status=status)
         self.set_tags(run_id, {TAG["error"]: message})
-        self.client.set_terminated(run_id, status="FAILED")
+        self.client.set_terminated(run_id, status=status)
+
+    def kill_run(self, run_id: str, reason: str) -> None:
+        """Mark an interrupted run (and its unfinished children) KILLED: never a result, redone on rerun."""
+        self.fail_run(run_id, reason, status="KILLED")
+
+    def find_running(self, tags: dict[str, str]) -> list:
+        """RUNNING runs of this experiment carrying all ``tags``, oldest first."""
+        filters = " and ".join([*(f"tags.`{k}` = '{v}'" for k, v in tags.items()), "attributes.status = 'RUNNING'"])
+        return list(self.client.search_runs([self.experiment_id], filter_string=filters,
+                                            order_by=["attributes.start_time ASC"], max_results=50000))
 
     def find_finished(self, tags: dict[str, str], all_experiments: bool = True) -> list:
         """FINISHED runs carrying all ``tags``, newest first."""

@@ -26,10 +26,11 @@ marked ``zca_space``. Turning it back into pixels needs the whitening fitted on 
 that obtains the set does it (:func:`ddlib.protocols.common.obtain`), so every set reaches training
 as pixels and is whitened once, like the test images.
 
-Security: DC-format files hold numpy scalars, so they can only be read with
-``torch.load(weights_only=False)``, i.e. by unpickling, which can run arbitrary code. :func:`load`
-tries ``weights_only=True`` first and falls back only when that refuses the file: load ``.pt``
-files only from places you trust.
+Security: ``.pt`` files are read with ``torch.load(weights_only=True)``, which unpickles only
+tensors, containers and primitive values, plus the numpy scalars DC-format files hold (their
+``accs_all_exps``; :data:`NUMPY_SAFE_GLOBALS`, allow-listed). Anything else in a file (any other
+class or function) would need full unpickling, which can run arbitrary code: :func:`load` refuses
+it unless called with ``trusted=True`` (``trusted: true`` in a grid's file source).
 """
 
 from __future__ import annotations
@@ -48,11 +49,25 @@ import torch
 if TYPE_CHECKING:  # ddlib.data.datasets imports the file-backed loaders; keep this module light to import
     from ddlib.data.datasets import Dataset
 
-__all__ = ["DistilledSet", "DistilledSetError", "load", "save", "validate", "image_grid", "grid_tensor", "IMAGE_EXTENSIONS"]
+__all__ = ["DistilledSet", "DistilledSetError", "load", "save", "validate", "image_grid", "grid_tensor", "IMAGE_EXTENSIONS",
+           "NUMPY_SAFE_GLOBALS", "NORMALIZED_RANGE"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 # Values a set read as pixels may reach before we suspect it was really stored normalised.
 PIXEL_RANGE_SLACK = (-0.5, 1.5)
+# Pixels a set de-normalised by its format's default may reach before we suspect the guess (or the
+# file) is wrong: published DC sets reach [-1.4, 2.6]; a set stored as 0-255 floats reaches ~60.
+NORMALIZED_RANGE = (-10.0, 11.0)
+# What weights_only unpickling may build beyond tensors and primitives: numpy scalars (DC-format
+# files keep their accuracies as numpy.float64). numpy 2 moved the reconstructor to numpy._core;
+# files written with numpy 1 name it numpy.core.multiarray.scalar.
+NUMPY_SAFE_GLOBALS = [
+    np._core.multiarray.scalar, (np._core.multiarray.scalar, "numpy.core.multiarray.scalar"), np.dtype,
+    *(getattr(np.dtypes, name) for name in (
+        "BoolDType", "Int8DType", "Int16DType", "Int32DType", "Int64DType", "UInt8DType", "UInt16DType",
+        "UInt32DType", "UInt64DType", "Float16DType", "Float32DType", "Float64DType", "LongLongDType",
+        "ULongLongDType", "LongDType", "ULongDType") if hasattr(np.dtypes, name)),
+]
 _MTT_IMAGES = re.compile(r"^images_(?P<tag>.+)\.pt$")
 
 
@@ -105,6 +120,7 @@ def load(
     method: str | None = None,
     experiment: int = -1,
     zca_space: bool | None = None,
+    trusted: bool = False,
 ) -> DistilledSet:
     """Read a distilled set in any supported format and check it against ``dataset``.
 
@@ -117,15 +133,17 @@ def load(
     stored and the set is marked so (see the module docstring).
 
     When the normalisation was only guessed from the format (neither the caller nor the file
-    said), values far outside [0, 1] are refused rather than trained on: the guess was wrong.
+    said), values far outside [0, 1] (after de-normalising) are refused rather than trained on:
+    the guess, or the file, is wrong. ``uint8`` images are pixels whatever the format says.
 
-    Raises :class:`DistilledSetError` (message starting with ``path``) for anything unreadable
-    or inconsistent with ``dataset``. ``.pt`` files may be unpickled: load only trusted files.
+    ``trusted=True`` allows full unpickling of a ``.pt`` file the safe loader refuses (it can run
+    arbitrary code: only for files you trust). Raises :class:`DistilledSetError` (message starting
+    with ``path``) for anything unreadable or inconsistent with ``dataset``.
     """
     path = Path(path)
     if not path.exists():
         raise DistilledSetError(f"{path}: no such file or directory")
-    raw = _read(path, dataset, experiment)
+    raw = _read(path, dataset, experiment, trusted)
 
     images = _as_tensor(raw["images"], path, "images")
     labels = _as_tensor(raw["labels"], path, "labels")
@@ -137,14 +155,16 @@ def load(
             soft = labels.float()
         labels = labels.argmax(dim=1)
     images = _layout(images, dataset.channels)
-    if images.dtype == torch.uint8:
-        images = images.float().div_(255.0)
-    elif images.is_floating_point():
-        images = images.detach().float()
-
     # Explicit statements (caller, or a flag in the file) beat the format's default guess.
     explicit = normalized if normalized is not None else raw.get("normalized")
     is_normalized = bool(explicit) if explicit is not None else raw["default_normalized"]
+    if images.dtype == torch.uint8:  # 0-255 pixels, whatever the format's default says
+        if explicit:
+            raise DistilledSetError(f"{path}: images are uint8 (0-255 pixels) but the set is declared normalised; "
+                                    "drop normalized: true")
+        images, is_normalized = images.float().div_(255.0), False
+    elif images.is_floating_point():
+        images = images.detach().float()
 
     whitened = bool(zca_space) if zca_space is not None else bool(raw.get("zca_space") or False)
     provenance = dict(raw.get("provenance") or {})
@@ -170,14 +190,21 @@ def load(
     ds.labels = ds.labels.long()
     ds.images = ds.images.contiguous()
 
-    if explicit is None and not is_normalized and not whitened:
+    if explicit is None and not whitened:
         lo, hi = float(ds.images.min()), float(ds.images.max())
-        if lo < PIXEL_RANGE_SLACK[0] or hi > PIXEL_RANGE_SLACK[1]:
+        if not is_normalized and (lo < PIXEL_RANGE_SLACK[0] or hi > PIXEL_RANGE_SLACK[1]):
             raise DistilledSetError(
                 f"{path}: read as pixels but values span [{lo:.3g}, {hi:.3g}], far outside [0, 1]; "
                 "if the images are normalised with the dataset's mean/std pass normalized=True, "
                 "if they really are pixels pass normalized=False"
                 + ("; 0-255 values must be stored as uint8 (or divided by 255)" if hi > 20 else "")
+            )
+        if is_normalized and (lo < NORMALIZED_RANGE[0] or hi > NORMALIZED_RANGE[1]):
+            raise DistilledSetError(
+                f"{path}: de-normalised with {dataset.name}'s mean/std (the {raw['format']} format's default), "
+                f"the images span [{lo:.3g}, {hi:.3g}] in pixels, far outside [0, 1]: the file holds something "
+                "else than normalised images; if they really are pixels pass normalized=False "
+                "(normalized: false in the source spec)"
             )
     return ds
 
@@ -293,10 +320,10 @@ def denormalize(images: torch.Tensor, mean: tuple[float, ...], std: tuple[float,
 # provenance, plus format, default_normalized and stem (the default method name).
 
 
-def _read(path: Path, dataset: Dataset, experiment: int) -> dict:
+def _read(path: Path, dataset: Dataset, experiment: int, trusted: bool = False) -> dict:
     if path.is_dir():
         if (path / "images_best.pt").is_file():
-            return _read_mtt(path / "images_best.pt", stem=path.name)
+            return _read_mtt(path / "images_best.pt", stem=path.name, trusted=trusted)
         if any(p.is_dir() and not p.name.startswith(".") for p in path.iterdir()):
             return _read_imagefolder(path, dataset)
         raise DistilledSetError(
@@ -305,9 +332,9 @@ def _read(path: Path, dataset: Dataset, experiment: int) -> dict:
     suffix = path.suffix.lower()
     match = _MTT_IMAGES.match(path.name)
     if match and (path.parent / f"labels_{match['tag']}.pt").is_file():
-        return _read_mtt(path, stem=path.parent.name or path.stem)
+        return _read_mtt(path, stem=path.parent.name or path.stem, trusted=trusted)
     if suffix in (".pt", ".pth"):
-        return _read_pt(path, experiment)
+        return _read_pt(path, experiment, trusted)
     if suffix == ".npz":
         return _read_npz(path)
     raise DistilledSetError(
@@ -316,23 +343,35 @@ def _read(path: Path, dataset: Dataset, experiment: int) -> dict:
     )
 
 
-def _torch_load(path: Path) -> tuple[Any, bool]:
-    """``torch.load`` safely if possible; unpickle (trusted files only) when the file needs it.
-    Returns the object and whether the safe loader sufficed."""
+def _torch_load(path: Path, trusted: bool = False) -> tuple[Any, bool]:
+    """``torch.load`` with ``weights_only=True`` (numpy scalars allow-listed); full unpickling only
+    when the file needs it and ``trusted``. Returns the object and whether the safe loader sufficed."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True), True
-    except pickle.UnpicklingError:
-        pass  # holds non-tensor objects (DC files hold numpy scalars): needs full unpickling
+        with torch.serialization.safe_globals(NUMPY_SAFE_GLOBALS):
+            return torch.load(path, map_location="cpu", weights_only=True), True
+    except pickle.UnpicklingError as exc:
+        refusal = exc  # holds objects the safe loader does not build
     except Exception as exc:
         raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {_short(exc)})") from exc
+    if not trusted:
+        try:
+            needs = ", ".join(torch.serialization.get_unsafe_globals_in_checkpoint(path)) or _short(refusal)
+        except Exception:  # noqa: BLE001 - only for the message
+            needs = _short(refusal)
+        raise DistilledSetError(
+            f"{path}: refused to unpickle: the file holds Python objects that loading with weights_only=True does "
+            f"not build ({needs}), and full unpickling can run arbitrary code. If you trust the file, set "
+            "`trusted: true` in its source spec (methods: {name: {kind: file, path: ..., trusted: true}}) or pass "
+            "trusted=True to ddlib.data.distilled.load; or re-save it with ddlib.data.distilled.save"
+        )
     try:
         return torch.load(path, map_location="cpu", weights_only=False), False
     except Exception as exc:
         raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {_short(exc)})") from exc
 
 
-def _read_pt(path: Path, experiment: int) -> dict:
-    obj, _ = _torch_load(path)
+def _read_pt(path: Path, experiment: int, trusted: bool = False) -> dict:
+    obj, _ = _torch_load(path, trusted)
     if not isinstance(obj, dict):
         raise DistilledSetError(
             f"{path}: unknown format: file holds a {type(obj).__name__}, expected a dict "
@@ -388,15 +427,15 @@ def _read_dc(path: Path, obj: dict, experiment: int) -> dict:
     }
 
 
-def _read_mtt(images_path: Path, stem: str) -> dict:
+def _read_mtt(images_path: Path, stem: str, trusted: bool = False) -> dict:
     tag = _MTT_IMAGES.match(images_path.name)["tag"]  # type: ignore[index]
     folder = images_path.parent
     labels_path, lr_path = folder / f"labels_{tag}.pt", folder / f"lr_{tag}.pt"
     if not labels_path.is_file():
         raise DistilledSetError(f"{images_path}: missing keys: no labels_{tag}.pt next to {images_path.name}")
-    images, _ = _torch_load(images_path)
-    labels, _ = _torch_load(labels_path)
-    lr = _torch_load(lr_path)[0] if lr_path.is_file() else None
+    images, _ = _torch_load(images_path, trusted)
+    labels, _ = _torch_load(labels_path, trusted)
+    lr = _torch_load(lr_path, trusted)[0] if lr_path.is_file() else None
     return {
         "images": images,
         "labels": labels,
@@ -439,6 +478,8 @@ def _read_npz(path: Path) -> dict:
 def _read_imagefolder(path: Path, dataset: Dataset) -> dict:
     from PIL import Image
 
+    from ddlib.data.loaders import image_array
+
     folders = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
     names = [p.name for p in folders]
     index_of = {n: i for i, n in enumerate(dataset.class_names)}
@@ -463,7 +504,7 @@ def _read_imagefolder(path: Path, dataset: Dataset) -> dict:
         for file in sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS):
             try:
                 with Image.open(file) as img:
-                    arr = np.asarray(img.convert(mode), dtype=np.uint8)
+                    arr = image_array(img, mode, full_range=True)  # float pixels: 16-bit PNGs keep their depth
             except Exception as exc:
                 raise DistilledSetError(
                     f"{path}: unreadable or corrupt image {file.relative_to(path)} ({type(exc).__name__}: {_short(exc)})"
@@ -479,7 +520,7 @@ def _read_imagefolder(path: Path, dataset: Dataset) -> dict:
     if not images:
         raise DistilledSetError(f"{path}: no {'/'.join(IMAGE_EXTENSIONS)} images in the class folders")
     return {
-        "images": np.stack(images),
+        "images": np.stack(images).astype(np.float32),
         "labels": np.asarray(labels, dtype=np.int64),
         "format": "imagefolder",
         "default_normalized": False,

@@ -33,6 +33,7 @@ __all__ = [
     "cache_dir",
     "extract_archive",
     "decode_image_files",
+    "image_array",
     "load_imagefolder_dataset",
     "IMAGE_EXTENSIONS",
 ]
@@ -281,6 +282,25 @@ def _read_val_annotations(ann: Path, val: Path, classes: list[str]) -> tuple[lis
 # --------------------------------------------------------------------------- decoding + disk cache
 
 
+_SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def image_array(im, mode: str, full_range: bool = False) -> np.ndarray:
+    """An opened PIL image as an array in ``mode`` ("L" or "RGB"): uint8 pixels, or with
+    ``full_range`` float32 in [0, 1]. 16-bit grayscale (PNG) is scaled from 0-65535: PIL's own
+    ``convert`` clips it to 0-255, turning every pixel above 255 (almost all) white."""
+    if im.mode in _SIXTEEN_BIT_MODES:
+        arr = np.asarray(im).astype(np.float64)
+        top = 65535.0 if im.mode != "I" or arr.max() > 255 else 255.0  # "I": a 16-bit PNG in older PIL
+        grey = arr / top
+        out = np.repeat(grey[..., None], 3, axis=2) if mode == "RGB" else grey
+        return out.astype(np.float32) if full_range else np.round(out * 255).astype(np.uint8)
+    if im.mode != mode:
+        im = im.convert(mode)
+    arr = np.asarray(im, dtype=np.uint8)
+    return arr.astype(np.float32) / 255.0 if full_range else arr
+
+
 def _decode_chunk(paths: Sequence[str], channels: int | None) -> list:
     """Decode a few files; returns arrays (H x W for grayscale, H x W x 3 for colour) or the exception.
 
@@ -297,10 +317,8 @@ def _decode_chunk(paths: Sequence[str], channels: int | None) -> list:
                 elif channels == 3:
                     want = "RGB"
                 else:  # auto: keep grayscale as is; anything else becomes RGB
-                    want = "L" if im.mode == "L" else "RGB"
-                if im.mode != want:
-                    im = im.convert(want)
-                out.append(np.asarray(im, dtype=np.uint8))
+                    want = "L" if im.mode in ("L", *_SIXTEEN_BIT_MODES) else "RGB"
+                out.append(image_array(im, want))
         except Exception as exc:  # noqa: BLE001 - any decoder failure is the file's problem
             out.append(exc)
     return out

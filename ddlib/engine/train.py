@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 from ddlib.engine.device import generator, resolve_device, synchronize
 from ddlib.models import create_model
 
-__all__ = ["Recipe", "SeedResult", "train_and_evaluate", "evaluate", "Normalize", "cross_entropy_loss", "Objective"]
+__all__ = ["Recipe", "SeedResult", "train_and_evaluate", "evaluate", "Normalize", "cross_entropy_loss", "Objective",
+           "NonFiniteLossError"]
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULERS = ("step", "cosine", "cosine_half", "none")
@@ -73,10 +74,13 @@ class Recipe:
             problems.append(f"scheduler must be one of {SCHEDULERS}, got {self.scheduler!r}")
         for name in ("lr", "momentum", "weight_decay", "lr_min"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                problems.append(f"{name} must be a non-negative number, got {value!r}")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+                problems.append(f"{name} must be a finite non-negative number, got {value!r}")
+            elif name == "lr" and value == 0:
+                problems.append("lr must be positive, got 0")
         clip = self.grad_clip
-        if clip is not None and (not isinstance(clip, (int, float)) or isinstance(clip, bool) or clip <= 0):
+        if clip is not None and (not isinstance(clip, (int, float)) or isinstance(clip, bool) or not math.isfinite(clip)
+                                 or clip <= 0):
             problems.append(f"grad_clip must be null or a positive number, got {clip!r}")
         if problems:
             raise ValueError("bad recipe: " + "; ".join(problems))
@@ -109,6 +113,14 @@ class Recipe:
 
 
 _LATER_DEFAULTS = {"lr_min": 0.0, "grad_clip": None}
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or Inf: the model is garbage, so there is no result to report."""
+
+
+# Epochs between checks that the loss is still finite (each check waits for the device).
+FINITE_CHECK_EVERY = 10
 
 
 @dataclass
@@ -248,7 +260,7 @@ def train_and_evaluate(
         synchronize(dev)
         start = time.perf_counter()
         model.train()
-        for _ in range(recipe.epochs):
+        for epoch in range(recipe.epochs):
             order = torch.randperm(n, generator=order_gen).to(dev)
             total = torch.zeros((), device=dev)
             for i in range(0, n, recipe.batch_size):
@@ -267,6 +279,8 @@ def train_and_evaluate(
                 scheduler.step()
             epoch_losses.append(total)
             bar.update(1)
+            if (epoch + 1) % FINITE_CHECK_EVERY == 0 or epoch + 1 == recipe.epochs:
+                _check_finite(epoch_losses, desc, seed, recipe)
         synchronize(dev)
         train_seconds = time.perf_counter() - start
         epoch_losses = (torch.stack(epoch_losses) / n).tolist()  # one sync per seed, not per step
@@ -279,3 +293,13 @@ def train_and_evaluate(
                                   model if keep_models else None, confusion.tolist()))
     bar.close()
     return results
+
+
+def _check_finite(epoch_losses: list[torch.Tensor], desc: str, seed: int, recipe: Recipe) -> None:
+    """Stop a training whose loss is no longer finite, naming the evaluation and the first bad epoch."""
+    losses = torch.stack(epoch_losses)
+    bad = (~torch.isfinite(losses)).nonzero()
+    if len(bad):
+        epoch = int(bad[0]) + 1
+        raise NonFiniteLossError(f"{desc}: training loss became {losses[epoch - 1].item()} at epoch {epoch} of "
+                                 f"{recipe.epochs} (seed {seed}, lr {recipe.lr}): stopped, no result recorded")

@@ -7,9 +7,11 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
   selection): selection baselines (:mod:`ddlib.methods.select`);
 * ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.methods.dm.distribution_matching`;
 * ``{kind: file, path: "sets/dc_cifar10_ipc{ipc}.pt"}``: a published set; ``{ipc}`` and
-  ``{dataset}`` in the path are filled in per grid cell, and the file's IPC must match;
-  ``zca_space: true`` marks a set saved ZCA-whitened (MTT/DATM run with ``--zca``, see
-  :mod:`ddlib.data.distilled`): the protocol turns it back into pixels before training;
+  ``{dataset}`` in the path are filled in per grid cell (any other brace is part of the file name),
+  and the file's IPC must match; ``zca_space: true`` marks a set saved ZCA-whitened (MTT/DATM run
+  with ``--zca``, see :mod:`ddlib.data.distilled`): the protocol turns it back into pixels before
+  training; ``trusted: true`` lets a ``.pt`` file be fully unpickled when the safe loader refuses it
+  (unpickling can run code: only for files you trust);
 * ``{kind: full}``: the whole real training set, the reference every compression is measured
   against (the cell's ``ipc`` does not apply to it);
 * ``{kind: checkpoint, path: "model_pool/BACON_ConvNet_CIFAR10_{ipc}_seed{seed}.pth", model: convnet}``:
@@ -26,7 +28,8 @@ from pathlib import Path
 from ddlib.data.datasets import Dataset
 from ddlib.data.distilled import DistilledSet, DistilledSetError, load
 
-__all__ = ["SOURCE_KINDS", "MODEL_KINDS", "BUILTIN_SOURCES", "resolve_source", "validate_source", "obtain_set", "full_set"]
+__all__ = ["SOURCE_KINDS", "MODEL_KINDS", "BUILTIN_SOURCES", "resolve_source", "validate_source", "obtain_set", "full_set",
+           "source_path", "load_file_source"]
 
 # kind -> allowed keys (besides "kind") with their expected types
 SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
@@ -36,7 +39,7 @@ SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
     "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
            "model": str, "init": str, "init_epochs": int, "seed": int},
     "file": {"path": str, "normalized": (bool, type(None)), "allow_unequal": bool, "experiment": int,
-             "zca_space": (bool, type(None))},
+             "zca_space": (bool, type(None)), "trusted": bool},
     "full": {},
     "checkpoint": {"path": str, "model": str},
 }
@@ -112,9 +115,22 @@ def obtain_set(method: str, spec: dict, dataset: Dataset, ipc: int, device="auto
     elif kind == "full":
         out = full_set(dataset)
     else:
-        path = Path(options.pop("path").format(ipc=ipc, dataset=dataset.name)).expanduser()
-        out = load(path, dataset, method=method, **options)
-        if out.ipc != ipc:
-            raise DistilledSetError(f"{path}: holds {out.ipc} images per class, but the grid cell asks for ipc={ipc}")
+        out = load_file_source(method, spec, dataset, ipc)
     out.method = method
+    return out
+
+
+def source_path(spec: dict, ipc: int, dataset_name: str) -> Path:
+    """The file a ``file`` source names for one cell: ``{ipc}`` and ``{dataset}`` filled in, every
+    other character (braces included) taken literally."""
+    return Path(spec["path"].replace("{ipc}", str(ipc)).replace("{dataset}", dataset_name)).expanduser()
+
+
+def load_file_source(method: str, spec: dict, dataset: Dataset, ipc: int) -> DistilledSet:
+    """Load and check the set a ``file`` source names for one cell (its IPC must be the cell's)."""
+    options = {k: v for k, v in spec.items() if k not in ("kind", "path")}
+    path = source_path(spec, ipc, dataset.name)
+    out = load(path, dataset, method=method, **options)
+    if out.ipc != ipc:
+        raise DistilledSetError(f"{path}: holds {out.ipc} images per class, but the grid cell asks for ipc={ipc}")
     return out

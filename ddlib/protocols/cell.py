@@ -35,7 +35,8 @@ from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import configure_threads, resolve_device
 from ddlib.metrics import mean_std
 from ddlib.data.distilled import DistilledSet, image_grid
-from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
+from ddlib.protocols.inputs import input_digests
+from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
 from ddlib.engine.train import AugmentHook, LossHook, Normalize, Objective, Recipe, evaluate, train_and_evaluate
 
 __all__ = ["Cell", "Evaluation", "group_params", "cell_tags", "device_name"]
@@ -77,13 +78,17 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
     # The protocol's revision is part of every key: a row never pools cells computed under two
     # definitions, and a rerun after a definition change recomputes instead of skipping.
     head = {"protocol": protocol, "revision": protocol_revision(protocol) if protocol in PROTOCOLS else 0}
+    # So is the content of every input file (a set replaced at the same path is a new input).
+    digests = input_digests(params)
+    inputs = {"inputs": digests} if digests else {}
+    shared = {k: v for k, v in digests.items() if k != "source"}  # what every method of a family reads
     return {
         TAG["kind"]: "cell",
         TAG["revision"]: str(head["revision"]),
-        TAG["config"]: config_hash({**head, **params, "version": ddlib.__version__}),
-        TAG["group"]: config_hash({**head, **group}),
-        TAG["series"]: config_hash({**head, **series}),
-        TAG["family"]: config_hash({**head, **family}),
+        TAG["config"]: config_hash({**head, **params, "version": ddlib.__version__, **inputs}),
+        TAG["group"]: config_hash({**head, **group, **inputs}),
+        TAG["series"]: config_hash({**head, **series, **inputs}),
+        TAG["family"]: config_hash({**head, **family, **({"inputs": shared} if shared else {})}),
     }
 
 
@@ -136,9 +141,10 @@ class Cell:
         tracker = Tracker(experiment or protocol)
         device = resolve_device(params.get("device", "auto"))
         owns = run_id is None
-        if owns:
+        if owns:  # run by hand: this process owns the run (a later grid run marks it KILLED once it is gone)
             run_id = tracker.start_run(run_name(protocol, params), params=params,
-                                       tags={**default_tags(protocol), **cell_tags(protocol, params)})
+                                       tags={**default_tags(protocol), **cell_tags(protocol, params),
+                                             TAG["owner"]: owner_tag()})
         tracker.set_tags(run_id, {TAG["device"]: str(device), TAG["device_name"]: device_name(device)})
         cell = cls(protocol, dict(params), tracker, run_id, owns, device, None, progress)  # type: ignore[arg-type]
         with cell.guard():

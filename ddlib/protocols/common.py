@@ -3,6 +3,10 @@ and, for the DD-Ranking protocols, how a method's own evaluation is reproduced (
 
 from __future__ import annotations
 
+import math
+import re
+from pathlib import Path
+
 from ddlib.data.datasets import list_datasets
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
@@ -52,6 +56,16 @@ def positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def check_device(device) -> None:
+    """A device torch can name: checked here, not first inside a kernel (which device exists is the
+    worker's business: a grid may be launched from a machine without the GPU its workers have)."""
+    if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
+        raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {device!r}")
+
+
 def check_weight(p: dict, key: str) -> None:
     if not isinstance(p[key], (int, float)) or isinstance(p[key], bool) or not 0 <= p[key] <= 1:
         raise ValueError(f"{key} must be a number in [0, 1], got {p[key]!r}")
@@ -79,6 +93,12 @@ def validate_set_params(protocol: str, defaults: dict, params: dict, trained_mod
         raise ValueError(f"dataset: unknown dataset {p['dataset']!r}; known: {list_datasets()}")
     if "model" in p and p["model"] is not None and p["model"] not in list_models():
         raise ValueError(f"model: unknown model {p['model']!r}; known: {list_models()}")
+    check_device(p["device"])
+    if p["data_root"] is not None:
+        if not isinstance(p["data_root"], str):
+            raise ValueError(f"data_root must be null or a path, got {p['data_root']!r}")
+        if not Path(p["data_root"]).expanduser().exists():
+            raise ValueError(f"data_root: {p['data_root']} does not exist")
     p["source"] = validate_source(p["method"], p["source"]) if p["source"] is not None else resolve_source(p["method"])
     if p["source"]["kind"] in MODEL_KINDS and not trained_models:
         raise ValueError(f"method {p['method']!r}: kind {p['source']['kind']!r} is a trained model, not a set; "
@@ -120,7 +140,8 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
         hint = " ('none' is now lr_policy: fixed)" if p["lr_select"] == "none" else ""
         raise ValueError(f"lr_select must be one of {LR_SELECT}, got {p['lr_select']!r}{hint}")
     grid = p["lr_grid"]
-    if not isinstance(grid, list) or not grid or not all(isinstance(v, (int, float)) and v > 0 for v in grid):
+    if not isinstance(grid, list) or not grid or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in grid):
         raise ValueError(f"lr_grid must be a non-empty list of positive numbers, got {grid!r}")
     fraction = p["val_fraction"]
     if fraction is None:

@@ -111,9 +111,8 @@ def sample(cell: Cell) -> pd.DataFrame:
     """The cell's architectures with their ground-truth accuracy (percent)."""
     p = cell.params
     with cell.guard():
-        table = nas_space.load_ground_truth(p["ground_truth"], column=p["gt_column"],
-                                            dataset=None if p["gt_column"] else p["dataset"])
-        return nas_space.sample_architectures(table, p["num_archs"], p["arch_seed"], sampling=p["sampling"])
+        return nas_space.sample_ground_truth(p["ground_truth"], p["num_archs"], p["arch_seed"], column=p["gt_column"],
+                                             dataset=None if p["gt_column"] else p["dataset"], sampling=p["sampling"])
 
 
 def arch_key(i: int) -> str:

@@ -24,7 +24,8 @@ import scipy.stats
 
 from ddlib.models.nasbench201 import format_arch, parse_arch
 
-__all__ = ["NasError", "DATASET_COLUMNS", "SAMPLINGS", "load_ground_truth", "sample_architectures", "rank_correlation"]
+__all__ = ["NasError", "DATASET_COLUMNS", "SAMPLINGS", "load_ground_truth", "sample_architectures", "sample_ground_truth",
+           "rank_correlation"]
 
 
 class NasError(ValueError):
@@ -179,6 +180,16 @@ def sample_architectures(table: pd.DataFrame, k: int, seed: int, sampling: str =
             raise ValueError(f"cannot draw {k} distinct architectures from a table of {len(ordered)}")
         rows = rng.permutation(len(ordered))[:k]
     return ordered.iloc[list(rows)].reset_index(drop=True)
+
+
+def sample_ground_truth(path, k: int, seed: int, column: str | None = None, dataset: str | None = None,
+                        sampling: str = "uniform") -> pd.DataFrame:
+    """:func:`load_ground_truth` then :func:`sample_architectures`; every error names the file."""
+    table = load_ground_truth(path, column=column, dataset=dataset)
+    try:
+        return sample_architectures(table, k, seed, sampling=sampling)
+    except ValueError as error:
+        raise NasError(f"{path}: {error} (num_archs: {k})") from None
 
 
 def rank_correlation(proxy_scores: Sequence[float], true_scores: Sequence[float]) -> dict:

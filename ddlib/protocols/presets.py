@@ -80,13 +80,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from ddlib.engine.augment import list_ops, op_params
 from ddlib.engine.train import Recipe
+from ddlib.yamlfile import load_yaml
 
 __all__ = [
     "PRESETS_DIR",
+    "preset_file",
     "Preset",
     "list_presets",
     "load_preset",
@@ -446,14 +446,13 @@ def _resolve(name_or_path: str | Path) -> Path:
     return candidate
 
 
+def preset_file(name_or_path: str | Path) -> Path:
+    """The YAML file a preset name (``params/methods/<name>.yaml``) or path refers to."""
+    return _resolve(name_or_path)
+
+
 def load_preset(name_or_path: str | Path) -> Preset:
     """Load and validate a preset by name (``"sre2l"``, case-insensitive, from :data:`PRESETS_DIR`)
     or from a YAML file path. Raises ``ValueError`` naming the file and the offending key."""
     path = _resolve(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: not valid YAML: {error}") from None
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read: {error}") from None
-    return parse_preset(data, source=path)
+    return parse_preset(load_yaml(path), source=path)

@@ -1,0 +1,326 @@
+"""Where grid cells execute: a local process pool (the default) or tasks on a Ray cluster.
+
+A cell is one papermill execution of its protocol's notebook, done by :func:`execute_cell` in a
+worker process (a pool worker, or a Ray worker on any node). The worker owns the cell's MLflow run
+from start to end, so a run exists only while someone is executing it:
+
+1. It skips the cell if a FINISHED run of its config appeared meanwhile (another runner).
+2. It creates the run, tagged with its owner (host, pid, process start time), a heartbeat and the
+   runner's id, then yields to an older live RUNNING run of the same config (deleting its own):
+   two runners sharing a store never compute one cell twice at the same time.
+3. A monitor thread renews the heartbeat, enforces ``timeout`` (it kills the kernel: papermill
+   itself would leave ``exception: None`` in the notebook's metadata) and, in a pool worker,
+   notices when the runner is gone (SIGKILL) and stops too.
+4. The run ends FINISHED with the executed notebook, FAILED with the partial notebook and the
+   error ("timed out after S s" for a timeout), or KILLED when the runner interrupted it.
+
+The runner marks what a killed worker could not (see :func:`ddlib.tracking.owner_is_gone`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag
+
+__all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell",
+           "RAY_INSTALL_HINT"]
+
+# ipykernel 7 warns on every start that its local TCP transport is unencrypted; the kernels of a
+# batch run talk only to this process over loopback, and a shutdown logs a spurious
+# KeyboardInterrupt, so keep its own log quiet (notebook errors still reach the executed notebook).
+KERNEL_ARGUMENTS = ["--log-level=CRITICAL"]
+RAY_INSTALL_HINT = "pip install -e '.[cluster]' (or pip install ray==2.60.0)"
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+ORPHAN_GRACE_SECONDS = 15.0  # after the runner died: time to mark the run KILLED before exiting anyway
+
+
+class ExecutorError(RuntimeError):
+    """An executor cannot start (Ray missing, no tracking server for remote workers, ...)."""
+
+
+@dataclass
+class CellJob:
+    """Everything a worker needs to execute one cell (picklable: it travels to pool and Ray workers)."""
+
+    protocol: str
+    experiment: str
+    name: str
+    params: dict
+    tags: dict  # the cell's tags (kind, config hash, leaderboard keys) and the default tags
+    env: dict  # the store and thread count the worker and its kernel use
+    notebook: str  # path of the protocol's notebook
+    runner_id: str
+    timeout: float | None = None  # seconds for the whole notebook
+    force: bool = False  # run even if a FINISHED run of the config exists
+
+
+@dataclass
+class CellOutcome:
+    name: str
+    status: str  # finished | failed | killed | skipped (finished meanwhile) | elsewhere (running elsewhere)
+    run_id: str | None = None
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------- the worker side
+
+
+class _Watch:
+    """What stops a running notebook (timeout, SIGTERM, the runner gone): the first reason wins,
+    and the kernel is killed so that papermill returns at once."""
+
+    def __init__(self):
+        self.reason: str | None = None
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def stop(self, reason: str) -> None:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+        _kill_children()
+
+
+_CURRENT: _Watch | None = None  # the cell this process executes (for the SIGTERM handler)
+
+
+def _kill_children() -> None:
+    """Kill this process's descendants: the notebook kernel (in its own session, so a signal to the
+    runner's process group does not reach it) and anything it started."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+
+
+def _on_sigterm(signum, frame) -> None:
+    if _CURRENT is None:
+        os._exit(EXIT_TERMINATED)
+    _CURRENT.stop("interrupted (SIGTERM): rerun the grid to redo it")
+
+
+def _init_pool_worker(gpu_slots) -> None:
+    """Pool worker start: the runner coordinates interruption (Ctrl-C reaches it, it sends SIGTERM),
+    and with ``--gpus`` each worker takes one device, which its kernels alone see."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    gpu = gpu_slots.get() if gpu_slots is not None else None
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+
+
+def _monitor(watch: _Watch, tracker: Tracker, run_id: str, deadline: float | None, timeout: float | None,
+             parent: int | None) -> None:
+    next_beat = time.monotonic() + HEARTBEAT_SECONDS
+    orphaned_at = None
+    while not watch.done.wait(0.5):
+        now = time.monotonic()
+        if now >= next_beat:
+            try:
+                tracker.set_tags(run_id, {TAG["heartbeat"]: f"{time.time():.0f}"})
+            except Exception:  # noqa: BLE001 - a missed beat is retried; the store may be busy
+                pass
+            next_beat = now + HEARTBEAT_SECONDS
+        if deadline is not None and now >= deadline:
+            watch.stop(f"timed out after {timeout:g} s")
+        if parent is not None and os.getppid() != parent:
+            if orphaned_at is None:
+                orphaned_at = now
+                watch.stop("interrupted: the runner is gone (killed); rerun the grid to redo it")
+            elif now - orphaned_at > ORPHAN_GRACE_SECONDS:
+                os._exit(1)
+
+
+def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
+    """Execute one cell's notebook under papermill, owning its MLflow run (see the module docstring)."""
+    global _CURRENT
+    import papermill as pm
+
+    os.environ.update(job.env)  # this worker's kernel inherits the store and its share of the cores
+    tracker = Tracker(job.experiment)
+    config = {TAG["config"]: job.tags[TAG["config"]]}
+    if not job.force and tracker.find_finished(config, all_experiments=False):
+        return CellOutcome(job.name, "skipped")
+    tags = {**job.tags, TAG["owner"]: owner_tag(), TAG["heartbeat"]: f"{time.time():.0f}", TAG["runner"]: job.runner_id}
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        tags["ddlib.cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    run_id = tracker.start_run(job.name, params=job.params, tags=tags)
+    mine = tracker.client.get_run(run_id).info
+    for rival in tracker.find_running(config):
+        if rival.info.run_id == run_id or owner_is_gone(rival.data.tags, rival.info.start_time):
+            continue
+        if (rival.info.start_time, rival.info.run_id) < (mine.start_time, run_id):
+            tracker.client.delete_run(run_id)  # an older live run computes this cell: leave it to it
+            return CellOutcome(job.name, "elsewhere", rival.info.run_id)
+
+    watch = _Watch()
+    _CURRENT = watch
+    deadline = time.monotonic() + job.timeout if job.timeout else None
+    monitor = threading.Thread(target=_monitor, daemon=True, name="ddlib-cell-monitor",
+                               args=(watch, tracker, run_id, deadline, job.timeout,
+                                     os.getppid() if watch_parent else None))
+    monitor.start()
+    notebook = Path(job.notebook)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ddlib-cell-") as tmp:
+            out = Path(tmp) / notebook.name
+            try:
+                pm.execute_notebook(
+                    str(notebook), str(out),
+                    parameters={**job.params, "run_id": run_id, "experiment": job.experiment},
+                    kernel_name="python3", progress_bar=False, cwd=str(notebook.parent),
+                    extra_arguments=KERNEL_ARGUMENTS,
+                )
+                error = None
+            except BaseException as exc:  # noqa: BLE001 - any failure marks the run, never a result
+                error = exc
+            watch.done.set()
+            if watch.reason and watch.reason.startswith("interrupted"):
+                tracker.kill_run(run_id, watch.reason)
+                os._exit(EXIT_TERMINATED if "SIGTERM" in watch.reason else 1)
+            if out.exists():
+                tracker.log_artifact(run_id, out, "notebook")
+            if watch.reason:  # timed out: the kernel was killed; the notebook holds what it did
+                tracker.fail_run(run_id, watch.reason)
+                return CellOutcome(job.name, "failed", run_id, watch.reason)
+            if error is not None:
+                message = short_error(error)
+                tracker.fail_run(run_id, message)
+                return CellOutcome(job.name, "failed", run_id, message)
+            tracker.end_run(run_id)
+            return CellOutcome(job.name, "finished", run_id)
+    finally:
+        watch.done.set()
+        _CURRENT = None
+
+
+def short_error(error: BaseException) -> str:
+    """The notebook's own exception line, not papermill's wrapper with the whole traceback."""
+    ename, evalue = getattr(error, "ename", None), getattr(error, "evalue", None)
+    if ename:
+        return f"{ename}: {evalue}"
+    return f"{type(error).__name__}: {error}"
+
+
+# --------------------------------------------------------------------------- the runner side
+
+OnOutcome = Callable[[CellJob, CellOutcome], None]
+
+
+class LocalExecutor:
+    """``workers`` spawned processes on this machine; with ``gpus`` (device ids) worker i sees only
+    ``gpus[i % len(gpus)]`` (``CUDA_VISIBLE_DEVICES``), so several workers spread over the GPUs."""
+
+    def __init__(self, workers: int, gpus: Sequence[str] | None = None):
+        self.workers = max(1, workers)
+        self.gpus = list(gpus) if gpus else None
+
+    def threads_per_cell(self) -> int:
+        return max(1, (os.cpu_count() or 1) // self.workers)
+
+    def run(self, jobs: Sequence[CellJob], on_outcome: OnOutcome) -> None:
+        context = get_context("spawn")
+        slots = None
+        if self.gpus:
+            slots = context.Queue()
+            for i in range(self.workers):
+                slots.put(self.gpus[i % len(self.gpus)])
+        pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_init_pool_worker,
+                                   initargs=(slots,))
+        try:
+            futures = {pool.submit(execute_cell, job, True): job for job in jobs}
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    outcome = future.result()
+                except BaseException as exc:  # noqa: BLE001 - the worker itself died
+                    outcome = CellOutcome(job.name, "failed", error=short_error(exc))
+                on_outcome(job, outcome)
+        except BaseException:
+            _terminate(pool)
+            raise
+        pool.shutdown(wait=True)
+
+
+def _terminate(pool: ProcessPoolExecutor, grace: float = 15.0) -> None:
+    """Stop every worker: SIGTERM (each marks its run KILLED and kills its kernel), then SIGKILL."""
+    processes = list((pool._processes or {}).values())  # noqa: SLF001 - no public handle on the workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+
+
+class RayExecutor:
+    """Each cell a Ray task (``num_cpus``, ``num_gpus`` per cell) on the cluster at ``address``
+    (``auto``, ``ray://host:10001``), or on a local Ray instance started for the run (bound to
+    127.0.0.1, ``workers`` cells at a time)."""
+
+    def __init__(self, address: str | None, workers: int, cpus_per_cell: float = 1, gpus_per_cell: float = 0):
+        self.address = address
+        self.workers = max(1, workers)
+        self.cpus_per_cell = cpus_per_cell
+        self.gpus_per_cell = gpus_per_cell
+
+    def threads_per_cell(self) -> int:
+        return max(1, int(self.cpus_per_cell))
+
+    @staticmethod
+    def check_installed() -> None:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ExecutorError(f"--executor ray needs Ray: {RAY_INSTALL_HINT}") from None
+
+    def run(self, jobs: Sequence[CellJob], on_outcome: OnOutcome) -> None:
+        self.check_installed()
+        import ray
+
+        started_here = False
+        if not ray.is_initialized():
+            if self.address is None:
+                env = {k: os.environ[k] for k in ("PYTHONPATH",) if os.environ.get(k)}
+                ray.init(num_cpus=max(1, int(self.workers * self.cpus_per_cell)), include_dashboard=False,
+                         _node_ip_address="127.0.0.1", log_to_driver=False,
+                         runtime_env={"env_vars": env} if env else None)
+            else:
+                ray.init(address=self.address, log_to_driver=False)
+            started_here = True
+        task = ray.remote(execute_cell).options(num_cpus=self.cpus_per_cell, num_gpus=self.gpus_per_cell,
+                                                max_retries=0)
+        pending = {task.remote(job, False): job for job in jobs}
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                job = pending.pop(done[0])
+                try:
+                    outcome = ray.get(done[0])
+                except Exception as exc:  # noqa: BLE001 - the task's worker died or Ray failed it
+                    outcome = CellOutcome(job.name, "failed", error=short_error(getattr(exc, "cause", None) or exc))
+                on_outcome(job, outcome)
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        finally:
+            if started_here:
+                ray.shutdown()

@@ -1,0 +1,83 @@
+"""The files a grid cell reads besides its dataset: a ``file`` source's set, a method preset, teacher
+checkpoints, a NAS ground-truth CSV.
+
+Their content digests are part of the cell's keys (:func:`ddlib.protocols.cell.cell_tags`): a file
+replaced at the same path is a new input, so its cells are computed again instead of skipped, and
+its results never pool with the old file's. The batch runner checks every input of every cell
+(:func:`check_inputs`) before anything runs, with the same functions the notebooks use, so a bad
+file stops the grid with a message naming the file and the problem instead of failing one cell
+after another (a teacher for another architecture is refused before any model is trained).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddlib.data.digest import file_digest
+from ddlib.methods.sources import load_file_source, source_path
+
+__all__ = ["input_files", "input_digests", "check_inputs"]
+
+
+def input_files(params: dict) -> dict[str, list[Path]]:
+    """The input files of a cell, by the parameter that names them (only those it has)."""
+    from ddlib.protocols.presets import preset_file
+
+    files: dict[str, list[Path]] = {}
+    source = params.get("source") or {}
+    if source.get("kind") == "file":
+        files["source"] = [source_path(source, params["ipc"], params["dataset"])]
+    if params.get("preset") is not None:
+        try:
+            files["preset"] = [preset_file(params["preset"])]
+        except ValueError:
+            files["preset"] = [Path(str(params["preset"]))]  # missing: validation says so
+    if params.get("teacher_checkpoints"):
+        files["teacher_checkpoints"] = [Path(c).expanduser() for c in params["teacher_checkpoints"]]
+    if params.get("ground_truth"):
+        files["ground_truth"] = [Path(params["ground_truth"]).expanduser()]
+    return files
+
+
+def input_digests(params: dict) -> dict[str, list[str]]:
+    """Content digests of :func:`input_files` (``"missing"`` for a file that is not there)."""
+    return {key: [file_digest(path) for path in paths] for key, paths in input_files(params).items()}
+
+
+def check_inputs(params: dict) -> None:
+    """Load every input file of a validated cell as its notebook will, without training anything;
+    a ``ValueError`` names the file and the problem."""
+    from ddlib.data.datasets import load_dataset
+
+    files = input_files(params)
+    needs_data = "source" in files or "teacher_checkpoints" in files
+    dataset = load_dataset(params["dataset"], params.get("data_root")) if needs_data else None
+    if "source" in files:
+        load_file_source(params["method"], params["source"], dataset, params["ipc"])
+    if "teacher_checkpoints" in files:
+        _check_teachers(params, files["teacher_checkpoints"], dataset)
+    if "ground_truth" in files:
+        _check_ground_truth(params, files["ground_truth"][0])
+
+
+def _check_teachers(params: dict, checkpoints: list[Path], dataset) -> None:
+    from ddlib.protocols.presets import load_preset
+    from ddlib.protocols.teachers import load_teacher
+
+    preset = load_preset(params["preset"]) if params.get("preset") is not None else None
+    archs = preset.teacher_archs() if preset is not None else []
+    if not archs:
+        raise ValueError(f"teacher_checkpoints: {[str(c) for c in checkpoints]} given, but preset "
+                         f"{params.get('preset')!r} relabels with no teachers")
+    if len(archs) != len(checkpoints):
+        raise ValueError(f"teacher_checkpoints: the preset has {len(archs)} teacher(s) {archs}, "
+                         f"but {len(checkpoints)} checkpoint(s) were given")
+    for arch, path in zip(archs, checkpoints):
+        load_teacher(arch, dataset, path, device="cpu")
+
+
+def _check_ground_truth(params: dict, path: Path) -> None:
+    from ddlib.protocols.nas_space import sample_ground_truth
+
+    sample_ground_truth(path, params["num_archs"], params["arch_seed"], column=params.get("gt_column"),
+                        dataset=None if params.get("gt_column") else params["dataset"])

@@ -1,0 +1,138 @@
+"""A shared MLflow tracking server: ``python -m ddlib server`` (``make server``).
+
+Several runners at once, and Ray workers on other machines, need one store they can all reach:
+``mlflow server`` over a database (PostgreSQL in production, this checkout's SQLite file by
+default) that also serves the artifacts (uploads go through it, so workers need no shared disk).
+It binds to 127.0.0.1 unless told otherwise: MLflow's server has no authentication, so exposing it
+(``--host 0.0.0.0``) is a decision to take with a firewall or a proxy in front. Runs reach it with
+``MLFLOW_TRACKING_URI=http://127.0.0.1:5000``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+from ddlib.tracking import artifact_root, is_server_uri, tracking_uri
+
+__all__ = ["ServerError", "server_command", "start_server", "stop_server", "wait_healthy", "serve", "LOOPBACK"]
+
+LOOPBACK = "127.0.0.1"
+
+
+class ServerError(RuntimeError):
+    """The tracking server could not start or did not become healthy; says why."""
+
+
+def _defaults(backend_store_uri: str | None, artifacts_destination: str | os.PathLike | None) -> tuple[str, str]:
+    if backend_store_uri is None:
+        if is_server_uri():
+            raise ServerError(f"MLFLOW_TRACKING_URI points at a server ({tracking_uri()}); "
+                              "give the server's own store with --backend-store-uri")
+        backend_store_uri = tracking_uri()
+        Path(backend_store_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if artifacts_destination is None:
+        artifacts_destination = artifact_root()
+    destination = str(artifacts_destination)
+    if "://" not in destination:  # a folder: absolute, and there
+        Path(destination).expanduser().mkdir(parents=True, exist_ok=True)
+        destination = str(Path(destination).expanduser().absolute())
+    return backend_store_uri, destination
+
+
+def server_command(backend_store_uri: str | None = None, artifacts_destination: str | os.PathLike | None = None,
+                   host: str = LOOPBACK, port: int = 5000, workers: int | None = None) -> list[str]:
+    """The ``mlflow server`` command line (this interpreter's MLflow)."""
+    backend, destination = _defaults(backend_store_uri, artifacts_destination)
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+               "--artifacts-destination", destination, "--serve-artifacts", "--host", host, "--port", str(port)]
+    if workers is not None:
+        command += ["--workers", str(workers)]
+    return command
+
+
+def wait_healthy(url: str, process: subprocess.Popen | None = None, timeout: float = 180.0) -> None:
+    """Poll ``url/health`` until it answers OK; :class:`ServerError` if the process exits or time runs out
+    (the first start on an empty PostgreSQL database runs MLflow's schema migrations: tens of seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise ServerError(f"the server exited with status {process.returncode} before answering {url}/health")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        time.sleep(0.5)
+    raise ServerError(f"{url}/health did not answer within {timeout:.0f} s")
+
+
+def start_server(backend_store_uri: str | None = None, artifacts_destination: str | os.PathLike | None = None,
+                 host: str = LOOPBACK, port: int = 5000, workers: int | None = None, log: IO | None = None,
+                 timeout: float = 180.0) -> subprocess.Popen:
+    """Start the server in the background and return once ``/health`` answers (the caller stops it)."""
+    command = server_command(backend_store_uri, artifacts_destination, host, port, workers)
+    process = subprocess.Popen(command, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else
+                               subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}", process, timeout)
+    except BaseException:
+        stop_server(process)
+        raise
+    return process
+
+
+def stop_server(process: subprocess.Popen, timeout: float = 20.0) -> None:
+    """Stop a server started by :func:`start_server` (its whole process group: uvicorn's workers too)."""
+    import signal
+
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+
+
+def serve(backend_store_uri: str | None = None, artifacts_destination: str | os.PathLike | None = None,
+          host: str = LOOPBACK, port: int = 5000, workers: int | None = None) -> int:
+    """Run the server in the foreground until interrupted; prints where runs should point."""
+    command = server_command(backend_store_uri, artifacts_destination, host, port, workers)
+    backend, destination = command[command.index("--backend-store-uri") + 1], command[command.index("--artifacts-destination") + 1]
+    if host not in (LOOPBACK, "localhost", "::1"):
+        print(f"warning: binding to {host}: anyone who can reach this port can read and write every run "
+              "(MLflow's server has no authentication)", file=sys.stderr)
+    process = subprocess.Popen(command)
+    url = f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{port}"
+    try:
+        wait_healthy(url, process)
+        print(f"MLflow server at {url} (store {_redact(backend)}, artifacts {destination})\n"
+              f"point runs at it:  export MLFLOW_TRACKING_URI={url}", flush=True)
+        return process.wait()
+    except KeyboardInterrupt:
+        process.terminate()
+        return process.wait()
+    except ServerError:
+        if process.poll() is None:
+            process.terminate()
+        raise
+
+
+def _redact(uri: str) -> str:
+    """A database URI without its password, for printing."""
+    scheme, sep, rest = uri.partition("://")
+    if sep and "@" in rest and ":" in rest.split("@", 1)[0]:
+        user = rest.split("@", 1)[0].split(":", 1)[0]
+        return f"{scheme}://{user}:***@{rest.split('@', 1)[1]}"
+    return uri

@@ -1,0 +1,226 @@
+"""Kill-safe, idempotent grids: runs are created when a cell starts, a dead RUNNING cell is marked
+KILLED and redone, a runner killed with SIGTERM or SIGKILL mid-grid resumes without recomputing
+or duplicating anything, a cell over ``--timeout`` fails with its partial notebook, and a cell's
+key covers the content of its input files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from ddlib import tracking
+from ddlib.protocols.cell import cell_tags, run_name
+from ddlib.runner import expand, load_grid, run_grid
+from ddlib.tracking import TAG, Tracker, owner_is_gone, owner_tag
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"dataset": "digits", "seeds": [0], "recipe": {"epochs": 2, "batch_size": 64}, "real_recipe": {"epochs": 1},
+        "train_per_class": 20, "test_size": 100}
+
+
+def write_grid(tmp_path: Path, grid: dict, name: str = "grid.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+def cell_runs(experiment: str = "label_robust", status: str | None = None) -> list:
+    client = tracking.client()
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    clauses = [f"tags.`{TAG['kind']}` = 'cell'"] + ([f"attributes.status = '{status}'"] if status else [])
+    return list(client.search_runs([exp.experiment_id], " and ".join(clauses), max_results=10000))
+
+
+def all_runs() -> list:
+    client = tracking.client()
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return list(client.search_runs(ids, "", max_results=50000)) if ids else []
+
+
+# --------------------------------------------------------------------------- liveness (no notebooks)
+
+
+def test_owner_liveness(mlflow_store):
+    me = owner_tag()
+    assert not owner_is_gone({TAG["owner"]: me})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone = owner_tag(dead.pid)
+    dead.wait()
+    assert owner_is_gone({TAG["owner"]: gone})
+    host, pid, started = me.rsplit(":", 2)
+    assert owner_is_gone({TAG["owner"]: f"{host}:{pid}:{float(started) - 100:.3f}"})  # pid reused by a later process
+    now = time.time()
+    elsewhere = "another-host:4242:1.0"
+    assert not owner_is_gone({TAG["owner"]: elsewhere, TAG["heartbeat"]: str(now - 10)}, now=now, stale_after=300)
+    assert owner_is_gone({TAG["owner"]: elsewhere, TAG["heartbeat"]: str(now - 400)}, now=now, stale_after=300)
+    assert not owner_is_gone({TAG["owner"]: elsewhere}, start_time_ms=0, now=now)  # by hand elsewhere: cannot tell
+    assert owner_is_gone({}, start_time_ms=int((now - 400) * 1000), now=now, stale_after=300)  # legacy, no tags
+
+
+def test_rerun_marks_dead_running_cells_killed_and_redoes_them(mlflow_store, tmp_path):
+    """What a SIGKILL (or a crashed node) leaves behind: RUNNING cells nobody will finish. The next
+    run marks them KILLED (never a result) and runs the cells again; a cell another live runner is
+    computing is left to it."""
+    path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2, 3]}})
+    spec = load_grid(path)
+    cells = expand(spec)
+    tracking.init_store()
+    tracker = Tracker("label_robust")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_owner = owner_tag(dead.pid)
+    dead.wait()
+    owners = {1: {TAG["owner"]: dead_owner},  # died on this host
+              2: {TAG["owner"]: "another-host:7:1.0", TAG["heartbeat"]: f"{time.time() - 3600:.0f}"},  # silent for an hour
+              3: {TAG["owner"]: "another-host:8:1.0", TAG["heartbeat"]: f"{time.time():.0f}"}}  # alive elsewhere
+    ids = {}
+    for cell in cells:
+        ids[cell["ipc"]] = tracker.start_run(run_name("label_robust", cell), params=cell,
+                                             tags={**cell_tags("label_robust", cell), **owners[cell["ipc"]]})
+    child = tracker.start_run("syn_hard-seed0", tags={TAG["kind"]: "eval"}, parent_run_id=ids[1])
+
+    report = run_grid(path, dry_run=True, progress=False)
+    assert sorted(report.reaped) == sorted([ids[1], ids[2]])
+    assert report.finished == ["digits-random-ipc1", "digits-random-ipc2"]  # would run again
+    assert report.elsewhere == ["digits-random-ipc3"]
+    client = tracking.client()
+    assert [client.get_run(ids[i]).info.status for i in (1, 2, 3)] == ["KILLED", "KILLED", "RUNNING"]
+    assert client.get_run(child).info.status == "KILLED"  # its unfinished child too
+    assert "interrupted" in client.get_run(ids[1]).data.tags[TAG["error"]]
+
+
+def test_a_replaced_input_file_is_a_new_cell(mlflow_store, tmp_path):
+    """The skip key covers the content of a cell's input files, not only their paths."""
+    from ddlib.runner import run_grid
+
+    g = torch.Generator().manual_seed(0)
+    set_file = tmp_path / "pub_ipc1.pt"
+    torch.save({"images": torch.rand(10, 1, 8, 8, generator=g), "labels": torch.arange(10)}, set_file)
+    path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["pub"], "ipc": [1]},
+                                 "methods": {"pub": {"kind": "file", "path": str(tmp_path / "pub_ipc{ipc}.pt")}}})
+    (cell,) = expand(load_grid(path))
+    before = cell_tags("label_robust", cell)
+    tracking.init_store()
+    tracker = Tracker("label_robust")
+    tracker.end_run(tracker.start_run("digits-pub-ipc1", params=cell, tags=before))  # as if it had run
+    assert run_grid(path, dry_run=True, progress=False).skipped == ["digits-pub-ipc1"]
+
+    torch.save({"images": torch.rand(10, 1, 8, 8, generator=g), "labels": torch.arange(10)}, set_file)  # same path
+    after = cell_tags("label_robust", cell)
+    assert after[TAG["config"]] != before[TAG["config"]] and after[TAG["group"]] != before[TAG["group"]]
+    assert after[TAG["family"]] == before[TAG["family"]]  # the methods it is compared with: unchanged
+    report = run_grid(path, dry_run=True, progress=False)
+    assert report.skipped == [] and report.finished == ["digits-pub-ipc1"]
+
+
+def test_ray_executor_refuses_a_database_file(mlflow_store, tmp_path):
+    from ddlib.executors import ExecutorError
+
+    path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}})
+    with pytest.raises(ExecutorError, match=r"needs a tracking server.*python -m ddlib server.*MLFLOW_TRACKING_URI=http"):
+        run_grid(path, executor="ray", progress=False)
+    assert not (mlflow_store / "mlflow.db").exists()
+
+
+def test_gpus_option_places_one_device_per_worker(tmp_path):
+    from ddlib.executors import ExecutorError
+    from ddlib.runner import parse_gpus
+
+    assert parse_gpus("0,1, 3") == ["0", "1", "3"] and parse_gpus(None) is None
+    for bad in ("0,0", "gpu0", ""):
+        with pytest.raises(ExecutorError, match="--gpus"):
+            parse_gpus(bad)
+
+
+# --------------------------------------------------------------------------- end to end (papermill)
+
+
+def _runner(path: Path, store: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "ddlib", "run", str(path), *args], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"runner exited ({process.returncode}) before {what}:\n{process.stdout.read()}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+KILL_GRID = {"protocol": "label_robust",
+             "params": {**TINY, "recipe": {"epochs": 40, "batch_size": 16}},
+             "grid": {"method": ["random"], "ipc": [1, 2, 3, 4, 5]}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_store, tmp_path):
+    """Kill the runner mid-grid (SIGTERM: it stops its workers and marks their cells KILLED;
+    SIGKILL of the runner and its workers: nothing cleans up), then rerun the same command:
+    finished cells are not recomputed, interrupted ones are redone, each cell ends with exactly one
+    FINISHED run and no run stays RUNNING."""
+    path = write_grid(tmp_path, KILL_GRID)
+    tracking.init_store()  # before the runner: this process polls the store while it runs
+    runner = _runner(path, mlflow_store, "--workers", "2")
+    _wait_for(lambda: cell_runs(status="FINISHED") and cell_runs(status="RUNNING"), 600,
+              "a finished and a running cell", runner)
+    if how == "SIGTERM":
+        runner.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(runner.pid, signal.SIGKILL)  # the runner and its pool workers (kernels live in their own sessions)
+    output = runner.communicate(timeout=120)[0]
+    done_before = {r.data.tags[TAG["config"]]: r.info.run_id for r in cell_runs(status="FINISHED")}
+    interrupted = {r.data.tags[TAG["config"]] for r in cell_runs() if r.info.status != "FINISHED"}
+    assert done_before and interrupted, output
+    if how == "SIGTERM":
+        assert runner.returncode == 143, output
+        assert not cell_runs(status="RUNNING"), "SIGTERM must leave no RUNNING cell"
+        assert {r.info.status for r in cell_runs() if r.data.tags[TAG["config"]] in interrupted} == {"KILLED"}
+    else:
+        assert runner.returncode == -signal.SIGKILL
+        time.sleep(3)  # orphaned kernels notice their worker is gone (ipykernel polls its parent every second)
+
+    rerun = _runner(path, mlflow_store, "--workers", "2")
+    output = rerun.communicate(timeout=900)[0]
+    assert rerun.returncode == 0, output
+    assert f"skipped {len(done_before)} already finished" in output, output
+
+    finished = cell_runs(status="FINISHED")
+    per_config = Counter(r.data.tags[TAG["config"]] for r in finished)
+    assert len(per_config) == 5 and set(per_config.values()) == {1}, per_config  # exactly one FINISHED per cell
+    for config, run_id in done_before.items():  # not recomputed
+        assert next(r.info.run_id for r in finished if r.data.tags[TAG["config"]] == config) == run_id
+    assert interrupted <= set(per_config)  # redone
+    assert not [r for r in all_runs() if r.info.status == "RUNNING"]  # cells and their children
+    assert all("lrs_mean" in r.data.metrics for r in finished)
+
+
+@pytest.mark.slow
+def test_cell_over_its_timeout_fails_with_the_partial_notebook(mlflow_store, tmp_path):
+    grid = {"protocol": "label_robust", "params": {**TINY, "recipe": {"epochs": 100000}}, "grid": {"method": ["random"], "ipc": [1]}}
+    report = run_grid(write_grid(tmp_path, grid), timeout=25, progress=False)
+    assert report.failed == [("digits-random-ipc1", "timed out after 25 s")]
+    (run,) = cell_runs()
+    client = tracking.client()
+    assert run.info.status == "FAILED" and run.data.tags[TAG["error"]] == "timed out after 25 s"
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "notebook")] == ["notebook/label_robust.ipynb"]
+    assert "lrs_mean" not in run.data.metrics
+    assert run.data.tags[TAG["owner"]].startswith(socket.gethostname() + ":")
