@@ -8,14 +8,19 @@ STAMP  := $(VENV)/.ddlib-installed
 WORKERS ?= 2
 PARAMS ?= params/demo.yaml
 
-.PHONY: demo test setup run summary leaderboard ui bench clean-store
+PORT ?= 5000
+# make server BACKEND=postgresql://user:password@127.0.0.1:5432/mlflow ARTIFACTS=/srv/mlflow-artifacts
+BACKEND ?=
+ARTIFACTS ?=
+
+.PHONY: demo test setup run summary leaderboard ui server bench clean-store
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml vendor/torchattacks-3.5.1+ddlib1-py3-none-any.whl
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install vendor/torchattacks-3.5.1+ddlib1-py3-none-any.whl -e ".[test]"
+	$(PY) -m pip install vendor/torchattacks-3.5.1+ddlib1-py3-none-any.whl -e ".[test,cluster]"
 	$(PY) -m pip check
 	touch $(STAMP)
 
@@ -35,6 +40,9 @@ leaderboard: $(STAMP)
 # prints the runs page of every experiment (stderr), then serves MLflow's UI on the store
 ui: $(STAMP)
 	$(VENV)/bin/$$($(PY) -m ddlib ui)
+
+server: $(STAMP)
+	$(PY) -m ddlib server --port $(PORT) $(if $(BACKEND),--backend-store-uri '$(BACKEND)') $(if $(ARTIFACTS),--artifacts-destination '$(ARTIFACTS)')
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -20,6 +20,7 @@ The runner marks what a killed worker could not (see :func:`ddlib.tracking.owner
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -190,6 +191,7 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
             watch.done.set()
             if watch.reason and watch.reason.startswith("interrupted"):
                 tracker.kill_run(run_id, watch.reason)
+                shutil.rmtree(tmp, ignore_errors=True)  # os._exit skips the context manager's cleanup
                 os._exit(EXIT_TERMINATED if "SIGTERM" in watch.reason else 1)
             if out.exists():
                 tracker.log_artifact(run_id, out, "notebook")
@@ -297,14 +299,20 @@ class RayExecutor:
 
         started_here = False
         if not ray.is_initialized():
-            if self.address is None:
-                env = {k: os.environ[k] for k in ("PYTHONPATH",) if os.environ.get(k)}
-                ray.init(num_cpus=max(1, int(self.workers * self.cpus_per_cell)), include_dashboard=False,
-                         _node_ip_address="127.0.0.1", log_to_driver=False,
-                         runtime_env={"env_vars": env} if env else None)
-            else:
-                ray.init(address=self.address, log_to_driver=False)
+            handler = signal.getsignal(signal.SIGTERM)
+            try:
+                if self.address is None:
+                    env = {k: os.environ[k] for k in ("PYTHONPATH",) if os.environ.get(k)}
+                    ray.init(num_cpus=max(1, int(self.workers * self.cpus_per_cell)), include_dashboard=False,
+                             _node_ip_address="127.0.0.1", log_to_driver=False,
+                             runtime_env={"env_vars": env} if env else None)
+                else:
+                    ray.init(address=self.address, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as error:
+                raise ExecutorError(f"cannot start or reach Ray (address {self.address or 'local'}): {error}") from None
             started_here = True
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, handler)  # ray.init installs its own; the runner's marks cells KILLED
         task = ray.remote(execute_cell).options(num_cpus=self.cpus_per_cell, num_gpus=self.gpus_per_cell,
                                                 max_retries=0)
         pending = {task.remote(job, False): job for job in jobs}

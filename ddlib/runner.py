@@ -226,10 +226,6 @@ def reap_stale_runs(tracker: Tracker, stale_after: float | None = None) -> list[
     return reaped
 
 
-def _live_elsewhere(tracker: Tracker, config: str) -> bool:
-    return any(not owner_is_gone(r.data.tags, r.info.start_time) for r in tracker.find_running({TAG["config"]: config}))
-
-
 def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = False, dry_run: bool = False,
              progress: bool = True, executor: str = "local", address: str | None = None, gpus: str | None = None,
              timeout: float | None = None) -> RunReport:
@@ -262,6 +258,7 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     init_store()  # create the database once, before any worker touches it
     tracker = Tracker(spec.experiment)
     report.reaped = reap_stale_runs(tracker)
+    running = {r.data.tags.get(TAG["config"]) for r in tracker.find_running({TAG["kind"]: "cell"})}  # all alive now
     todo = []
     for params in cells:
         tags = cell_tags(spec.protocol, params)
@@ -269,7 +266,7 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
         config = {TAG["config"]: tags[TAG["config"]]}
         if not force and tracker.find_finished(config, all_experiments=False):
             report.skipped.append(name)
-        elif _live_elsewhere(tracker, tags[TAG["config"]]):
+        elif tags[TAG["config"]] in running:  # another live runner computes it
             report.elsewhere.append(name)
         else:
             todo.append((name, params, tags))
@@ -284,7 +281,11 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     else:
         runner = LocalExecutor(min(workers, len(todo)), gpu_ids)
     runner_id = uuid.uuid4().hex[:12]
-    env = {**store_environment(), "DDLIB_NUM_THREADS": str(runner.threads_per_cell())}
+    # Threads per cell: the cores shared out between the workers, unless DDLIB_NUM_THREADS fixes it
+    # (CPU results are bit-identical only for the same thread count). MLflow prints a "View run ...
+    # at" line per finished run on a server: not into every notebook.
+    threads = os.environ.get("DDLIB_NUM_THREADS") or str(runner.threads_per_cell())
+    env = {**store_environment(), "DDLIB_NUM_THREADS": threads, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
     notebook = str(notebooks_dir() / PROTOCOLS[spec.protocol][0])
     jobs = [CellJob(spec.protocol, spec.experiment, name, params, {**default_tags(spec.protocol), **tags}, env,
                     notebook, runner_id, timeout, force) for name, params, tags in todo]

@@ -76,3 +76,38 @@ def mlflow_store(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
     monkeypatch.setattr(tracking, "_CLIENTS", {})
     return store
+
+
+# --------------------------------------------------------------------------- a probe notebook (runner, stores)
+
+PROBE_PER_SEED = ("acc_syn_hard", "acc_real_hard", "lrs")
+PROBE = """\
+import os, time
+from ddlib.tracking import Tracker
+
+time.sleep(float(os.environ.get("DDLIB_PROBE_SLEEP", "0")))  # a cell that takes a while, without using a core
+tracker = Tracker(experiment)
+values = {seed: {"acc_syn_hard": 0.5 + ipc / 100 + seed / 1000, "acc_real_hard": 0.9 + seed / 1000,
+                 "lrs": 100 * w * ipc / 10 + seed} for seed in seeds}
+tracker._log(run_id, [(k, v, seed) for seed, row in values.items() for k, v in row.items()])  # per seed, batched
+tracker.log_metrics(run_id, {f"{k}_mean": sum(row[k] for row in values.values()) / len(values) for k in values[seeds[0]]})
+"""
+
+
+@pytest.fixture(scope="session")
+def probe_notebooks(tmp_path_factory) -> Path:
+    """A notebooks folder (for ``DDLIB_NOTEBOOKS``) whose ``label_robust.ipynb`` logs per-seed metrics
+    (``PROBE_PER_SEED``, step = seed) through ddlib's tracking layer as the protocol notebooks do,
+    without importing torch or training: a kernel start costs ~3 CPU-s instead of ~10, so tests of
+    the runner and the stores can run dozens of cells. ``DDLIB_PROBE_SLEEP`` (seconds) makes each
+    cell last that long (kill and timeout tests)."""
+    import nbformat
+
+    folder = tmp_path_factory.mktemp("probe_notebooks")
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("run_id = None\nexperiment = 'label_robust'\nseeds = [0]\nipc = 1\nw = 0.5")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(PROBE)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, folder / "label_robust.ipynb")
+    return folder

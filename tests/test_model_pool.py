@@ -161,6 +161,7 @@ def test_bad_grid_in_a_list_is_named(tmp_path):
 
 def test_path_params_become_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "cifar").mkdir(parents=True)  # a data_root that does not exist is refused
     grid = {"protocol": "nas", "params": {"dataset": "cifar10", "data_root": "data/cifar",
                                           "ground_truth": "gt/nb201.csv"},
             "grid": {"method": ["random"]}}

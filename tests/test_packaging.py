@@ -17,7 +17,7 @@ TORCHATTACKS_WHEEL = "vendor/torchattacks-3.5.1+ddlib1-py3-none-any.whl"
 
 def test_environment_yml_pins_match_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pinned = project["dependencies"] + project["optional-dependencies"]["test"]
+    pinned = project["dependencies"] + [p for extra in project["optional-dependencies"].values() for p in extra]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert "-e ." in pip_section
@@ -25,7 +25,8 @@ def test_environment_yml_pins_match_pyproject():
     assert TORCHATTACKS_WHEEL in pip_section
     assert pip_section.index(TORCHATTACKS_WHEEL) < pip_section.index("-e .")
     assert sorted(p for p in pip_section if p not in ("-e .", TORCHATTACKS_WHEEL)) == sorted(pinned)
-    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", p) for p in pinned), "pin exact versions"
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+(\[[a-z,]+\])?==[0-9][0-9A-Za-z.]*", p) for p in pinned), "pin exact versions"
+    assert "ray==2.60.0" in pinned and "psycopg[binary]==3.3.9" in pinned  # scale-out: Ray, PostgreSQL
     assert "torch==2.14.1" in pinned and "torchvision==0.29.1" in pinned and "mlflow==3.17.2" in pinned
 
 
@@ -50,6 +51,7 @@ def _repack_script():
 def test_makefile_installs_the_vendored_wheel():
     makefile = (ROOT / "Makefile").read_text()
     assert f"pip install {TORCHATTACKS_WHEEL} -e" in makefile
+    assert '-e ".[test,cluster]"' in makefile  # the tests need Ray and psycopg
     assert re.search(r"^\$\(STAMP\):.*" + re.escape(TORCHATTACKS_WHEEL), makefile, re.M)
     assert "pip check" in makefile
     assert "torchattacks==3.5.1" in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]

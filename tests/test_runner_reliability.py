@@ -133,7 +133,7 @@ def test_ray_executor_refuses_a_database_file(mlflow_store, tmp_path):
     assert not (mlflow_store / "mlflow.db").exists()
 
 
-def test_gpus_option_places_one_device_per_worker(tmp_path):
+def test_gpus_option_parsing():
     from ddlib.executors import ExecutorError
     from ddlib.runner import parse_gpus
 
@@ -141,14 +141,36 @@ def test_gpus_option_places_one_device_per_worker(tmp_path):
     for bad in ("0,0", "gpu0", ""):
         with pytest.raises(ExecutorError, match="--gpus"):
             parse_gpus(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ExecutorError, match="--gpus auto: no CUDA device"):
+            parse_gpus("auto")
+
+
+@pytest.mark.slow
+def test_gpus_give_each_worker_its_own_device(mlflow_store, tmp_path, probe_notebooks, monkeypatch):
+    """--gpus 0,1: worker i's kernels see only device i (CUDA_VISIBLE_DEVICES), so two workers do
+    not share GPU 0 (on a CPU machine the kernels then simply find no CUDA device)."""
+    monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
+    monkeypatch.setenv("DDLIB_PROBE_SLEEP", "3")
+    grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2, 3, 4]}}
+    report = run_grid(write_grid(tmp_path, grid), gpus="0,1", progress=False)
+    assert len(report.finished) == 4 and report.ok
+    device_of = {}
+    for run in cell_runs(status="FINISHED"):
+        worker = run.data.tags[TAG["owner"]]
+        device_of.setdefault(worker, set()).add(run.data.tags["ddlib.cuda_visible_devices"])
+    assert all(len(devices) == 1 for devices in device_of.values())  # a worker keeps its device
+    assert set().union(*device_of.values()) <= {"0", "1"}
+    if len(device_of) == 2:  # both workers got cells: one device each
+        assert set().union(*device_of.values()) == {"0", "1"}
 
 
 # --------------------------------------------------------------------------- end to end (papermill)
 
 
-def _runner(path: Path, store: Path, *args: str) -> subprocess.Popen:
+def _runner(path: Path, store: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     env = {**os.environ, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "ddlib", "run", str(path), *args], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -165,21 +187,20 @@ def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen | 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-KILL_GRID = {"protocol": "label_robust",
-             "params": {**TINY, "recipe": {"epochs": 40, "batch_size": 16}},
-             "grid": {"method": ["random"], "ipc": [1, 2, 3, 4, 5]}}
+KILL_GRID = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2, 3, 4, 5, 6]}}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
-def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_store, tmp_path):
+def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_store, tmp_path, probe_notebooks):
     """Kill the runner mid-grid (SIGTERM: it stops its workers and marks their cells KILLED;
     SIGKILL of the runner and its workers: nothing cleans up), then rerun the same command:
     finished cells are not recomputed, interrupted ones are redone, each cell ends with exactly one
-    FINISHED run and no run stays RUNNING."""
+    FINISHED run and no run stays RUNNING. Cells: the probe notebook, 4 s each."""
     path = write_grid(tmp_path, KILL_GRID)
     tracking.init_store()  # before the runner: this process polls the store while it runs
-    runner = _runner(path, mlflow_store, "--workers", "2")
+    probe = {"DDLIB_NOTEBOOKS": str(probe_notebooks), "DDLIB_PROBE_SLEEP": "4"}
+    runner = _runner(path, mlflow_store, "--workers", "2", env=probe)
     _wait_for(lambda: cell_runs(status="FINISHED") and cell_runs(status="RUNNING"), 600,
               "a finished and a running cell", runner)
     if how == "SIGTERM":
@@ -198,14 +219,14 @@ def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_stor
         assert runner.returncode == -signal.SIGKILL
         time.sleep(3)  # orphaned kernels notice their worker is gone (ipykernel polls its parent every second)
 
-    rerun = _runner(path, mlflow_store, "--workers", "2")
+    rerun = _runner(path, mlflow_store, "--workers", "2", env=probe)
     output = rerun.communicate(timeout=900)[0]
     assert rerun.returncode == 0, output
     assert f"skipped {len(done_before)} already finished" in output, output
 
     finished = cell_runs(status="FINISHED")
     per_config = Counter(r.data.tags[TAG["config"]] for r in finished)
-    assert len(per_config) == 5 and set(per_config.values()) == {1}, per_config  # exactly one FINISHED per cell
+    assert len(per_config) == 6 and set(per_config.values()) == {1}, per_config  # exactly one FINISHED per cell
     for config, run_id in done_before.items():  # not recomputed
         assert next(r.info.run_id for r in finished if r.data.tags[TAG["config"]] == config) == run_id
     assert interrupted <= set(per_config)  # redone
@@ -214,13 +235,17 @@ def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_stor
 
 
 @pytest.mark.slow
-def test_cell_over_its_timeout_fails_with_the_partial_notebook(mlflow_store, tmp_path):
-    grid = {"protocol": "label_robust", "params": {**TINY, "recipe": {"epochs": 100000}}, "grid": {"method": ["random"], "ipc": [1]}}
-    report = run_grid(write_grid(tmp_path, grid), timeout=25, progress=False)
-    assert report.failed == [("digits-random-ipc1", "timed out after 25 s")]
+def test_cell_over_its_timeout_fails_with_the_partial_notebook(mlflow_store, tmp_path, probe_notebooks, monkeypatch):
+    monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
+    monkeypatch.setenv("DDLIB_PROBE_SLEEP", "600")
+    grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}}
+    started = time.monotonic()
+    report = run_grid(write_grid(tmp_path, grid), timeout=15, progress=False)
+    assert time.monotonic() - started < 300
+    assert report.failed == [("digits-random-ipc1", "timed out after 15 s")]
     (run,) = cell_runs()
     client = tracking.client()
-    assert run.info.status == "FAILED" and run.data.tags[TAG["error"]] == "timed out after 25 s"
+    assert run.info.status == "FAILED" and run.data.tags[TAG["error"]] == "timed out after 15 s"
     assert [a.path for a in client.list_artifacts(run.info.run_id, "notebook")] == ["notebook/label_robust.ipynb"]
     assert "lrs_mean" not in run.data.metrics
     assert run.data.tags[TAG["owner"]].startswith(socket.gethostname() + ":")

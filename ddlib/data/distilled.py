@@ -27,8 +27,8 @@ that obtains the set does it (:func:`ddlib.protocols.common.obtain`), so every s
 as pixels and is whitened once, like the test images.
 
 Security: ``.pt`` files are read with ``torch.load(weights_only=True)``, which unpickles only
-tensors, containers and primitive values, plus the numpy scalars DC-format files hold (their
-``accs_all_exps``; :data:`NUMPY_SAFE_GLOBALS`, allow-listed). Anything else in a file (any other
+tensors, containers and primitive values, plus the numpy scalars and arrays DC-format files hold
+(their ``accs_all_exps``; :data:`NUMPY_SAFE_GLOBALS`, allow-listed). Anything else in a file (any other
 class or function) would need full unpickling, which can run arbitrary code: :func:`load` refuses
 it unless called with ``trusted=True`` (``trusted: true`` in a grid's file source).
 """
@@ -58,11 +58,14 @@ PIXEL_RANGE_SLACK = (-0.5, 1.5)
 # Pixels a set de-normalised by its format's default may reach before we suspect the guess (or the
 # file) is wrong: published DC sets reach [-1.4, 2.6]; a set stored as 0-255 floats reaches ~60.
 NORMALIZED_RANGE = (-10.0, 11.0)
-# What weights_only unpickling may build beyond tensors and primitives: numpy scalars (DC-format
-# files keep their accuracies as numpy.float64). numpy 2 moved the reconstructor to numpy._core;
-# files written with numpy 1 name it numpy.core.multiarray.scalar.
+# What weights_only unpickling may build beyond tensors and primitives: numpy scalars and arrays
+# (DC-format files keep their accuracies as numpy.float64, some as arrays). These only rebuild numpy
+# values from bytes and already-safe objects; they call nothing else. numpy 2 moved them to
+# numpy._core; files written with numpy 1 name them numpy.core.multiarray.*.
+_MULTIARRAY = np._core.multiarray
 NUMPY_SAFE_GLOBALS = [
-    np._core.multiarray.scalar, (np._core.multiarray.scalar, "numpy.core.multiarray.scalar"), np.dtype,
+    _MULTIARRAY.scalar, (_MULTIARRAY.scalar, "numpy.core.multiarray.scalar"),
+    _MULTIARRAY._reconstruct, (_MULTIARRAY._reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
     *(getattr(np.dtypes, name) for name in (
         "BoolDType", "Int8DType", "Int16DType", "Int32DType", "Int64DType", "UInt8DType", "UInt16DType",
         "UInt32DType", "UInt64DType", "Float16DType", "Float32DType", "Float64DType", "LongLongDType",

@@ -1,0 +1,238 @@
+"""Scale-out: many workers writing one store at once (a PostgreSQL-backed MLflow server, a SQLite
+file), the Ray executor on a local CPU Ray instance, and determinism across processes and stores.
+
+The two 40-cell grids (4 workers, 10 cells each) test the runner and the stores under concurrent
+writes with the probe notebook (``probe_notebooks`` in conftest.py: it logs the per-seed metrics
+through ddlib's tracking layer as the protocol notebooks do, without training), so 40 kernel
+starts cost ~150 CPU-s instead of ~450. Real cells (digits, a few epochs) run through the Ray test
+and the determinism test. PostgreSQL comes from ``DDLIB_TEST_POSTGRES`` (``.ci/run`` starts a
+cluster) or a cluster this module starts where PostgreSQL is installed; its test skips where not.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ddlib.tracking import TAG
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import postgres_cluster  # noqa: E402
+from conftest import PROBE_PER_SEED  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PER_SEED = PROBE_PER_SEED  # the probe notebook logs the label_robust notebook's per-seed metrics
+SEEDS = [0, 1]
+GRID40 = {"protocol": "label_robust",
+          "params": {"dataset": "digits", "seeds": SEEDS},
+          "grid": {"method": ["random"], "ipc": list(range(1, 11)), "w": [0.2, 0.4, 0.6, 0.8]}}
+REAL = {"protocol": "label_robust",
+        "params": {"dataset": "digits", "seeds": SEEDS, "recipe": {"epochs": 20, "batch_size": 64},
+                   "real_recipe": {"epochs": 15, "lr": 0.05}, "train_per_class": 20, "test_size": 100},
+        "grid": {"method": ["random", "kcenter"], "ipc": [1]},
+        "methods": {"kcenter": {"kind": "kcenter", "epochs": 1}}}
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cli(grid: Path, env: dict, *args: str, timeout: float = 900) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **env}
+    done = subprocess.run([sys.executable, "-m", "ddlib", "run", str(grid), *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def sqlite_env(store: Path) -> dict:
+    return {"DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
+
+
+# PyTorch's CPU kernels split reductions by thread: the same seed gives the same bits only for the
+# same intra-op thread count (1 vs 2 threads already differ in the loss's 5th digit). `ddlib run`
+# shares the cores out between its workers unless DDLIB_NUM_THREADS fixes the count, as here, so
+# that runs with different --workers (and Ray) are comparable on any machine.
+ONE_THREAD = {"DDLIB_NUM_THREADS": "1"}
+
+
+def cell_results(tracking_uri: str) -> dict[str, dict]:
+    """FINISHED cell runs of experiment label_robust by config hash (asserting there is one per hash),
+    each with its per-seed metric histories {metric: {seed: value}}; and that nothing is RUNNING."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name("label_robust")
+    runs = client.search_runs([exp.experiment_id], f"tags.`{TAG['kind']}` = 'cell'", max_results=1000)
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    hashes = Counter(r.data.tags[TAG["config"]] for r in finished)
+    assert set(hashes.values()) == {1}, hashes  # no duplicate config hash
+    out = {}
+    for run in finished:
+        out[run.data.tags[TAG["config"]]] = {
+            key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)} for key in PER_SEED}
+    return out
+
+
+def assert_every_per_seed_metric(results: dict[str, dict]) -> None:
+    for config, metrics in results.items():
+        for key in PER_SEED:
+            assert sorted(metrics[key]) == SEEDS, (config, key, metrics[key])
+
+
+def write(path: Path, grid: dict) -> Path:
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+# --------------------------------------------------------------------------- PostgreSQL-backed server
+
+
+@pytest.fixture(scope="module")
+def postgres_admin():
+    """The admin URI of a PostgreSQL cluster on 127.0.0.1 (``DDLIB_TEST_POSTGRES``, or started here)."""
+    pytest.importorskip("psycopg", reason="psycopg[binary] is not installed (pip install -e '.[cluster]')")
+    uri = os.environ.get(postgres_cluster.ENV)
+    if uri:
+        yield uri
+        return
+    if postgres_cluster.find_bin() is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
+    folder = tempfile.mkdtemp(prefix="ddlib-pg-")  # not under pytest's 0700 tmp: the postgres user must enter it
+    try:
+        uri = postgres_cluster.start(folder)
+    except (RuntimeError, OSError) as error:
+        shutil.rmtree(folder, ignore_errors=True)
+        pytest.skip(f"cannot start a PostgreSQL cluster here: {error}")
+    yield uri
+    postgres_cluster.stop(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def new_database(admin_uri: str) -> str:
+    import psycopg
+
+    name = f"ddlib_test_{secrets.token_hex(4)}"
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return admin_uri.rsplit("/", 1)[0] + "/" + name
+
+
+def listening_addresses(pid: int) -> set[str]:
+    """The addresses the process tree of ``pid`` listens on (TCP)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    pids = {root.pid, *(c.pid for c in root.children(recursive=True))}
+    return {c.laddr.ip for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.pid in pids}
+
+
+@pytest.fixture
+def server(tmp_path):
+    """Start `ddlib server` processes on loopback for one test; stopped afterwards."""
+    from ddlib.server import start_server, stop_server
+
+    started = []
+
+    def start(backend_store_uri: str) -> str:
+        port = free_port()
+        log = open(tmp_path / f"server-{port}.log", "w")
+        process = start_server(backend_store_uri, tmp_path / "artifacts", port=port, workers=2, log=log)
+        started.append((process, log))
+        assert listening_addresses(process.pid) == {"127.0.0.1"}  # loopback only, by default
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for process, log in started:
+        stop_server(process)
+        log.close()
+
+
+@pytest.mark.slow
+def test_grid_of_40_cells_with_4_workers_into_a_postgres_backed_server(postgres_admin, server, probe_notebooks, tmp_path):
+    import psycopg
+
+    database = new_database(postgres_admin)
+    url = server(database)
+    env = {"MLFLOW_TRACKING_URI": url, "DDLIB_MLRUNS": str(tmp_path / "mlruns"), "DDLIB_NOTEBOOKS": str(probe_notebooks)}
+    out = run_cli(write(tmp_path / "grid40.yaml", GRID40), env, "--workers", "4")
+    assert "finished 40, skipped 0" in out and "failed 0" in out, out
+    results = cell_results(url)
+    assert len(results) == 40
+    assert_every_per_seed_metric(results)
+    with psycopg.connect(database) as conn:  # the rows really are in PostgreSQL
+        assert conn.execute("SELECT count(*) FROM runs WHERE status = 'FINISHED'").fetchone()[0] == 40
+    again = run_cli(write(tmp_path / "grid40.yaml", GRID40), env, "--workers", "4")
+    assert "finished 0, skipped 40 already finished" in again, again
+
+
+@pytest.mark.slow
+def test_grid_of_40_cells_with_4_workers_into_sqlite(probe_notebooks, tmp_path):
+    store = tmp_path / "mlruns"
+    out = run_cli(write(tmp_path / "grid40.yaml", GRID40), {**sqlite_env(store), "DDLIB_NOTEBOOKS": str(probe_notebooks)},
+                  "--workers", "4")
+    assert "finished 40, skipped 0" in out and "failed 0" in out, out
+    results = cell_results(f"sqlite:///{store / 'mlflow.db'}")
+    assert len(results) == 40
+    assert_every_per_seed_metric(results)
+
+
+# --------------------------------------------------------------------------- real cells: determinism, Ray
+
+
+@pytest.fixture(scope="module")
+def real_results(tmp_path_factory) -> dict[str, dict]:
+    """The REAL grid (2 cells, 2 seeds, trained for real: 20 epochs on 10-20 images) run by one `ddlib run` process into one store."""
+    folder = tmp_path_factory.mktemp("real_a")
+    store = folder / "mlruns"
+    out = run_cli(write(folder / "grid.yaml", REAL), {**sqlite_env(store), **ONE_THREAD}, "--workers", "2")
+    assert "finished 2" in out, out
+    return cell_results(f"sqlite:///{store / 'mlflow.db'}")
+
+
+@pytest.mark.slow
+def test_same_params_and_seeds_give_the_same_accuracies_across_processes_and_stores(real_results, tmp_path):
+    """Another `ddlib run` process (and another worker count) into another store: the same bits."""
+    store = tmp_path / "mlruns"
+    out = run_cli(write(tmp_path / "grid.yaml", REAL), {**sqlite_env(store), **ONE_THREAD}, "--workers", "1")
+    assert "finished 2" in out, out
+    again = cell_results(f"sqlite:///{store / 'mlflow.db'}")
+    assert len(again) == 2 and again == real_results  # same config hashes, same per-seed values, bit for bit
+    assert_every_per_seed_metric(again)
+    accuracies = [v for m in again.values() for v in m["acc_syn_hard"].values()]
+    assert len(set(accuracies)) > 1  # real, distinct numbers (not a constant that would match anyway)
+
+
+@pytest.mark.slow
+def test_ray_executor_on_a_local_cpu_ray_instance(real_results, server, tmp_path, monkeypatch):
+    """`--executor ray` starts a local Ray instance (CPU), runs each cell as a task writing to a
+    tracking server, and gets the same numbers as the process pool. Ray >= 2.5x enables token
+    authentication for local clusters: the test gives the instance its own token in the
+    environment (nothing written to ~/.ray) instead of turning authentication off."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]')")
+    home_token = Path.home() / ".ray" / "auth_token"
+    had_token = home_token.exists()
+    url = server(f"sqlite:///{tmp_path / 'server.db'}")
+    ray_tmp = tempfile.mkdtemp(prefix="ddlib-ray-")  # Ray's socket paths must stay short
+    env = {"MLFLOW_TRACKING_URI": url, "DDLIB_MLRUNS": str(tmp_path / "mlruns"), "RAY_TMPDIR": ray_tmp,
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), **ONE_THREAD}
+    try:
+        out = run_cli(write(tmp_path / "grid.yaml", REAL), env, "--executor", "ray", "--workers", "2")
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert "finished 2, skipped 0" in out and "failed 0" in out, out
+    results = cell_results(url)
+    assert results == real_results  # the same cells, the same per-seed accuracies as the local pool
+    assert home_token.exists() == had_token
