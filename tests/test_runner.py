@@ -19,7 +19,9 @@ TINY = {
     "params": {"dataset": "digits", "seeds": [0], "recipe": {"epochs": 2, "batch_size": 64},
                "real_recipe": {"epochs": 1}, "lr_policy": "fixed"},
     "grid": {"method": ["random", "broken"], "ipc": [1]},
-    "methods": {"broken": {"kind": "file", "path": "PLACEHOLDER"}},
+    # passes every check before the run (a corrupt file would not: see test_hostile_inputs.py) and
+    # fails in the notebook: DM with an absurd step size distils NaN images, their training loss is NaN
+    "methods": {"broken": {"kind": "dm", "iterations": 3, "lr_img": 1e30}},
 }
 
 
@@ -31,10 +33,7 @@ def write_grid(tmp_path, grid) -> Path:
 
 @pytest.fixture
 def tiny_grid(tmp_path):
-    broken = tmp_path / "broken_ipc1.pt"
-    broken.write_bytes(b"this is not a torch file")
-    grid = {**TINY, "methods": {"broken": {"kind": "file", "path": str(tmp_path / "broken_ipc{ipc}.pt")}}}
-    return write_grid(tmp_path, grid), broken
+    return write_grid(tmp_path, TINY), "syn_hard: training loss became nan"
 
 
 # ------------------------------------------------------------------ validation before anything runs
@@ -86,12 +85,17 @@ def test_expand_crosses_the_grid_and_resolves_sources(tmp_path):
     assert all(set(c) == set(label_robust.PARAMS) for c in cells)
 
 
-def test_repository_params_files_are_valid():
+def test_repository_params_files_are_valid(shared_data_or_none):
     root = Path(__file__).resolve().parents[1] / "params"
     files = sorted(root.glob("*.yaml"))
     assert files, "no params files"
     for path in files:
-        cells = expand(load_grid(path))
+        try:
+            cells = expand(load_grid(path))
+        except GridError as e:  # a data_root under ../shared/data, absent on this machine
+            if shared_data_or_none is None and "does not exist" in str(e):
+                continue
+            raise
         assert cells, path
 
 
@@ -106,7 +110,7 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
     assert len(outcome.failed) == 1
     name, error = outcome.failed[0]
     assert name == "broken-ipc1-convnet"
-    assert str(broken) in error and "DistilledSetError" in error
+    assert error.startswith("NonFiniteLossError: ") and broken in error
 
     client = tracking.client()
     exp = client.get_experiment_by_name("label_robust")
@@ -114,7 +118,7 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
         [exp.experiment_id], filter_string=f"tags.`{TAG['kind']}` = 'cell'")}
     ok, bad = cells["random-ipc1-convnet"], cells["broken-ipc1-convnet"]
     assert ok.info.status == "FINISHED" and bad.info.status == "FAILED"
-    assert str(broken) in bad.data.tags[TAG["error"]]
+    assert broken in bad.data.tags[TAG["error"]]
     assert "lrs_mean" in ok.data.metrics and "lrs_mean" not in bad.data.metrics  # never a result
     for run in (ok, bad):  # the executed (or partial) notebook is attached
         assert [a.path for a in client.list_artifacts(run.info.run_id, "notebook")] == ["notebook/label_robust.ipynb"]
