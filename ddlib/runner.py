@@ -187,7 +187,8 @@ def check_cell_inputs(spec: GridSpec, cells: list[dict]) -> None:
     for cell in cells:
         if not input_files(cell):
             continue
-        key = config_hash({k: v for k, v in cell.items() if k not in ("seeds", "device")})
+        per_seed_files = (cell.get("source") or {}).get("kind") == "checkpoint"  # one model file per seed
+        key = config_hash({k: v for k, v in cell.items() if k != "device" and (k != "seeds" or per_seed_files)})
         if key in checked:
             continue
         try:

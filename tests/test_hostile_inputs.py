@@ -136,6 +136,18 @@ def _teacher_for_another_arch(tmp: Path):
     return grid
 
 
+def _model_for_another_arch(tmp: Path):
+    """A released model (``kind: checkpoint``) whose weights are a ResNet-18's, named as a ConvNet."""
+    from ddlib.models import create_model
+
+    path = tmp / "released_seed0.pt"
+    torch.save(create_model("resnet18_bn", 1, 10, (8, 8)).state_dict(), path)
+    return {"protocol": "adversarial",
+            "params": {"dataset": "digits", "seeds": [0], "ipc": 1, "attacks": ["fgsm"], "attack_size": 10},
+            "grid": {"method": ["released"]},
+            "methods": {"released": {"kind": "checkpoint", "model": "convnet", "path": str(tmp / "released_seed{seed}.pt")}}}
+
+
 def _nas(rows: list[str], columns=("ArchitectureString", "accuracy"), num_archs: int = 2):
     def build(tmp: Path):
         csv = tmp / "gt.csv"
@@ -188,6 +200,8 @@ TABLE = [
     ("data-root-missing", _params(data_root="/nonexistent/ddlib/data"), r"data_root: /nonexistent/ddlib/data does not exist"),
     ("teacher-for-another-arch", _teacher_for_another_arch,
      r"convnet_teacher\.pt: does not fit 'resnet18_bn' for digits"),
+    ("model-checkpoint-for-another-arch", _model_for_another_arch,
+     r"released_seed0\.pt: does not fit 'convnet' for digits"),
     ("nas-csv-missing-columns", _nas(NAS_ARCHS, columns=("arch_string", "accuracy")),
      r"gt\.csv: no architecture column \(ArchitectureString or arch\)"),
     ("nas-csv-too-few-rows", _nas(NAS_ARCHS, num_archs=5),
@@ -221,7 +235,7 @@ def test_hostile_input_is_refused_before_anything_runs(case, build, message, tmp
 
 def test_the_table_covers_every_case_of_the_issue():
     ids = {row[0] for row in TABLE}
-    assert len(TABLE) == 29 and len(ids) == len(TABLE)
+    assert len(TABLE) == 30 and len(ids) == len(TABLE)
 
 
 # --------------------------------------------------------------------------- what reads correctly now
@@ -335,7 +349,7 @@ def test_training_whose_loss_becomes_nan_fails_naming_evaluation_and_epoch(mlflo
     from ddlib.protocols import label_robust
 
     cell = label_robust.open_cell(dataset="digits", method="random", ipc=1, seeds=[0],
-                                  recipe={"epochs": 30, "lr": 1e12}, real_recipe={"epochs": 1})
+                                  recipe={"epochs": 30, "lr": 1e12}, real_recipe={"epochs": 1}, lr_policy="fixed")
     distilled = label_robust.obtain(cell)
     with pytest.raises(NonFiniteLossError, match=r"syn_hard: training loss became (nan|inf) at epoch \d+ of 30"):
         label_robust.evaluate(cell, distilled)

@@ -92,8 +92,8 @@ def test_rerun_marks_dead_running_cells_killed_and_redoes_them(mlflow_store, tmp
 
     report = run_grid(path, dry_run=True, progress=False)
     assert sorted(report.reaped) == sorted([ids[1], ids[2]])
-    assert report.finished == ["digits-random-ipc1", "digits-random-ipc2"]  # would run again
-    assert report.elsewhere == ["digits-random-ipc3"]
+    assert report.finished == ["random-ipc1-convnet", "random-ipc2-convnet"]  # would run again
+    assert report.elsewhere == ["random-ipc3-convnet"]
     client = tracking.client()
     assert [client.get_run(ids[i]).info.status for i in (1, 2, 3)] == ["KILLED", "KILLED", "RUNNING"]
     assert client.get_run(child).info.status == "KILLED"  # its unfinished child too
@@ -113,15 +113,15 @@ def test_a_replaced_input_file_is_a_new_cell(mlflow_store, tmp_path):
     before = cell_tags("label_robust", cell)
     tracking.init_store()
     tracker = Tracker("label_robust")
-    tracker.end_run(tracker.start_run("digits-pub-ipc1", params=cell, tags=before))  # as if it had run
-    assert run_grid(path, dry_run=True, progress=False).skipped == ["digits-pub-ipc1"]
+    tracker.end_run(tracker.start_run("pub-ipc1-convnet", params=cell, tags=before))  # as if it had run
+    assert run_grid(path, dry_run=True, progress=False).skipped == ["pub-ipc1-convnet"]
 
     torch.save({"images": torch.rand(10, 1, 8, 8, generator=g), "labels": torch.arange(10)}, set_file)  # same path
     after = cell_tags("label_robust", cell)
     assert after[TAG["config"]] != before[TAG["config"]] and after[TAG["group"]] != before[TAG["group"]]
     assert after[TAG["family"]] == before[TAG["family"]]  # the methods it is compared with: unchanged
     report = run_grid(path, dry_run=True, progress=False)
-    assert report.skipped == [] and report.finished == ["digits-pub-ipc1"]
+    assert report.skipped == [] and report.finished == ["pub-ipc1-convnet"]
 
 
 def test_ray_executor_refuses_a_database_file(mlflow_store, tmp_path):
@@ -130,6 +130,17 @@ def test_ray_executor_refuses_a_database_file(mlflow_store, tmp_path):
     path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}})
     with pytest.raises(ExecutorError, match=r"needs a tracking server.*python -m ddlib server.*MLFLOW_TRACKING_URI=http"):
         run_grid(path, executor="ray", progress=False)
+    assert not (mlflow_store / "mlflow.db").exists()
+
+
+def test_ray_executor_without_ray_says_how_to_install_it(mlflow_store, tmp_path, monkeypatch, capsys):
+    from ddlib.cli import main as cli_main
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as where it is not installed
+    path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}})
+    assert cli_main(["run", str(path), "--executor", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--executor ray needs Ray: pip install -e '.[cluster]'" in err, err
     assert not (mlflow_store / "mlflow.db").exists()
 
 
@@ -242,7 +253,7 @@ def test_cell_over_its_timeout_fails_with_the_partial_notebook(mlflow_store, tmp
     started = time.monotonic()
     report = run_grid(write_grid(tmp_path, grid), timeout=15, progress=False)
     assert time.monotonic() - started < 300
-    assert report.failed == [("digits-random-ipc1", "timed out after 15 s")]
+    assert report.failed == [("random-ipc1-convnet", "timed out after 15 s")]
     (run,) = cell_runs()
     client = tracking.client()
     assert run.info.status == "FAILED" and run.data.tags[TAG["error"]] == "timed out after 15 s"

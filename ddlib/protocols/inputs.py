@@ -1,12 +1,13 @@
-"""The files a grid cell reads besides its dataset: a ``file`` source's set, a method preset, teacher
-checkpoints, a NAS ground-truth CSV.
+"""The files a grid cell reads besides its dataset: a ``file`` source's set, a ``checkpoint`` source's
+models (one per seed), a method preset, teacher checkpoints, a NAS ground-truth CSV.
 
 Their content digests are part of the cell's keys (:func:`ddlib.protocols.cell.cell_tags`): a file
 replaced at the same path is a new input, so its cells are computed again instead of skipped, and
 its results never pool with the old file's. The batch runner checks every input of every cell
 (:func:`check_inputs`) before anything runs, with the same functions the notebooks use, so a bad
 file stops the grid with a message naming the file and the problem instead of failing one cell
-after another (a teacher for another architecture is refused before any model is trained).
+after another (a teacher or a released model for another architecture is refused before any model
+is trained).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ def input_files(params: dict) -> dict[str, list[Path]]:
     source = params.get("source") or {}
     if source.get("kind") == "file":
         files["source"] = [source_path(source, params["ipc"], params["dataset"])]
+    elif source.get("kind") == "checkpoint":
+        from ddlib.protocols.adversarial import checkpoint_path
+
+        files["checkpoint"] = [Path(checkpoint_path(params, params["dataset"], seed)).expanduser()
+                               for seed in params["seeds"]]
     if params.get("preset") is not None:
         try:
             files["preset"] = [preset_file(params["preset"])]
@@ -50,10 +56,15 @@ def check_inputs(params: dict) -> None:
     from ddlib.data.datasets import load_dataset
 
     files = input_files(params)
-    needs_data = "source" in files or "teacher_checkpoints" in files
+    needs_data = bool({"source", "checkpoint", "teacher_checkpoints"} & set(files))
     dataset = load_dataset(params["dataset"], params.get("data_root")) if needs_data else None
     if "source" in files:
         load_file_source(params["method"], params["source"], dataset, params["ipc"])
+    if "checkpoint" in files:  # weights_only, and they must fit the cell's model and data
+        from ddlib.protocols.teachers import load_teacher
+
+        for path in files["checkpoint"]:
+            load_teacher(params["model"], dataset, path, device="cpu")
     if "teacher_checkpoints" in files:
         _check_teachers(params, files["teacher_checkpoints"], dataset)
     if "ground_truth" in files:
