@@ -11,6 +11,7 @@ It binds to 127.0.0.1 unless told otherwise: MLflow's server has no authenticati
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -91,8 +92,6 @@ def start_server(backend_store_uri: str | None = None, artifacts_destination: st
 
 def stop_server(process: subprocess.Popen, timeout: float = 20.0) -> None:
     """Stop a server started by :func:`start_server` (its whole process group: uvicorn's workers too)."""
-    import signal
-
     if process.poll() is None:
         try:
             os.killpg(process.pid, signal.SIGTERM)
@@ -113,20 +112,28 @@ def serve(backend_store_uri: str | None = None, artifacts_destination: str | os.
     if host not in (LOOPBACK, "localhost", "::1"):
         print(f"warning: binding to {host}: anyone who can reach this port can read and write every run "
               "(MLflow's server has no authentication)", file=sys.stderr)
-    process = subprocess.Popen(command)
+    # Its own process group, stopped as a whole (MLflow's server runs uvicorn workers under it) on
+    # Ctrl-C and on SIGTERM: killing `ddlib server` must not leave the server listening.
+    process = subprocess.Popen(command, start_new_session=True)
     url = f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{port}"
+
+    def stop_on_sigterm(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop_on_sigterm)
     try:
         wait_healthy(url, process)
         print(f"MLflow server at {url} (store {_redact(backend)}, artifacts {destination})\n"
               f"point runs at it:  export MLFLOW_TRACKING_URI={url}", flush=True)
         return process.wait()
     except KeyboardInterrupt:
-        process.terminate()
-        return process.wait()
+        stop_server(process)
+        return process.returncode
     except ServerError:
-        if process.poll() is None:
-            process.terminate()
+        stop_server(process)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _redact(uri: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -158,6 +159,38 @@ def server(tmp_path):
     for process, log in started:
         stop_server(process)
         log.close()
+
+
+def test_ddlib_server_binds_loopback_and_sigterm_stops_the_whole_server(tmp_path):
+    """`python -m ddlib server` with no --host listens on 127.0.0.1 only, and SIGTERM to it stops
+    MLflow's server and its uvicorn workers too (before, they kept listening, orphaned)."""
+    import psutil
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-m", "ddlib", "server", "--port", str(port), "--workers", "1",
+                                "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                                "--artifacts-destination", str(tmp_path / "artifacts")],
+                               env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    tree = []
+    try:
+        expected = f"point runs at it:  export MLFLOW_TRACKING_URI=http://127.0.0.1:{port}"
+        lines = []  # MLflow's own log lines come through the same stdout
+        while expected not in lines and len(lines) < 200 and process.poll() is None:
+            lines.append(process.stdout.readline().strip())
+        assert expected in lines, lines
+        tree = psutil.Process(process.pid).children(recursive=True)
+        assert listening_addresses(process.pid) == {"127.0.0.1"}
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+        gone, alive = psutil.wait_procs(tree, timeout=30)
+        assert not alive, alive
+        with socket.socket() as s:  # the port is free again
+            s.bind(("127.0.0.1", port))
+    finally:
+        for leftover in [process, *tree]:
+            if leftover.poll() is None if leftover is process else leftover.is_running():
+                leftover.kill()
 
 
 @pytest.mark.slow
