@@ -185,7 +185,8 @@ def test_ddlib_server_binds_loopback_and_sigterm_stops_the_whole_server(tmp_path
         process.wait(60)
         gone, alive = psutil.wait_procs(tree, timeout=30)
         assert not alive, alive
-        with socket.socket() as s:  # the port is free again
+        with socket.socket() as s:  # nothing listens on the port any more (SO_REUSEADDR: the health
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # check's TIME_WAIT sockets do not count)
             s.bind(("127.0.0.1", port))
     finally:
         for leftover in [process, *tree]:
