@@ -1,11 +1,11 @@
 """Command line: ``python -m ddlib run params/demo.yaml``, ``python -m ddlib summary``,
 ``python -m ddlib report --method dm``, ``python -m ddlib leaderboard --out site/``, ``python -m ddlib ui``,
-``python -m ddlib server``."""
+``python -m ddlib server``; ``python -m ddlib score SET --dataset D``, ``python -m ddlib runs``,
+``python -m ddlib export`` (:mod:`ddlib.commands`)."""
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
 import pandas as pd
@@ -13,6 +13,11 @@ import pandas as pd
 
 def _cmd_run(args) -> int:
     from ddlib.runner import ExecutorError, GridError, GridInterrupted, run_grid
+
+    if args.dry_run:  # every cell with its params, what is reused, data and files checked, time estimate
+        from ddlib.plan import print_plan
+
+        return print_plan(args.params, workers=args.workers or 1, force=args.force)
 
     try:
         report = run_grid(args.params, workers=args.workers, force=args.force, dry_run=args.dry_run,
@@ -64,25 +69,7 @@ def _cmd_summary(args) -> int:
     if not args.no_log:
         run_id = log_summary(tables, figures)
         print(f"saved {', '.join(f'{t}.csv' for t in tables)} (+ HTML, PNG) to MLflow run {run_id} (experiment 'summary')")
-    print(f"browse every run: {ui_command()}")
-    return 0
-
-
-UI_PORT = 5000
-
-
-def ui_command() -> str:
-    from ddlib.tracking import tracking_uri
-
-    return f"mlflow ui --backend-store-uri {shlex.quote(tracking_uri())} --port {UI_PORT}"
-
-
-def _cmd_ui(args) -> int:
-    from ddlib.report.ui import ui_urls
-
-    print(ui_command())  # stdout: the command (`make ui` runs it); stderr: where to look
-    for name, url in ui_urls(f"http://127.0.0.1:{UI_PORT}").items():
-        print(f"runs of {name}: {url}", file=sys.stderr)
+    print("browse every run: python -m ddlib ui")
     return 0
 
 
@@ -177,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--workers", type=int, default=None,
                      help="notebooks executed in parallel (default 1, or one per GPU with --gpus)")
     run.add_argument("--force", action="store_true", help="rerun cells that already have a FINISHED run")
-    run.add_argument("--dry-run", action="store_true", help="validate and list what would run")
+    run.add_argument("--dry-run", action="store_true",
+                     help="check params, data and files; list every cell, what it reuses and its time; run nothing")
     _add_scale_arguments(run)
     run.set_defaults(func=_cmd_run)
     summ = sub.add_parser("summary", help="print the leaderboard and log it (CSV, HTML, PNG) to MLflow")
@@ -198,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     board.add_argument("--no-cards", action="store_true", help="leave out the report card of every set")
     _weights(board)
     board.set_defaults(func=_cmd_leaderboard)
-    ui = sub.add_parser("ui", help="print the command that opens the MLflow UI on this store (and the runs pages)")
-    ui.set_defaults(func=_cmd_ui)
+    from ddlib.commands import register
+
+    register(sub)  # score, runs, export, ui
     _add_server_parser(sub)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -29,6 +29,7 @@ import numpy as np
 __all__ = [
     "hlr", "ior", "lrs", "ars", "normalized_exp_score", "mean_std",
     "rr", "ae", "crei", "rr_multi", "ae_multi", "rcr", "rcr_multi", "CLEAN_TIMES", "beard_clean_time",
+    "SANITY_VALUES", "CHANCE_MARGIN", "near_chance",
 ]
 
 _E, _INV_E = math.e, math.exp(-1.0)
@@ -269,3 +270,31 @@ def rcr_multi(clean_accs: Sequence[float], attack_accs: Sequence[Sequence[float 
     """Multi-model RCR, pooled as BEARD pools RRM: 100 * mean(pooled attack accs) / mean(clean accs)."""
     clean, pooled = _per_model("clean_accs", clean_accs, "attack_accs", attack_accs, _percent)
     return _rcr(clean, pooled, "RCR (multi)")
+
+
+# --------------------------------------------------------------------------- sanity flags
+
+# The accuracies that must be well above chance for a cell's scores to mean anything: the full-data
+# reference, and the model trained on the distilled set (a random subset may be near chance at IPC 1).
+SANITY_VALUES = {
+    "acc_real_hard": "full-data reference", "acc_full": "full-data reference",
+    "acc_syn_hard": "distilled set", "acc_syn_any": "distilled set", "acc_syn_noaug": "distilled set",
+    "acc_syn_aug": "distilled set", "acc_set": "distilled set", "acc_reference": "distilled set",
+    "acc_none": "distilled set", "clean_acc": "distilled set",
+}
+CHANCE_MARGIN = 0.02  # "near chance": at most 2 points above 1 / classes (or below it)
+
+
+def near_chance(values: dict[str, float], num_classes: int, margin: float = CHANCE_MARGIN) -> list[str]:
+    """Notes for the accuracies of ``values`` (fractions, keyed as :data:`SANITY_VALUES`) that are at
+    most ``margin`` above chance, 1 / ``num_classes``: a smoke run (1 epoch, a reduced dataset) whose
+    LRS or robustness score must not be read as a result. Empty when all are well above chance."""
+    chance = 1.0 / num_classes
+    notes = []
+    for key, what in SANITY_VALUES.items():
+        value = values.get(key)
+        if value is None or not math.isfinite(float(value)):
+            continue
+        if float(value) <= chance + margin:
+            notes.append(f"{what} near chance ({key} {100 * float(value):.1f} %, chance {100 * chance:.1f} %)")
+    return notes

@@ -33,7 +33,7 @@ import ddlib
 from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import configure_threads, resolve_device
-from ddlib.metrics import mean_std
+from ddlib.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, image_grid
 from ddlib.protocols.inputs import input_digests
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
@@ -48,6 +48,8 @@ MODEL_ARTIFACT = "model.pt"
 CONFUSION_ARTIFACT = "confusion.json"  # an evaluation's test counts, [true class][predicted class]
 MODEL_STORED_TAG = "ddlib.model_stored"
 RESULT_KEY_TAG = "ddlib.result_key"
+CLASSES_TAG = "ddlib.num_classes"  # the cell's class count: what "near chance" means (leaderboards' sanity column)
+SANITY_TAG = "ddlib.sanity"  # set where an accuracy that must be well above chance is not (metrics.near_chance)
 # The seed of every cell's validation split: the real-data pool depends on the dataset and the
 # fraction only, never on the preset or method of a cell.
 VALIDATION_SEED = 0
@@ -151,7 +153,8 @@ class Cell:
             tracker.log_dict(run_id, params, "config.json")
             cell.dataset = reduce_dataset(load_dataset(params["dataset"], params.get("data_root")),
                                           params.get("train_per_class"), params.get("test_size"))
-            tracker.set_tags(run_id, {TAG["data_source"]: cell.dataset.source, TAG["data"]: cell.dataset.label})
+            tracker.set_tags(run_id, {TAG["data_source"]: cell.dataset.source, TAG["data"]: cell.dataset.label,
+                                      CLASSES_TAG: str(cell.dataset.num_classes)})
             if cell.dataset.extra.get("reduced"):
                 tracker.set_tags(run_id, {"ddlib.reduced_data": cell.dataset.source})
             cell.unsplit = cell.dataset
@@ -201,7 +204,20 @@ class Cell:
         for col in per_seed.columns.drop("seed"):
             summary[f"{col}_mean"], summary[f"{col}_std"] = mean_std(per_seed[col])
         self.tracker.log_metrics(self.run_id, summary)
+        self.check_sanity(summary)
         return per_seed, summary
+
+    def check_sanity(self, summary: dict[str, float]) -> list[str]:
+        """Flag (a warning in the notebook, tag ``ddlib.sanity`` on the run) a full-data reference or
+        distilled-set accuracy near chance: a smoke run whose scores must not be read as results."""
+        means = {k[: -len("_mean")]: v for k, v in summary.items() if k.endswith("_mean")}
+        notes = near_chance(means, self.dataset.num_classes)
+        if notes:
+            text = "; ".join(notes)
+            warnings.warn(f"sanity: {text}: the scores of this cell are not a result (too few epochs or "
+                          "images?)", UserWarning, stacklevel=3)
+            self.tracker.set_tags(self.run_id, {SANITY_TAG: text})
+        return notes
 
     # ------------------------------------------------------------------ trained evaluations
 

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from ddlib import metrics, stats
+from ddlib.protocols.cell import CLASSES_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
@@ -35,6 +36,9 @@ UNSCALED = (*SCORES, "spearman", "kendall", "top1", "best_possible", "images", "
 VALUE_ORDER = ("acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any", "acc_syn_aug", "acc_rdm_aug",
                "acc_syn_noaug", "acc_rdm_noaug", "hlr", "ior", "ior_aug", "ior_noaug", "lrs", "ars")
 UPPER = ("hlr", "ior", "ior_aug", "ior_noaug", *SCORES)
+# Class counts of cells logged before they carried the tag (ddlib.num_classes): what chance is.
+KNOWN_CLASSES = {"digits": 10, "mnist": 10, "fashionmnist": 10, "cifar10": 10, "svhn": 10, "cifar100": 100,
+                 "tinyimagenet": 200}
 
 
 def _value(text):
@@ -99,12 +103,29 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
                 continue
             row = {"group": group, "series": tags.get(TAG["series"], group) + split,
                    "family": tags.get(TAG["family"], group) + split,
-                   "seed": seed, "run_id": run.info.run_id, "data": tags.get(TAG["data"])}
+                   "seed": seed, "run_id": run.info.run_id, "data": tags.get(TAG["data"]),
+                   "classes": _classes(run)}
             row.update({p: _param(run, p) for p in row_params})
             row.update({column: tags.get(tag) for column, tag in (row_tags or {}).items()})
             row.update({k: history[k].get(seed, float("nan")) for k in history})
             rows[(group, seed)] = row
     return pd.DataFrame(list(rows.values()))
+
+
+def _classes(run) -> float:
+    """The cell's class count (its tag, else the dataset's known count, else NaN: no sanity flag)."""
+    value = run.data.tags.get(CLASSES_TAG) or KNOWN_CLASSES.get(run.data.params.get("dataset", ""))
+    return float(value) if value else float("nan")
+
+
+def _sanity(sub: pd.DataFrame) -> str:
+    """A row's sanity flag: its full-data reference or distilled-set accuracy (mean over seeds) near
+    chance (:func:`ddlib.metrics.near_chance`); empty when all is well or the class count is unknown."""
+    classes = sub["classes"].dropna()
+    if classes.empty:
+        return ""
+    means = {k: float(sub[k].mean()) for k in metrics.SANITY_VALUES if k in sub and sub[k].notna().any()}
+    return "; ".join(metrics.near_chance(means, int(classes.iloc[0])))
 
 
 def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[str],
@@ -135,6 +156,8 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
             row[f"{col}_mean"], row[f"{col}_std"] = metrics.mean_std(sub[col].dropna()) if col in sub else (
                 float("nan"), float("nan"))
             row[f"{col}_low"], row[f"{col}_high"] = (float(v) for v in bounds.get(col, (float("nan"), float("nan"))))
+        if "classes" in sub:
+            row["sanity"] = _sanity(sub)
         row["config"] = group[:8]
         row["runs"] = " ".join(dict.fromkeys(sub["run_id"])) if "run_id" in sub else ""
         out.append(row)
@@ -202,7 +225,7 @@ def display_format(base: str) -> tuple[float, str]:
     return 100.0, "{:.1f}"
 
 
-HIDDEN = ("seeds", "series", "family", "runs", "rank", "tied_with")  # shown by format_leaderboard in its own place
+HIDDEN = ("seeds", "series", "family", "runs", "rank", "tied_with", "sanity")  # shown by format_leaderboard in its own place
 PER_SEED = "_per_seed"  # <score>_per_seed: {seed: value} as JSON
 
 
@@ -236,6 +259,8 @@ def format_leaderboard(board: pd.DataFrame, row_params: Sequence[str] | None = N
             shown[name] = [
                 "n/a" if pd.isna(m) else f"{fmt.format(m * scale)} ± {fmt.format(s * scale)}"
                 for m, s in zip(board[f"{base}_mean"], board[f"{base}_std"])]
+    if "sanity" in board and (board["sanity"].fillna("") != "").any():  # last: what makes a row no result
+        shown["sanity"] = board["sanity"].fillna("")
     return shown
 
 

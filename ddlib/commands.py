@@ -1,0 +1,225 @@
+"""The newcomer's commands: ``ddlib score`` (one set, no YAML), ``ddlib runs`` (cell runs and their
+status), ``ddlib export`` (leaderboards as CSV / Markdown / LaTeX with the recipe columns) and
+``ddlib ui`` (MLflow's UI on this store, started on 127.0.0.1). :func:`register` adds them to the
+command line of :mod:`ddlib.cli`."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+import pandas as pd
+
+__all__ = ["register", "UI_HOST", "UI_PORT", "ui_argv"]
+
+UI_HOST = "127.0.0.1"  # this machine only; reach it from elsewhere with an SSH tunnel
+UI_PORT = 5000
+
+
+# --------------------------------------------------------------------------- score
+
+
+def _value(text: str):
+    """``--param key=value``: the value as YAML reads it (numbers, lists, mappings, null)."""
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def _score_params(args) -> dict:
+    params = {}
+    for item in args.param or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param takes key=value, got {item!r}")
+        params[key.strip()] = _value(value)
+    if args.seeds is not None:
+        params["seeds"] = args.seeds
+    if args.preset is not None:
+        params["preset"] = args.preset
+    if args.data_root is not None:
+        params["data_root"] = args.data_root
+    if args.epochs is not None:
+        params["recipe"] = {**params.get("recipe", {}), "epochs": args.epochs}
+    return params
+
+
+def _cmd_score(args) -> int:
+    from ddlib.runner import GridError, run_grid
+    from ddlib.scoring import cell_result, resolve_cell, score_grid, write_grid
+
+    options = {k: getattr(args, k) for k in ("normalized", "allow_unequal", "experiment_index", "zca_space")}
+    options["experiment"] = options.pop("experiment_index")
+    options = {k: v for k, v in options.items() if v not in (None, False)}
+    try:
+        grid = score_grid(args.set, args.dataset, args.protocol, method=args.method, ipc=args.ipc,
+                          file_options=options, **_score_params(args))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    path = write_grid(grid)
+    print(f"params file: {path}")
+    if args.dry_run:
+        from ddlib.plan import print_plan
+
+        return print_plan(path)
+    try:
+        report = run_grid(path, workers=1, force=args.force, progress=not args.quiet)
+        protocol, experiment, cell = resolve_cell(grid)
+    except GridError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for name, error in report.failed:
+        print(f"FAILED {name}: {error}", file=sys.stderr)
+    if not report.ok:
+        return 1
+    result = cell_result(protocol, experiment, cell)
+    if result is None:
+        print("error: the cell finished but its run is not in the store", file=sys.stderr)
+        return 1
+    verb = "reused the finished cell" if report.skipped else "scored"
+    print(f"{verb} {result.name} on {result.data or cell['dataset']} ({protocol}; MLflow run {result.run_id}, "
+          f"experiment {experiment!r})")
+    with pd.option_context("display.width", 200, "display.max_columns", 40):
+        print(result.per_seed.to_string(index=False))
+        print()
+        print(result.table().to_string())
+    _warn_near_chance(result, cell)
+    return 0
+
+
+def _warn_near_chance(result, cell) -> None:
+    from ddlib.data.datasets import load_dataset
+    from ddlib.metrics import near_chance
+
+    try:
+        classes = load_dataset(cell["dataset"], cell.get("data_root")).num_classes
+    except Exception:  # noqa: BLE001 - the flag is advice; the result stands
+        return
+    for note in near_chance({k[:-5]: v for k, v in result.summary.items() if k.endswith("_mean")}, classes):
+        print(f"warning: {note}: a smoke-run number, not a result", file=sys.stderr)
+
+
+def _add_score_parser(sub) -> None:
+    from ddlib.scoring import SET_PROTOCOLS
+
+    score = sub.add_parser("score", help="score one distilled set (.pt, .npz, MTT folder, ImageFolder) without YAML")
+    score.add_argument("set", help="the set: a file or folder ddlib.data.distilled.load reads")
+    score.add_argument("--dataset", required=True, help="the real dataset it was distilled from (digits, cifar10, ...)")
+    score.add_argument("--protocol", default="label_robust", choices=SET_PROTOCOLS, help="default label_robust (LRS)")
+    score.add_argument("--preset", help="the method's evaluation preset (params/methods/<name>.yaml or a path)")
+    score.add_argument("--seeds", type=int, nargs="+", help="evaluation seeds (default: the protocol's, 5)")
+    score.add_argument("--epochs", type=int, help="the recipe's epochs (default: the protocol's)")
+    score.add_argument("--method", help="the name the set gets in leaderboards (default: the file's name)")
+    score.add_argument("--ipc", type=int, help="images per class (default: read from the set)")
+    score.add_argument("--data-root", help="where the dataset is (else DDLIB_DATA)")
+    score.add_argument("--param", action="append", metavar="KEY=VALUE",
+                       help="any other protocol parameter, as YAML: --param lr_policy=fixed --param 'real_recipe={epochs: 5}'")
+    score.add_argument("--normalized", action="store_true", default=None,
+                       help="the file's images are normalised with the dataset's mean/std")
+    score.add_argument("--allow-unequal", action="store_true", help="accept unequal images per class")
+    score.add_argument("--experiment-index", type=int, help="which experiment of a DC-format file (default 0)")
+    score.add_argument("--zca-space", action="store_true", default=None, help="the images are ZCA-whitened (MTT --zca)")
+    score.add_argument("--force", action="store_true", help="score again even if this cell already finished")
+    score.add_argument("--dry-run", action="store_true", help="check the set and list the cell; run nothing")
+    score.add_argument("--quiet", action="store_true", help="no progress bar")
+    score.set_defaults(func=_cmd_score)
+
+
+# --------------------------------------------------------------------------- runs, export
+
+
+def _cmd_runs(args) -> int:
+    from ddlib.report.export import list_cell_runs
+
+    table = list_cell_runs(args.status, args.experiment)
+    if table.empty:
+        print("no cell runs" + (f" with status {args.status}" if args.status else "")
+              + " (python -m ddlib run params/demo.yaml)")
+        return 0
+    shown = table if args.ids else table.drop(columns="run_id")
+    with pd.option_context("display.width", 250, "display.max_columns", 20, "display.max_colwidth", 80):
+        print(shown.to_string(index=False))
+    counts = table["status"].value_counts().to_dict()
+    print(f"{len(table)} cell runs: " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from ddlib.report.boards import load_boards
+    from ddlib.report.export import export_tables, write_export
+
+    try:
+        tables = export_tables(load_boards(w=args.w, gamma=args.gamma, alpha=args.alpha), args.board,
+                               formatted=args.format != "csv")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not tables:
+        print("no finished runs yet: nothing to export (python -m ddlib run params/demo.yaml)", file=sys.stderr)
+        return 1
+    path = write_export(args.out, args.format, tables)
+    print(f"wrote {', '.join(f'{n} ({len(t)} rows)' for n, t in tables.items())} to {path}")
+    return 0
+
+
+def _add_runs_export_parsers(sub) -> None:
+    from ddlib.report.export import FORMATS
+
+    runs = sub.add_parser("runs", help="list the cell runs of the store (status, error, run id)")
+    runs.add_argument("--status", type=str.lower, choices=("finished", "failed", "running", "killed"))
+    runs.add_argument("--experiment", help="only this experiment (e.g. label_robust)")
+    runs.add_argument("--ids", action="store_true", help="show the MLflow run ids")
+    runs.set_defaults(func=_cmd_runs)
+    export = sub.add_parser("export", help="write the leaderboards (with recipe, epochs, data source, code version)")
+    export.add_argument("--format", choices=FORMATS, default="csv")
+    export.add_argument("--out", required=True, help="the file to write")
+    export.add_argument("--board", action="append", help="only this leaderboard (lrs, ars, beard, augmentation, ...)")
+    for name, text in (("w", "LRS weight on IOR"), ("gamma", "ARS weight on IOR with augmentation"),
+                       ("alpha", "BEARD's CREI weight on RR")):
+        export.add_argument(f"--{name}", type=float, default=0.5, help=f"{text} (default 0.5)")
+    export.set_defaults(func=_cmd_export)
+
+
+# --------------------------------------------------------------------------- ui
+
+
+def ui_argv(port: int = UI_PORT, host: str = UI_HOST) -> list[str]:
+    """MLflow's UI on this store, with this interpreter (no activated venv needed)."""
+    from ddlib.tracking import tracking_uri
+
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(), "--host", host,
+            "--port", str(port)]
+
+
+def _cmd_ui(args) -> int:
+    from ddlib.report.ui import ui_urls
+    from ddlib.tracking import init_store
+
+    argv = ui_argv(args.port)
+    if args.print:
+        print(shlex.join(argv))
+        return 0
+    init_store()
+    for name, url in ui_urls(f"http://{UI_HOST}:{args.port}").items():
+        print(f"runs of {name}: {url}")
+    print(f"MLflow UI on http://{UI_HOST}:{args.port} (Ctrl-C stops it)", flush=True)
+    try:
+        return subprocess.call(argv)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _add_ui_parser(sub) -> None:
+    ui = sub.add_parser("ui", help=f"start MLflow's UI on this store at http://{UI_HOST}:{UI_PORT} (and print the runs pages)")
+    ui.add_argument("--port", type=int, default=UI_PORT)
+    ui.add_argument("--print", action="store_true", help="only print the command that starts it")
+    ui.set_defaults(func=_cmd_ui)
+
+
+def register(sub) -> None:
+    """Add score, runs, export and ui to the ``ddlib`` command line."""
+    _add_score_parser(sub)
+    _add_runs_export_parsers(sub)
+    _add_ui_parser(sub)

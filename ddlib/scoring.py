@@ -1,0 +1,230 @@
+"""Score one distilled set without writing YAML: ``ddlib score SET --dataset D`` and ``ddlib.score()``
+
+Both build the same one-cell grid: the set as a ``file`` source (any format
+:func:`ddlib.data.distilled.load` reads: ``.pt``, ``.npz``, an MTT folder, an ImageFolder),
+its IPC read from the file, the protocol's defaults under the given parameters. They differ only
+in where the cell runs:
+
+* ``ddlib score`` writes the grid as a params file (``<store>/score/<name>.yaml``, rerunnable
+  with ``ddlib run``) and runs it through the batch runner: a papermill notebook, tracked in
+  MLflow, skipped when the same cell already FINISHED, then prints the cell's per-seed values
+  and their mean and std as read back from MLflow (:func:`cell_result`).
+* :func:`score` runs the protocol's notebook steps in this process (no kernel) and returns the
+  result object the notebook shows (``per_seed``, ``summary``, ...); the cell is a run of the
+  same experiment with the same keys, and every model already trained for it (by ``ddlib score``
+  or an earlier call) is reused, not trained again.
+
+The same set, parameters and seeds give the same numbers either way (at the same thread count:
+``DDLIB_NUM_THREADS``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ddlib.tracking import TAG, Tracker, config_hash, mlruns_dir
+
+__all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", "FILE_OPTIONS", "save_arrays"]
+
+# Protocols that score a set (nas also needs a ground-truth file: run it from a params file).
+SET_PROTOCOLS = ("label_robust", "augmentation_robust", "adversarial", "augmentation", "transfer", "compression")
+FILE_OPTIONS = ("normalized", "allow_unequal", "experiment", "zca_space")  # keys of a file source
+
+
+def method_name(path: str | os.PathLike) -> str:
+    """A readable method name from a set's file name: ``sets/my_set_ipc10.npz`` -> ``my_set_ipc10``."""
+    stem = Path(path).name.split(".")[0] or "set"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)
+
+
+def _file_source(path: str | os.PathLike, options: dict) -> dict:
+    unknown = sorted(set(options) - set(FILE_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown file option(s) {unknown}; known: {list(FILE_OPTIONS)}")
+    return {"kind": "file", "path": str(Path(path).expanduser().absolute()),
+            **{k: v for k, v in options.items() if v is not None}}
+
+
+def set_ipc(path: str | os.PathLike, dataset: str, data_root: str | None = None, **options) -> int:
+    """The images per class of the set at ``path`` (read and checked against the dataset)."""
+    from ddlib.data.datasets import load_dataset
+    from ddlib.data.distilled import load
+
+    return load(Path(path).expanduser(), load_dataset(dataset, data_root), **options).ipc
+
+
+def score_grid(path: str | os.PathLike, dataset: str, protocol: str = "label_robust", method: str | None = None,
+               ipc: int | None = None, file_options: dict | None = None, experiment: str | None = None,
+               **params) -> dict:
+    """The one-cell params grid (a params-file mapping) that scores the set at ``path``.
+
+    ``ipc`` is read from the file when not given; ``file_options`` are the file source's keys
+    (``normalized``, ``allow_unequal``, ``experiment``, ``zca_space``); ``params`` are the
+    protocol's parameters (``seeds``, ``preset``, ``recipe``, ...)."""
+    if protocol not in SET_PROTOCOLS:
+        raise ValueError(f"protocol must be one of {list(SET_PROTOCOLS)}, got {protocol!r}")
+    options = dict(file_options or {})
+    source = _file_source(path, options)
+    if not Path(source["path"]).exists():
+        raise ValueError(f"{source['path']}: no such file or folder")
+    method = method or method_name(path)
+    if ipc is None:
+        ipc = set_ipc(path, dataset, params.get("data_root"), **{k: v for k, v in options.items() if v is not None})
+    grid = {"protocol": protocol, "params": {"dataset": dataset, **params},
+            "grid": {"method": [method], "ipc": [int(ipc)]}, "methods": {method: source}}
+    if experiment:
+        grid["experiment"] = experiment
+    return grid
+
+
+def write_grid(grid: dict, folder: str | os.PathLike | None = None) -> Path:
+    """Save a score grid as a params file (named by its method and content) that ``ddlib run`` reruns."""
+    import yaml
+
+    folder = Path(folder) if folder is not None else mlruns_dir() / "score"
+    folder.mkdir(parents=True, exist_ok=True)
+    method = grid["grid"]["method"][0]
+    path = folder / f"{grid['protocol']}-{method}-{config_hash(grid, 8)}.yaml"
+    path.write_text("# written by `ddlib score`; rerun with: python -m ddlib run " + str(path) + "\n"
+                    + yaml.safe_dump(grid, sort_keys=False))
+    return path
+
+
+def save_arrays(images: Any, labels: Any, soft_labels: Any = None, folder: str | os.PathLike | None = None) -> Path:
+    """Arrays as an ``.npz`` set under ``<store>/sets/``, named by their content (the same arrays
+    give the same file, hence the same cell keys: a second call is a rerun, not a new cell)."""
+    import hashlib
+
+    arrays = {"images": _numpy(images), "labels": _numpy(labels)}
+    if soft_labels is not None:
+        arrays["soft_labels"] = _numpy(soft_labels)
+    digest = hashlib.sha256()
+    for key, value in arrays.items():
+        digest.update(f"{key}:{value.dtype}:{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    folder = Path(folder) if folder is not None else mlruns_dir() / "sets"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"set-{digest.hexdigest()[:16]}.npz"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    return path
+
+
+def _numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def resolve_cell(grid: dict) -> tuple[str, str, dict]:
+    """(protocol, experiment, the cell's validated params) of a one-cell grid, exactly as the batch
+    runner resolves it."""
+    from ddlib.runner import GridSpec, expand
+
+    spec = GridSpec(Path("<score>"), grid["protocol"], grid.get("experiment") or grid["protocol"],
+                    grid["params"], [grid["grid"]], grid["methods"])
+    cells = expand(spec)
+    return spec.protocol, spec.experiment, cells[0]
+
+
+# --------------------------------------------------------------------------- reading a cell back
+
+
+class CellResult:
+    """A finished cell as MLflow holds it: ``per_seed`` (one row per seed), ``summary`` (mean and
+    std of each value), the run's id and its data label."""
+
+    def __init__(self, run_id: str, per_seed: pd.DataFrame, summary: dict[str, float], data: str | None,
+                 name: str):
+        self.run_id, self.per_seed, self.summary, self.data, self.name = run_id, per_seed, summary, data, name
+
+    def table(self) -> pd.DataFrame:
+        cols = [c for c in self.per_seed.columns if c != "seed"]
+        return pd.DataFrame({"mean": [self.summary.get(f"{c}_mean", np.nan) for c in cols],
+                             "std": [self.summary.get(f"{c}_std", np.nan) for c in cols]}, index=cols)
+
+    def __repr__(self) -> str:
+        return f"CellResult({self.name!r}, run {self.run_id}, seeds={list(self.per_seed.get('seed', []))})"
+
+
+def cell_result(protocol: str, experiment: str, params: dict) -> CellResult | None:
+    """The newest FINISHED cell run of these params (its config key), read back from MLflow."""
+    from ddlib.protocols.cell import cell_tags, run_name
+
+    tags = cell_tags(protocol, params)
+    tracker = Tracker(experiment)
+    runs = tracker.find_finished({TAG["config"]: tags[TAG["config"]]}, all_experiments=False)
+    if not runs:
+        return None
+    run = runs[0]
+    summary = {k: v for k, v in run.data.metrics.items() if k.endswith(("_mean", "_std"))}
+    columns: dict[str, dict[int, float]] = {}
+    for key in sorted(run.data.metrics):
+        if key.endswith(("_mean", "_std")):
+            continue
+        history = tracker.client.get_metric_history(run.info.run_id, key)
+        if len({m.step for m in history}) == len(history):  # per-seed values (step = seed)
+            columns[key] = {m.step: m.value for m in history}
+    seeds = sorted(set().union(*(c.keys() for c in columns.values()))) if columns else []
+    per_seed = pd.DataFrame([{"seed": s, **{k: v.get(s, np.nan) for k, v in columns.items()}} for s in seeds])
+    return CellResult(run.info.run_id, per_seed, summary, run.data.tags.get(TAG["data"]), run_name(protocol, params))
+
+
+# --------------------------------------------------------------------------- in process
+
+
+def _run_steps(protocol: str, experiment: str, params: dict, progress: bool):
+    """The protocol notebook's steps, in this process: open the cell, obtain the set, evaluate, close."""
+    from ddlib.protocols import protocol_module
+
+    module = protocol_module(protocol)
+    cell = module.open_cell(experiment=experiment, **params)
+    cell.progress = progress
+    distilled = module.obtain(cell)
+    if protocol == "adversarial":
+        result = module.evaluate(cell, distilled, module.train_models(cell, distilled))
+    else:
+        result = module.evaluate(cell, distilled)
+    cell.close()
+    result.run_id = cell.run_id
+    return result
+
+
+def score(images: Any = None, labels: Any = None, *, dataset: str, protocol: str = "label_robust",
+          path: str | os.PathLike | None = None, soft_labels: Any = None, method: str | None = None,
+          ipc: int | None = None, file_options: dict | None = None, experiment: str | None = None,
+          progress: bool = False, **params):
+    """Score a set in this process and return the protocol's result (``per_seed``, ``summary``, and
+    ``run_id``, the MLflow cell run).
+
+    The set is ``images`` and ``labels`` (arrays or tensors: pixels in [0, 1] or uint8, N x C x H x W,
+    N x H x W x C or N x H x W; hard labels, optional ``soft_labels``), saved under
+    ``<store>/sets/`` by content (``method`` defaults to ``mine``), or a file or folder ``path``
+    (``method`` defaults to its file name, as for ``ddlib score``). ``params`` are the protocol's (``seeds=[0, 1, 2]``, ``preset="sre2l"``,
+    ``recipe={"epochs": 300}``, ...); the cell is the one ``ddlib score`` runs for the same file.
+
+    >>> result = ddlib.score(images, labels, dataset="cifar10", seeds=[0, 1, 2])   # doctest: +SKIP
+    >>> result.per_seed, result.summary["lrs_mean"]                                 # doctest: +SKIP
+    """
+    if path is None:
+        if images is None or labels is None:
+            raise ValueError("give images and labels, or path=<a set file>")
+        path = save_arrays(images, labels, soft_labels)
+        method = method or "mine"
+    elif images is not None or labels is not None:
+        raise ValueError("give images and labels, or path, not both")
+    grid = score_grid(path, dataset, protocol, method=method, ipc=ipc, file_options=file_options,
+                      experiment=experiment, **params)
+    try:
+        protocol, experiment, cell = resolve_cell(grid)
+    except ValueError as e:  # GridError names a placeholder file: say what was called
+        raise ValueError(str(e).replace("<score>: ", "ddlib.score: ")) from None
+    return _run_steps(protocol, experiment, cell, progress)

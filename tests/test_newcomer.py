@@ -1,0 +1,268 @@
+"""A researcher's first hour: ``ddlib score`` and ``ddlib.score()`` on a set of their own, ``--dry-run``,
+``ddlib runs``, ``ddlib export``, ``ddlib ui``, and the sanity flag of near-chance cells."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+import ddlib
+from ddlib import metrics, tracking
+from ddlib.cli import main as cli_main
+from ddlib.report.core import aggregate, format_leaderboard
+from ddlib.scoring import cell_result, resolve_cell, score_grid
+from ddlib.tracking import TAG, Tracker
+
+# a cheap cell on digits: the set's and the random subset's models 30 epochs (30 steps: ~50 %), the reference 2
+FAST = {"seeds": [0, 1], "recipe": {"epochs": 30, "batch_size": 64}, "real_recipe": {"epochs": 2},
+        "lr_policy": "fixed"}
+FAST_ARGS = ["--seeds", "0", "1", "--param", "recipe={epochs: 30, batch_size: 64}",
+             "--param", "real_recipe={epochs: 2}", "--param", "lr_policy=fixed", "--quiet"]
+
+
+def use_store(monkeypatch, store: Path) -> Path:
+    monkeypatch.setenv("DDLIB_MLRUNS", str(store))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+    monkeypatch.setattr(tracking, "_CLIENTS", {})
+    return store
+
+
+@pytest.fixture
+def npz_set(tmp_path) -> Path:
+    """Two real digits per class saved as a user would: an .npz with images (N x 1 x 8 x 8 in [0, 1]) and labels."""
+    from ddlib.data.datasets import load_dataset
+
+    ds = load_dataset("digits")
+    labels = ds.train_labels.numpy()
+    idx = np.concatenate([np.flatnonzero(labels == c)[:2] for c in range(10)])
+    path = tmp_path / "my_set.npz"
+    np.savez(path, images=ds.train_images[idx].numpy(), labels=labels[idx])
+    return path
+
+
+@pytest.mark.slow
+def test_score_cli_and_python_api_give_the_same_numbers(npz_set, tmp_path, monkeypatch, capsys):
+    """`ddlib score my_set.npz` prints a result; ddlib.score() on the same arrays, in another store (so it
+    trains everything again, in process), returns the same per-seed accuracies; a rerun reuses the cell."""
+    monkeypatch.setenv("DDLIB_NUM_THREADS", "1")  # CPU results are bit-identical at one thread count
+    cli_store = use_store(monkeypatch, tmp_path / "cli")
+    assert cli_main(["score", str(npz_set), "--dataset", "digits", *FAST_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "scored my_set-ipc2-convnet on digits" in out and "acc_syn_hard" in out and "lrs" in out
+    params_file = next((cli_store / "score").glob("label_robust-my_set-*.yaml"))
+    assert yaml.safe_load(params_file.read_text())["methods"]["my_set"]["path"] == str(npz_set)
+    protocol, experiment, cell = resolve_cell(score_grid(npz_set, "digits", **FAST))
+    from_cli = cell_result(protocol, experiment, cell)
+    assert list(from_cli.per_seed["seed"]) == [0, 1]
+
+    assert cli_main(["score", str(npz_set), "--dataset", "digits", *FAST_ARGS]) == 0  # resumable: nothing retrained
+    assert "reused the finished cell" in capsys.readouterr().out
+
+    use_store(monkeypatch, tmp_path / "api")
+    with np.load(npz_set) as z:
+        result = ddlib.score(z["images"], z["labels"], dataset="digits", method="my_set", **FAST)
+    columns = ["acc_syn_hard", "acc_rdm_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any", "hlr", "ior", "lrs"]
+    pd.testing.assert_frame_equal(result.per_seed[["seed", *columns]].reset_index(drop=True),
+                                  from_cli.per_seed[["seed", *columns]].reset_index(drop=True), check_dtype=False)
+    assert result.summary["lrs_mean"] == pytest.approx(from_cli.summary["lrs_mean"])
+    # tracked like any cell: a FINISHED cell run of the label_robust experiment, the set stored by content
+    run = tracking.client().get_run(result.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags[TAG["kind"]] == "cell"
+    assert len(list((tmp_path / "api" / "sets").glob("set-*.npz"))) == 1
+
+
+def test_score_refuses_a_missing_or_bad_set_before_anything_runs(tmp_path, monkeypatch, capsys):
+    store = use_store(monkeypatch, tmp_path / "store")
+    assert cli_main(["score", str(tmp_path / "nope.npz"), "--dataset", "digits"]) == 2
+    assert "nope.npz: no such file" in capsys.readouterr().err
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, images=np.zeros((20, 1, 8, 8), np.float32))  # no labels
+    assert cli_main(["score", str(bad), "--dataset", "digits"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.npz" in err and "labels" in err
+    assert not (store / "mlflow.db").exists()  # nothing was tracked
+    with pytest.raises(ValueError, match="give images and labels, or path"):
+        ddlib.score(dataset="digits")
+
+
+# --------------------------------------------------------------------------- --dry-run
+
+
+def test_dry_run_fails_on_a_missing_file_or_data_root_before_anything_runs(npz_set, tmp_path, monkeypatch, capsys):
+    store = use_store(monkeypatch, tmp_path / "store")
+    grid = {"protocol": "label_robust", "params": {"dataset": "digits", **FAST},
+            "grid": {"method": ["random", "mine", "gone"], "ipc": [2]},
+            "methods": {"mine": {"kind": "file", "path": str(npz_set)},
+                        "gone": {"kind": "file", "path": str(tmp_path / "gone_ipc{ipc}.npz")}}}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    started = time.perf_counter()
+    assert cli_main(["run", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "cell gone-ipc2-convnet" in err and "gone_ipc2.npz" in err and "before anything ran" in err
+    assert time.perf_counter() - started < 60  # failed at the check, not after training the first cells
+    assert not (store / "mlflow.db").exists()
+
+    grid["params"].update(dataset="cifar10", data_root=str(tmp_path / "no_cifar_here"))
+    grid["grid"]["method"] = ["random"]
+    path.write_text(yaml.safe_dump(grid))
+    assert cli_main(["run", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset 'cifar10'" in err and "no_cifar_here" in err
+
+
+def test_dry_run_lists_cells_with_params_reuse_and_estimate(npz_set, tmp_path, monkeypatch, capsys):
+    """A first dry run on an empty store: every cell to run, params resolved, no estimate; after one
+    cell ran in process, the other cell of the same setting reuses its random-subset and reference
+    models and is estimated from it."""
+    use_store(monkeypatch, tmp_path / "store")
+    cheap = {**FAST, "seeds": [0], "recipe": {"epochs": 5, "batch_size": 64}}
+    grid = {"protocol": "label_robust", "params": {"dataset": "digits", **cheap},
+            "grid": {"method": ["random", "mine"], "ipc": [2]}, "methods": {"mine": {"kind": "file", "path": str(npz_set)}}}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    assert cli_main(["run", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "[run]  random-ipc2-convnet" in out and "[run]  mine-ipc2-convnet" in out
+    assert '"recipe": {"batch_size": 64, "epochs": 5}' in out and '"real_recipe": {"epochs": 2}' in out
+    assert "no earlier run of this recipe" in out and "would run 2, skip 0" in out
+
+    ddlib.score(path=npz_set, dataset="digits", method="mine", **cheap)
+    from ddlib.plan import plan_grid
+
+    plan = {c.name: c for c in plan_grid(path).cells}
+    assert plan["mine-ipc2-convnet"].action == "skip"
+    random_cell = plan["random-ipc2-convnet"]
+    assert random_cell.action == "run" and random_cell.minutes is not None and random_cell.minutes > 0
+    assert any(r.startswith("real_hard (seeds 0)") for r in random_cell.reuse)
+    assert any(r.startswith("rdm_hard (seeds 0)") for r in random_cell.reuse)
+
+
+# --------------------------------------------------------------------------- runs, export, sanity, ui
+
+
+def _cell_run(tracker: Tracker, name: str, status: str, error: str | None = None) -> str:
+    run_id = tracker.start_run(name, params={"dataset": "digits", "method": name, "ipc": 1},
+                               tags={TAG["kind"]: "cell"})
+    if error:
+        tracker.fail_run(run_id, error)
+    elif status == "FINISHED":
+        tracker.end_run(run_id)
+    return run_id
+
+
+def test_runs_lists_cells_by_status(tmp_path, monkeypatch, capsys):
+    use_store(monkeypatch, tmp_path / "store")
+    tracker = Tracker("label_robust")
+    _cell_run(tracker, "good", "FINISHED")
+    _cell_run(tracker, "broken", "FAILED", error="DistilledSetError: /x.pt: unreadable")
+    _cell_run(tracker, "busy", "RUNNING")
+    assert cli_main(["runs", "--status", "failed"]) == 0
+    out = capsys.readouterr().out
+    assert "broken" in out and "DistilledSetError: /x.pt: unreadable" in out and "good" not in out
+    assert cli_main(["runs", "--status", "running"]) == 0
+    out = capsys.readouterr().out
+    assert "busy" in out and "broken" not in out
+    assert cli_main(["runs"]) == 0
+    assert "3 cell runs: " in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_export_writes_recipe_columns_and_flags_near_chance_rows(npz_set, tmp_path, monkeypatch, capsys):
+    """Two rows that differ only in their recipe are told apart by recipe and epochs columns (not only
+    by a hash); a full-data reference that never learned (lr 0) is flagged in the notebook (a warning,
+    a tag) and in the exported leaderboard."""
+    use_store(monkeypatch, tmp_path / "store")
+    base = {**FAST, "seeds": [0]}
+    ddlib.score(path=npz_set, dataset="digits", method="mine", **{**base, "recipe": {"epochs": 30, "batch_size": 64}})
+    with pytest.warns(UserWarning, match="full-data reference near chance"):
+        broken = ddlib.score(path=npz_set, dataset="digits", method="mine",
+                             **{**base, "recipe": {"epochs": 40, "batch_size": 64}, "real_recipe": {"epochs": 1, "lr": 0.0}})
+    assert "full-data reference near chance" in tracking.client().get_run(broken.run_id).data.tags["ddlib.sanity"]
+
+    out = tmp_path / "board.md"
+    assert cli_main(["export", "--format", "markdown", "--out", str(out), "--board", "lrs"]) == 0
+    text = out.read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| dataset"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    for column in ("recipe", "epochs", "real_epochs", "data_source", "code", "LRS", "sanity"):
+        assert column in columns, column
+    rows = [dict(zip(columns, (c.strip() for c in line.strip("|").split("|"))))
+            for line in text.splitlines() if line.startswith("| digits")]
+    by_epochs = {r["epochs"]: r for r in rows}
+    assert set(by_epochs) == {"30", "40"}
+    assert by_epochs["30"]["recipe"] == '{"batch_size": 64, "epochs": 30}' and by_epochs["30"]["real_epochs"] == "2"
+    assert by_epochs["40"]["real_epochs"] == "1"
+    assert by_epochs["40"]["sanity"].startswith("full-data reference near chance (acc_real_hard 10.0 %")
+    assert by_epochs["30"]["sanity"] == ""
+    assert by_epochs["30"]["data_source"] == "sklearn.datasets.load_digits"
+    assert by_epochs["30"]["code"].startswith(ddlib.__version__)
+
+    csv = tmp_path / "board.csv"
+    assert cli_main(["export", "--format", "csv", "--out", str(csv)]) == 0
+    table = pd.read_csv(csv)
+    assert {"board", "recipe", "epochs", "lrs_mean", "lrs_low", "sanity"} <= set(table.columns)
+    tex = tmp_path / "board.tex"
+    assert cli_main(["export", "--format", "latex", "--out", str(tex), "--board", "lrs"]) == 0
+    assert "\\begin{tabular}" in tex.read_text() and "real\\_epochs" in tex.read_text()
+
+
+def test_near_chance_flags_reference_and_set_not_the_random_subset():
+    assert metrics.near_chance({"acc_real_hard": 0.115, "acc_rdm_any": 0.10, "acc_syn_hard": 0.5}, 10) == [
+        "full-data reference near chance (acc_real_hard 11.5 %, chance 10.0 %)"]
+    assert metrics.near_chance({"acc_real_hard": 0.125, "acc_syn_hard": 0.119}, 10) == [
+        "distilled set near chance (acc_syn_hard 11.9 %, chance 10.0 %)"]
+    assert metrics.near_chance({"clean_acc": 0.02}, 100) == [
+        "distilled set near chance (clean_acc 2.0 %, chance 1.0 %)"]
+    assert metrics.near_chance({"acc_real_hard": 0.98, "acc_syn_hard": 0.5}, 10) == []
+
+
+def test_leaderboard_sanity_column():
+    rows = [{"group": m, "series": m, "family": "f", "seed": s, "run_id": f"run-{m}", "dataset": "digits", "ipc": 1,
+             "method": m, "classes": 10.0, "acc_real_hard": real, "acc_syn_hard": 0.6, "lrs": 30.0}
+            for m, real in (("smoke", 0.11), ("real", 0.97)) for s in (0, 1)]
+    board = aggregate(pd.DataFrame(rows), ["acc_real_hard", "acc_syn_hard", "lrs"], ("dataset", "ipc", "method"))
+    flags = dict(zip(board["method"], board["sanity"]))
+    assert flags["smoke"].startswith("full-data reference near chance (acc_real_hard 11.0 %") and flags["real"] == ""
+    shown = format_leaderboard(board)
+    assert list(shown.columns)[-1] == "sanity"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_ui_starts_mlflow_on_localhost(tmp_path, monkeypatch, capsys):
+    use_store(monkeypatch, tmp_path / "store")
+    assert cli_main(["ui", "--print"]) == 0
+    command = capsys.readouterr().out
+    assert command.startswith(sys.executable) and "--host 127.0.0.1" in command and "mlflow ui" in command
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "ddlib", "ui", "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline, status = time.time() + 90, None
+        while time.time() < deadline and status is None:
+            try:
+                status = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read()
+                time.sleep(0.5)
+        assert status == 200
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
