@@ -37,9 +37,9 @@ summary: $(STAMP)
 leaderboard: $(STAMP)
 	$(PY) -m ddlib leaderboard --out site
 
-# prints the runs page of every experiment (stderr), then serves MLflow's UI on the store
+# prints the runs page of every experiment, then serves MLflow's UI on the store at http://127.0.0.1:5000
 ui: $(STAMP)
-	$(VENV)/bin/$$($(PY) -m ddlib ui)
+	$(PY) -m ddlib ui
 
 server: $(STAMP)
 	$(PY) -m ddlib server --port $(PORT) $(if $(BACKEND),--backend-store-uri '$(BACKEND)') $(if $(ARTIFACTS),--artifacts-destination '$(ARTIFACTS)')

@@ -1,11 +1,12 @@
 """Data: real datasets as tensors (``datasets``: the registry and the ``Dataset`` type; ``loaders``:
 the file formats, which register themselves into it), distilled sets (``distilled``) and content
-digests (``digest``). Imports run one way: ``loaders`` and ``distilled`` import ``datasets``.
+digests (``digest``); ``streaming``: large ImageFolders (ImageNet) read lazily, batch by batch. Imports run one way: ``loaders`` and ``distilled`` import ``datasets``.
 
 The face of the package is the registry: ``from ddlib.data import load_dataset``.
 """
 
 from ddlib.data import loaders as _loaders  # noqa: F401  (registers mnist, cifar10, ..., imagefolder:)
+from ddlib.data import streaming as _streaming  # noqa: F401  (registers stream: large ImageFolders read lazily)
 from ddlib.data.datasets import Dataset, DatasetError, list_datasets, load_dataset, register_dataset
 
 __all__ = ["Dataset", "DatasetError", "list_datasets", "load_dataset", "register_dataset"]

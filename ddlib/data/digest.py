@@ -18,6 +18,9 @@ def tensor_digest(*tensors: torch.Tensor | None) -> str:
         if t is None:
             h.update(b"none")
             continue
+        if hasattr(t, "content_digest"):  # images read from files on demand (ddlib.data.streaming)
+            h.update(f"files:{t.content_digest()}".encode())
+            continue
         t = t.detach().cpu().contiguous()
         h.update(f"{tuple(t.shape)}{t.dtype}".encode())
         h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())

@@ -89,7 +89,8 @@ def validate_set_params(protocol: str, defaults: dict, params: dict, trained_mod
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown} for protocol {protocol}; known: {sorted(defaults)}")
     p = {**defaults, **params}
-    if not isinstance(p["dataset"], str) or not (p["dataset"] in list_datasets() or p["dataset"].startswith("imagefolder:")):
+    prefixes = tuple(name[: -len("<path>")] for name in list_datasets() if name.endswith(":<path>"))  # imagefolder:, stream:
+    if not isinstance(p["dataset"], str) or not (p["dataset"] in list_datasets() or p["dataset"].startswith(prefixes)):
         raise ValueError(f"dataset: unknown dataset {p['dataset']!r}; known: {list_datasets()}")
     if "model" in p and p["model"] is not None and p["model"] not in list_models():
         raise ValueError(f"model: unknown model {p['model']!r}; known: {list_models()}")

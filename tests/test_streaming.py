@@ -1,0 +1,140 @@
+"""Large ImageFolders read lazily (``stream:``): the same pixels, statistics and trained accuracy as the
+in-memory ``imagefolder:`` loader, with peak memory bounded by the batch instead of the dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from ddlib.data.datasets import load_dataset
+from ddlib.data.digest import tensor_digest
+from ddlib.data.streaming import FileImages, stream_imagefolder
+from ddlib.engine.train import Recipe, train_and_evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_tree(root: Path, classes: int, train: int, test: int, size: int, fmt: str = "png", seed: int = 0) -> Path:
+    """``root/train/c<k>/*`` and ``root/test/c<k>/*``: each class a colour plus noise (learnable)."""
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", train), ("test", test)):
+        for c in range(classes):
+            folder = root / split / f"c{c}"
+            folder.mkdir(parents=True, exist_ok=True)
+            base = rng.integers(0, 256, size=3)
+            for i in range(count):
+                noise = rng.integers(-60, 60, size=(size, size, 3))
+                arr = np.clip(base + noise, 0, 255).astype(np.uint8)
+                Image.fromarray(arr).save(folder / f"{i:05d}.{fmt}")
+    return root
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLIB_CACHE", str(tmp_path / "cache"))
+
+
+def test_stream_reads_the_same_pixels_and_trains_to_the_same_accuracy(tmp_path, cache):
+    tree = make_tree(tmp_path / "tree", classes=3, train=20, test=6, size=12)
+    eager = load_dataset(f"imagefolder:{tree}")
+    lazy = load_dataset(f"stream:{tree}")
+    assert isinstance(lazy.train_images, FileImages) and lazy.extra["streaming"]
+    assert tuple(lazy.train_images.shape) == tuple(eager.train_images.shape) == (60, 3, 12, 12)
+    assert lazy.class_names == eager.class_names and torch.equal(lazy.train_labels, eager.train_labels)
+    assert lazy.mean == pytest.approx(eager.mean, abs=1e-12) and lazy.std == pytest.approx(eager.std, abs=1e-12)
+    idx = torch.tensor([5, 0, 59, 33])
+    assert torch.equal(lazy.train_images[idx], eager.train_images[idx])
+    assert torch.equal(lazy.test_images[2:9], eager.test_images[2:9])
+    view = lazy.train_images.to("cpu")  # nothing read; a selection larger than the limit stays lazy
+    view.decode_limit = 10
+    assert isinstance(view[torch.arange(40)], FileImages) and torch.equal(view[torch.arange(40)][3:5],
+                                                                          eager.train_images[3:5])
+    recipe = Recipe(epochs=3, batch_size=16, eval_batch_size=8)
+    common = dict(num_classes=3, recipe=recipe, seeds=[0], device="cpu")
+    a = train_and_evaluate("mlp", eager.train_images, eager.train_labels, eager.test_images, eager.test_labels,
+                           mean=eager.mean, std=eager.std, **common)
+    b = train_and_evaluate("mlp", lazy.train_images, lazy.train_labels, lazy.test_images, lazy.test_labels,
+                           mean=lazy.mean, std=lazy.std, **common)
+    assert a[0].test_accuracy == b[0].test_accuracy and a[0].epoch_losses == b[0].epoch_losses
+    # reuse keys: the files' identity, stable, and changed when a file changes
+    first = tensor_digest(lazy.train_images, lazy.train_labels)
+    assert first == tensor_digest(stream_imagefolder(tree).train_images, lazy.train_labels)
+    victim = tree / "train" / "c1" / "00003.png"
+    Image.fromarray(np.zeros((12, 12, 3), np.uint8)).save(victim)
+    os.utime(victim, ns=(1, 1))
+    assert tensor_digest(stream_imagefolder(tree).train_images, lazy.train_labels) != first
+
+
+def test_stream_names_a_bad_file_and_a_size_mismatch(tmp_path, cache):
+    tree = make_tree(tmp_path / "tree", classes=2, train=3, test=2, size=8)
+    Image.fromarray(np.zeros((10, 8, 3), np.uint8)).save(tree / "train" / "c0" / "odd.png")
+    ds = stream_imagefolder(tree, mean=(0.5,) * 3, std=(0.25,) * 3)
+    with pytest.raises(ValueError, match=r"odd.png is 8x10 \(WxH\).*size=S"):
+        ds.train_images[torch.arange(len(ds.train_images))]
+    resized = stream_imagefolder(tree, size=6)  # shorter side to 6, centre crop: every image 6x6
+    assert tuple(resized.train_images[torch.arange(7)].shape) == (7, 3, 6, 6)
+    (tree / "train" / "c1" / "00000.png").write_bytes(b"not an image")
+    with pytest.raises(ValueError, match="cannot read image .*00000.png"):
+        stream_imagefolder(tree, size=6).train_images[torch.arange(7)]
+
+
+def test_stream_dataset_names_pass_protocol_validation():
+    from ddlib.protocols import label_robust
+
+    assert label_robust.validate({"dataset": "stream:/data/imagenet"})["dataset"] == "stream:/data/imagenet"
+
+
+PROBE = textwrap.dedent("""
+    import json, resource, sys
+    import torch
+    from ddlib.data.datasets import load_dataset
+    from ddlib.data.digest import tensor_digest
+    from ddlib.engine.train import Recipe, train_and_evaluate
+
+    torch.set_num_threads(1)
+    recipe = Recipe(epochs=1, batch_size=32, eval_batch_size=32)
+    kw = dict(num_classes=10, mean=(0.5,) * 3, std=(0.25,) * 3, recipe=recipe, seeds=[0], device="cpu",
+              model_kwargs={"width": 8})
+    x = torch.randint(0, 256, (64, 3, 128, 128), dtype=torch.uint8)  # warm-up: the same shapes, batch for batch
+    train_and_evaluate("mlp", x, torch.arange(64) % 10, x, torch.arange(64) % 10, **kw)
+    from ddlib.data.streaming import stream_imagefolder  # and the decoders and their threads, on a few files
+    stream_imagefolder(sys.argv[2], mean=(0.5,) * 3, std=(0.25,) * 3).train_images[torch.arange(64)]
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    ds = load_dataset(sys.argv[1])
+    (result,) = train_and_evaluate("mlp", ds.train_images, ds.train_labels, ds.test_images, ds.test_labels, **kw)
+    tensor_digest(ds.train_images, ds.train_labels)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"growth_mb": (peak - base) / 1024, "accuracy": result.test_accuracy}))
+""")
+
+
+def _peak_growth(name: str, tmp_path: Path, warm: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DDLIB_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", PROBE, name, str(warm)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_streaming_peak_memory_stays_bounded(tmp_path):
+    """A full-data training pass over 3,300 128x128 colour images (162 MB decoded): the streaming loader's
+    peak memory grows by a few batches, the in-memory loader's by the whole decoded array."""
+    tree = make_tree(tmp_path / "tree", classes=10, train=300, test=30, size=128, fmt="jpg")
+    warm = make_tree(tmp_path / "warm", classes=2, train=32, test=1, size=128, fmt="jpg", seed=1)
+    decoded_mb = 3300 * 3 * 128 * 128 / 2**20  # 162 MB
+    lazy = _peak_growth(f"stream:{tree}", tmp_path, warm)
+    eager = _peak_growth(f"imagefolder:{tree}", tmp_path, warm)
+    print(f"decoded {decoded_mb:.0f} MB; peak memory growth: stream {lazy['growth_mb']:.1f} MB, "
+          f"imagefolder {eager['growth_mb']:.1f} MB")
+    assert lazy["accuracy"] == pytest.approx(eager["accuracy"], abs=0.02)  # the same data (JPEG decoders agree)
+    assert eager["growth_mb"] > 0.8 * decoded_mb, eager  # the control: the whole array in memory
+    assert lazy["growth_mb"] < 0.25 * decoded_mb, lazy  # bounded: batches (and allocator noise, 10-30 MB), not the dataset
