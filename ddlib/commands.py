@@ -119,7 +119,7 @@ def _add_score_parser(sub) -> None:
     score.add_argument("--normalized", action="store_true", default=None,
                        help="the file's images are normalised with the dataset's mean/std")
     score.add_argument("--allow-unequal", action="store_true", help="accept unequal images per class")
-    score.add_argument("--experiment-index", type=int, help="which experiment of a DC-format file (default 0)")
+    score.add_argument("--experiment-index", type=int, help="which experiment of a DC-format file (default: the last)")
     score.add_argument("--zca-space", action="store_true", default=None, help="the images are ZCA-whitened (MTT --zca)")
     score.add_argument("--force", action="store_true", help="score again even if this cell already finished")
     score.add_argument("--dry-run", action="store_true", help="check the set and list the cell; run nothing")

@@ -80,7 +80,7 @@ def test_stream_names_a_bad_file_and_a_size_mismatch(tmp_path, cache):
     ds = stream_imagefolder(tree, mean=(0.5,) * 3, std=(0.25,) * 3)
     with pytest.raises(ValueError, match=r"odd.png is 8x10 \(WxH\).*size=S"):
         ds.train_images[torch.arange(len(ds.train_images))]
-    resized = stream_imagefolder(tree, size=6)  # shorter side to 6, centre crop: every image 6x6
+    resized = load_dataset(f"stream:{tree}?size=6")  # shorter side to 6, centre crop: every image 6x6
     assert tuple(resized.train_images[torch.arange(7)].shape) == (7, 3, 6, 6)
     (tree / "train" / "c1" / "00000.png").write_bytes(b"not an image")
     with pytest.raises(ValueError, match="cannot read image .*00000.png"):

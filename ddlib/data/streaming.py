@@ -193,5 +193,9 @@ def stream_imagefolder(path: str | os.PathLike, name: str | None = None, size: i
 
 @register_prefix("stream")
 def load_stream_dataset(path: str | os.PathLike, name: str | None = None) -> Dataset:
-    """``stream:<path>``: :func:`stream_imagefolder` with every image at the first one's size."""
-    return stream_imagefolder(path, name=name)
+    """``stream:<path>``: :func:`stream_imagefolder` with every image at the first one's size;
+    ``stream:<path>?size=S``: every image resized to S x S (shorter side, centre crop)."""
+    text, _, size = str(path).partition("?size=")
+    if size and not size.isdigit():
+        raise DatasetError(f"stream:{path}: size must be a positive integer, got {size!r}")
+    return stream_imagefolder(text, name=name, size=int(size) if size else None)
