@@ -374,10 +374,16 @@ def _decode_files(files: Sequence[str], channels: int | None) -> np.ndarray:
 
 def _channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Exact per-channel mean and (population) std of uint8 pixels, in [0, 1] units, via 256-bin histograms."""
+    return histogram_stats([np.bincount(images[:, c].reshape(-1), minlength=256) for c in range(images.shape[1])])
+
+
+def histogram_stats(histograms: Sequence[np.ndarray]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and (population) std, in [0, 1] units, from each channel's 256-bin histogram of
+    uint8 pixels (exact; histograms of batches add up, so a streaming pass gives the same numbers)."""
     values = np.arange(256, dtype=np.float64) / 255.0
     means, stds = [], []
-    for c in range(images.shape[1]):
-        hist = np.bincount(images[:, c].reshape(-1), minlength=256).astype(np.float64)
+    for hist in histograms:
+        hist = np.asarray(hist, dtype=np.float64)
         total = hist.sum()
         m = float((hist * values).sum() / total)
         var = float((hist * values**2).sum() / total - m * m)

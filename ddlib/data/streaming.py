@@ -144,19 +144,14 @@ class FileImages:
 
 def _channel_stats(images: FileImages, batch_size: int = 64) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Exact per-channel mean and std of uint8 pixels in [0, 1] units, one batch at a time."""
-    hist = np.zeros((images.channels, 256), dtype=np.float64)
+    from ddlib.data.loaders import histogram_stats
+
+    hist = np.zeros((images.channels, 256), dtype=np.int64)
     for batch in images.cpu().batches(batch_size):
         arr = batch.numpy()
         for c in range(images.channels):
             hist[c] += np.bincount(arr[:, c].reshape(-1), minlength=256)
-    values = np.arange(256, dtype=np.float64) / 255.0
-    means, stds = [], []
-    for c in range(images.channels):
-        total = hist[c].sum()
-        m = float((hist[c] * values).sum() / total)
-        means.append(m)
-        stds.append(max(float((hist[c] * values**2).sum() / total - m * m), 0.0) ** 0.5)
-    return tuple(means), tuple(stds)
+    return histogram_stats(list(hist))
 
 
 def stream_imagefolder(path: str | os.PathLike, name: str | None = None, size: int | None = None,
