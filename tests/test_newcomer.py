@@ -223,8 +223,12 @@ def test_near_chance_flags_reference_and_set_not_the_random_subset():
         "full-data reference near chance (acc_real_hard 11.5 %, chance 10.0 %)"]
     assert metrics.near_chance({"acc_real_hard": 0.125, "acc_syn_hard": 0.119}, 10) == [
         "distilled set near chance (acc_syn_hard 11.9 %, chance 10.0 %)"]
-    assert metrics.near_chance({"clean_acc": 0.02}, 100) == [
-        "distilled set near chance (clean_acc 2.0 %, chance 1.0 %)"]
+    assert metrics.near_chance({"clean_acc": 0.015}, 100) == [
+        "distilled set near chance (clean_acc 1.5 %, chance 1.0 %)"]
+    assert metrics.near_chance({"clean_acc": 0.025}, 100) == []
+    # 1000 classes: within chance of chance (0.1 % + 0.1 %), not 2 points: 1.5 % at IPC 1 is a result
+    assert metrics.near_chance({"acc_syn_hard": 0.015}, 1000) == []
+    assert len(metrics.near_chance({"acc_syn_hard": 0.0015}, 1000)) == 1
     assert metrics.near_chance({"acc_real_hard": 0.98, "acc_syn_hard": 0.5}, 10) == []
 
 
