@@ -147,8 +147,8 @@ class CellResult:
         self.run_id, self.per_seed, self.summary, self.data, self.name = run_id, per_seed, summary, data, name
 
     def table(self) -> pd.DataFrame:
-        cols = [c for c in self.per_seed.columns if c != "seed"]
-        return pd.DataFrame({"mean": [self.summary.get(f"{c}_mean", np.nan) for c in cols],
+        cols = [c for c in self.per_seed.columns if f"{c}_mean" in self.summary]  # values, not logged lrs
+        return pd.DataFrame({"mean": [self.summary[f"{c}_mean"] for c in cols],
                              "std": [self.summary.get(f"{c}_std", np.nan) for c in cols]}, index=cols)
 
     def __repr__(self) -> str:
