@@ -122,6 +122,7 @@ def test_dry_run_fails_on_a_missing_file_or_data_root_before_anything_runs(npz_s
     assert "dataset 'cifar10'" in err and "no_cifar_here" in err
 
 
+@pytest.mark.filterwarnings("ignore:sanity")  # 5 epochs: its accuracies are near chance, as intended
 def test_dry_run_lists_cells_with_params_reuse_and_estimate(npz_set, tmp_path, monkeypatch, capsys):
     """A first dry run on an empty store: every cell to run, params resolved, no estimate; after one
     cell ran in process, the other cell of the same setting reuses its random-subset and reference
