@@ -82,7 +82,7 @@ def test_score_cli_and_python_api_give_the_same_numbers(npz_set, tmp_path, monke
     assert len(list((tmp_path / "api" / "sets").glob("set-*.npz"))) == 1
 
 
-def test_score_refuses_a_missing_or_bad_set_before_anything_runs(tmp_path, monkeypatch, capsys):
+def test_score_refuses_a_missing_or_bad_set_before_anything_runs(npz_set, tmp_path, monkeypatch, capsys):
     store = use_store(monkeypatch, tmp_path / "store")
     assert cli_main(["score", str(tmp_path / "nope.npz"), "--dataset", "digits"]) == 2
     assert "nope.npz: no such file" in capsys.readouterr().err
@@ -92,6 +92,14 @@ def test_score_refuses_a_missing_or_bad_set_before_anything_runs(tmp_path, monke
     err = capsys.readouterr().err
     assert "bad.npz" in err and "labels" in err
     assert not (store / "mlflow.db").exists()  # nothing was tracked
+    from ddlib.data.datasets import load_dataset
+    from ddlib.data.distilled import load, save
+
+    pt = save(load(npz_set, load_dataset("digits")), tmp_path / "as_pt.pt")  # the same set as a .pt
+    assert cli_main(["score", str(pt), "--dataset", "digits", "--seeds", "0", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "[run]  as_pt-ipc2-convnet" in out and '"seeds": [0]' in out and "would run 1" in out
+    assert not (store / "mlflow.db").exists()  # a dry run writes nothing
     with pytest.raises(ValueError, match="give images and labels, or path"):
         ddlib.score(dataset="digits")
 
