@@ -120,7 +120,7 @@ def export_tables(boards=None, names: Iterable[str] | None = None, formatted: bo
         table = _with_recipe(board)
         if formatted and any(c.endswith("_mean") for c in table.columns):
             keys = [c for c in table.columns if not c.endswith(("_mean", "_std", "_low", "_high", "_per_seed"))
-                    and c not in ("series", "family", "runs", "seeds", "rank", "tied_with", "config")]
+                    and c not in ("series", "family", "runs", "seeds", "rank", "tied_with", "config", "sanity")]
             shown = format_leaderboard(table, row_params=keys)
             table = shown
         out[name] = table.reset_index(drop=True)
