@@ -122,12 +122,14 @@ def test_dry_run_fails_on_a_missing_file_or_data_root_before_anything_runs(npz_s
     assert time.perf_counter() - started < 60  # failed at the check, not after training the first cells
     assert not (store / "mlflow.db").exists()
 
-    grid["params"].update(dataset="cifar10", data_root=str(tmp_path / "no_cifar_here"))
+    empty = tmp_path / "no_cifar_here"  # a data root that exists but holds no CIFAR-10: found by loading it
+    empty.mkdir()
+    grid["params"].update(dataset="cifar10", data_root=str(empty))
     grid["grid"]["method"] = ["random"]
     path.write_text(yaml.safe_dump(grid))
     assert cli_main(["run", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "dataset 'cifar10'" in err and "no_cifar_here" in err
+    assert "dataset 'cifar10'" in err and "no_cifar_here" in err and "before anything ran" in err
 
 
 @pytest.mark.filterwarnings("ignore:sanity")  # 5 epochs: its accuracies are near chance, as intended
@@ -190,14 +192,14 @@ def test_runs_lists_cells_by_status(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_export_writes_recipe_columns_and_flags_near_chance_rows(npz_set, tmp_path, monkeypatch, capsys):
     """Two rows that differ only in their recipe are told apart by recipe and epochs columns (not only
-    by a hash); a full-data reference that never learned (lr 0) is flagged in the notebook (a warning,
+    by a hash); a full-data reference that never learned (lr 1e-12) is flagged in the notebook (a warning,
     a tag) and in the exported leaderboard."""
     use_store(monkeypatch, tmp_path / "store")
     base = {**FAST, "seeds": [0]}
     ddlib.score(path=npz_set, dataset="digits", method="mine", **{**base, "recipe": {"epochs": 30, "batch_size": 64}})
     with pytest.warns(UserWarning, match="full-data reference near chance"):
         broken = ddlib.score(path=npz_set, dataset="digits", method="mine",
-                             **{**base, "recipe": {"epochs": 40, "batch_size": 64}, "real_recipe": {"epochs": 1, "lr": 0.0}})
+                             **{**base, "recipe": {"epochs": 40, "batch_size": 64}, "real_recipe": {"epochs": 1, "lr": 1e-12}})
     assert "full-data reference near chance" in tracking.client().get_run(broken.run_id).data.tags["ddlib.sanity"]
 
     out = tmp_path / "board.md"
