@@ -87,6 +87,27 @@ def test_stream_names_a_bad_file_and_a_size_mismatch(tmp_path, cache):
         stream_imagefolder(tree, size=6).train_images[torch.arange(7)]
 
 
+def test_a_label_robust_cell_runs_on_a_streamed_dataset(tmp_path, cache, monkeypatch):
+    """The full-data reference, the validation split and the random subsets of an LRS cell, on
+    ``stream:``: the same accuracies as on the in-memory ``imagefolder:`` copy of the same tree."""
+    import ddlib
+    from ddlib import tracking
+
+    monkeypatch.setenv("DDLIB_MLRUNS", str(tmp_path / "store"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    monkeypatch.setattr(tracking, "_CLIENTS", {})
+    tree = make_tree(tmp_path / "tree", classes=3, train=20, test=6, size=12)
+    eager = load_dataset(f"imagefolder:{tree}")
+    pick = torch.cat([torch.nonzero(eager.train_labels == c)[:2, 0] for c in range(3)])
+    params = dict(seeds=[0], model="mlp", recipe={"epochs": 5, "batch_size": 8}, real_recipe={"epochs": 2},
+                  lr_policy="fixed", val_fraction=0.2)
+    images, labels = eager.train_images[pick].float() / 255, eager.train_labels[pick]
+    lazy = ddlib.score(images, labels, dataset=f"stream:{tree}", **params)
+    ref = ddlib.score(images, labels, dataset=f"imagefolder:{tree}", **params)
+    columns = ["acc_syn_hard", "acc_rdm_hard", "acc_real_hard"]
+    assert lazy.per_seed[columns].to_dict() == ref.per_seed[columns].to_dict()
+
+
 def test_stream_dataset_names_pass_protocol_validation():
     from ddlib.protocols import label_robust
 

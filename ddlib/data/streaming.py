@@ -124,6 +124,13 @@ class FileImages:
                 out[i] = arr
         return out
 
+    def float(self) -> torch.Tensor:
+        """Every image as a float tensor (0-255, as ``uint8_tensor.float()``): reads them all, for a
+        subset or a set small enough to hold (the training loop never calls it)."""
+        if not len(self):
+            return torch.empty((0, *self.shape[1:]), device=self.device)
+        return torch.cat([batch.float() for batch in self.batches(self.decode_limit)])
+
     def batches(self, batch_size: int = 256):
         """The images in order, ``batch_size`` at a time (decoded tensors)."""
         for i in range(0, len(self), batch_size):

@@ -38,7 +38,7 @@ KMEANS_N_INIT = 10
 def subset_from_indices(dataset: Dataset, indices: torch.Tensor, method: str, provenance: dict) -> DistilledSet:
     indices = indices.sort().values
     return DistilledSet(
-        images=dataset.pixels("train")[indices].clone(),
+        images=as_pixels(dataset.train_images[indices]).clone(),  # the subset's pixels only (a streamed set: read)
         labels=dataset.train_labels[indices].clone(),
         num_classes=dataset.num_classes,
         method=method,
