@@ -19,8 +19,9 @@ whole training set) hold one batch of pixels at a time: peak memory is bounded b
 by the dataset (``tests/test_streaming.py`` measures it). Per-channel mean and std are computed in
 one streaming pass (256-bin histograms per channel, exact) unless given. Every image must have the
 first one's size unless ``size`` is given (then each is resized, shorter side to ``size``, and
-centre-cropped to ``size`` x ``size``, the usual ImageNet preprocessing). What needs the whole set as
-one tensor (ZCA, K-Center features, DM's real batches) still needs ``imagefolder:``.
+centre-cropped to ``size`` x ``size``, the usual ImageNet preprocessing). Random and K-Center subsets
+read only their own images; ZCA whitening (fitted on the whole training set) and the DM distiller
+are not made for streamed data: use ``imagefolder:`` for those.
 """
 
 from __future__ import annotations
