@@ -49,7 +49,7 @@ def _cmd_score(args) -> int:
     from ddlib.runner import GridError, run_grid
     from ddlib.scoring import cell_result, resolve_cell, score_grid, write_grid
 
-    options = {k: getattr(args, k) for k in ("normalized", "allow_unequal", "experiment_index", "zca_space")}
+    options = {k: getattr(args, k) for k in ("normalized", "allow_unequal", "experiment_index", "zca_space", "trusted")}
     options["experiment"] = options.pop("experiment_index")
     options = {k: v for k, v in options.items() if v not in (None, False)}
     try:
@@ -121,6 +121,8 @@ def _add_score_parser(sub) -> None:
     score.add_argument("--allow-unequal", action="store_true", help="accept unequal images per class")
     score.add_argument("--experiment-index", type=int, help="which experiment of a DC-format file (default: the last)")
     score.add_argument("--zca-space", action="store_true", default=None, help="the images are ZCA-whitened (MTT --zca)")
+    score.add_argument("--trusted", action="store_true",
+                       help="a .pt file the safe loader refuses may be fully unpickled (runs code: only files you trust)")
     score.add_argument("--force", action="store_true", help="score again even if this cell already finished")
     score.add_argument("--dry-run", action="store_true", help="check the set and list the cell; run nothing")
     score.add_argument("--quiet", action="store_true", help="no progress bar")

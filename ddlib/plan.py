@@ -2,7 +2,7 @@
 
 :func:`plan_grid` validates the params file, loads every data root each cell names (a missing or
 unreadable dataset fails here) and every input file (a set, a preset, teachers, a ground-truth
-CSV: :func:`ddlib.runner.check_cell_inputs`), then reads the store and says, per cell:
+CSV: the runner's own :func:`ddlib.runner.check_cell_inputs`), then reads the store and says, per cell:
 
 * ``run`` or ``skip`` (a FINISHED run of the same config exists);
 * the evaluations it will **reuse** and those it will **train**: the random-subset and full-data
@@ -82,26 +82,6 @@ def _check_data(spec, cells) -> list[str]:
     return out
 
 
-def _check_inputs(spec, cells) -> None:
-    """Every input file of every cell, loaded as the notebook will (the runner's own check)."""
-    from ddlib import runner
-
-    if hasattr(runner, "check_cell_inputs"):
-        runner.check_cell_inputs(spec, cells)
-        return
-    from ddlib.data.datasets import load_dataset
-    from ddlib.methods.sources import obtain_set
-
-    for cell in cells:  # without the runner's check: at least the sets of file sources
-        source = cell.get("source") or {}
-        if source.get("kind") != "file":
-            continue
-        try:
-            obtain_set(cell["method"], source, load_dataset(cell["dataset"], cell.get("data_root")), cell["ipc"])
-        except (ValueError, OSError) as e:
-            raise runner.GridError(f"{spec.path}: cell {run_name(spec.protocol, cell)}: {e}") from None
-
-
 def _cells_with(tracker: Tracker, tag: str, value: str) -> list:
     return tracker.client.search_runs(
         [tracker.experiment_id], filter_string=f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED' "
@@ -166,12 +146,12 @@ def _evaluations(tracker: Tracker, tags: dict, params: dict) -> tuple[list[str],
 
 def plan_grid(path: str | os.PathLike, force: bool = False) -> GridPlan:
     """Validate, check every data root and input file, and plan each cell (see the module docstring)."""
-    from ddlib.runner import expand, load_grid
+    from ddlib.runner import check_cell_inputs, expand, load_grid
 
     spec = load_grid(path)
     cells = expand(spec)
     data = _check_data(spec, cells)
-    _check_inputs(spec, cells)
+    check_cell_inputs(spec, cells)  # the runner's own check: every set, preset, checkpoint, ground truth
     tracker = _read_only_tracker(spec.experiment)
     plans = []
     for params in cells:

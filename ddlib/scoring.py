@@ -34,7 +34,7 @@ __all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", 
 
 # Protocols that score a set (nas also needs a ground-truth file: run it from a params file).
 SET_PROTOCOLS = ("label_robust", "augmentation_robust", "adversarial", "augmentation", "transfer", "compression")
-FILE_OPTIONS = ("normalized", "allow_unequal", "experiment", "zca_space")  # keys of a file source
+FILE_OPTIONS = ("normalized", "allow_unequal", "experiment", "zca_space", "trusted")  # keys of a file source
 
 
 def method_name(path: str | os.PathLike) -> str:
@@ -65,7 +65,7 @@ def score_grid(path: str | os.PathLike, dataset: str, protocol: str = "label_rob
     """The one-cell params grid (a params-file mapping) that scores the set at ``path``.
 
     ``ipc`` is read from the file when not given; ``file_options`` are the file source's keys
-    (``normalized``, ``allow_unequal``, ``experiment``, ``zca_space``); ``params`` are the
+    (``normalized``, ``allow_unequal``, ``experiment``, ``zca_space``, ``trusted``); ``params`` are the
     protocol's parameters (``seeds``, ``preset``, ``recipe``, ...)."""
     if protocol not in SET_PROTOCOLS:
         raise ValueError(f"protocol must be one of {list(SET_PROTOCOLS)}, got {protocol!r}")
