@@ -17,6 +17,8 @@ package is never edited), and each one is listed in the output under ``workaroun
 * ``test_interval`` (an instance attribute, 20) -> the number of epochs: the peer tests every 20
   epochs and reports the best of those test accuracies; with fewer than 20 epochs it never tests
   and reports 0. Setting it to the epoch count tests once, after the last epoch, as ddlib does.
+  Only in the matched mode (spec ``test_interval``); the defaults mode (spec ``test_interval`` and
+  ``num_workers`` null) leaves it, and the DataLoader workers, at the peer's defaults.
 
 Usage (by vs_ddranking.py): ``python ddranking_wrapper.py SPEC.json``.
 """
@@ -195,8 +197,11 @@ def main(spec_path: str) -> None:
     common = dict(dataset="CIFAR10", real_data_path=spec["data_root"], ipc=int(spec["ipc"]),
                   model_name=spec["model_name"], optimizer=spec["optimizer"], lr_scheduler=spec["lr_scheduler"],
                   weight_decay=spec["weight_decay"], momentum=spec["momentum"], num_eval=len(seeds),
-                  im_size=(32, 32), num_epochs=epochs, use_zca=False, num_workers=int(spec["num_workers"]),
+                  im_size=(32, 32), num_epochs=epochs, use_zca=False,
                   teacher_dir=spec["teacher_dir"], teacher_model_names=[spec["model_name"]], device="cpu", dist=False)
+    if spec.get("num_workers") is not None:  # matched mode; the defaults mode keeps the peer's 4 workers
+        common["num_workers"] = int(spec["num_workers"])
+    test_interval = spec.get("test_interval")  # matched: the epoch count; defaults: None (the peer's 20)
     soft = dict(soft_label_mode="M", soft_label_criterion="kl",
                 loss_fn_kwargs={"temperature": float(spec["temperature"]), "scale_loss": False},
                 data_aug_func="cutmix", aug_params={"beta": float(spec["cutmix_beta"])})
@@ -320,14 +325,17 @@ def main(spec_path: str) -> None:
         f"set_seed() (clock-seeded) replaced in ddranking.metrics.soft_label/aug_robust: evaluation run i uses seed {seeds}[i]",
         "get_random_data_tensors replaced in ddranking.metrics.soft_label/aug_robust: returns ddlib's random subset "
         "(the peer's call passes its arguments in the wrong order and crashes)",
-        f"test_interval set to num_epochs ({epochs}) on each evaluator: one test after the last epoch (peer: every 20 "
-        "epochs, best test accuracy kept; 0 when num_epochs < 20)",
+        (f"test_interval set to {test_interval} on each evaluator: one test after the last epoch (peer: every 20 "
+         "epochs, best test accuracy kept; 0 when num_epochs < 20)") if test_interval is not None else
+        "test_interval left at the peer's default (every 20 epochs, best test accuracy kept)",
         "random_data_format='tensor' (LabelRobustScoreSoft's default 'tensors' is rejected by its own code)",
         "loss_fn_kwargs given explicitly (LabelRobustScoreSoft's default None crashes)",
         "AugmentationRobustScore run with lr_scheduler='cosineannealing' ('step' always crashes there)",
         "eval_full_data=True (REAL_DATA_ACC_CACHE has no CIFAR10 entry)",
-        f"num_workers={spec['num_workers']} (peer default 4 worker processes per DataLoader, re-forked every epoch)",
+        (f"num_workers={spec['num_workers']} (peer default 4 worker processes per DataLoader, re-forked every epoch)"
+         if spec.get("num_workers") is not None else "num_workers left at the peer's default (4)"),
     ]
+    result["mode"] = spec.get("mode", "matched")
 
     # the peer's view of the data, and the teacher on its test set (cross-checks with ddlib)
     t = time.perf_counter()
@@ -359,7 +367,10 @@ def main(spec_path: str) -> None:
             else:
                 ev = AugmentationRobustScore(**common, **soft, label_type="soft", batch_size=int(spec["batch_size"]),
                                              random_data_format="tensor", save_path=str(workdir / "results" / "ars.csv"))
-            ev.test_interval = epochs
+            if test_interval is not None:
+                ev.test_interval = int(test_interval)
+            result.setdefault("test_interval", {})[protocol] = ev.test_interval
+            result.setdefault("num_workers", {})[protocol] = ev.num_workers
             rec = Recorder(syn, state)
             for name in ("_compute_soft_label_metrics", "_compute_hard_label_metrics"):
                 setattr(ev, name, rec.trial(getattr(ev, name), "soft" if "soft" in name else "hard"))

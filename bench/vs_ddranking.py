@@ -24,6 +24,13 @@ Writes ``bench/results/vs_ddranking.json`` and prints a comparison table.
 
     .venv/bin/python bench/vs_ddranking.py --quick   # ~15 min on 2 CPU cores (first run: + ~2 min venv setup)
     .venv/bin/python bench/vs_ddranking.py           # default reductions, 2 seeds
+    .venv/bin/python bench/vs_ddranking.py --peer-defaults [--quick] [--seeds 0 1 2 3 4]
+
+``--peer-defaults`` runs the peer twice, as users run it (its defaults wherever they do not crash:
+a test every 20 epochs with the best test accuracy kept, 4 DataLoader workers, the lr searched on
+the test set in every evaluation run) and in the matched mode (one test after the last epoch, no
+workers), on the full 10,000-image test set, and writes ``ratio_defaults`` and ``ratio_matched``
+(peer wall time / ddlib wall time, LRS + ARS, teacher training excluded) at the top level of the JSON.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # before anything imports tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = Path(os.environ.get("DDLIB_SHARED") or ROOT.parent / "shared") / "data"
 ARCHIVE = SHARED / "cifar10-jpeg.tar.gz"
 DC_FILE = SHARED / "distilled" / "dc_cifar10_convnet_ipc10.pt"
 PEER_VENV = BENCH / ".venv-ddranking"
@@ -68,6 +75,11 @@ PEER_MODEL = "ConvNet-3"  # = ddlib "convnet": width 128, depth 3, GroupNorm(C, 
 
 QUICK = dict(seeds=[0], epochs=10, teacher_epochs=10, train_per_class=100, test_size=1000)
 DEFAULT = dict(seeds=[0, 1], epochs=20, teacher_epochs=20, train_per_class=200, test_size=2000)
+# --peer-defaults: the peer also at its defaults (tests every 20 epochs, keeps the best, 4 DataLoader
+# workers), on the full 10,000-image test set; 50 epochs (20 in --quick, so that it tests at all).
+PEER_DEFAULTS = dict(seeds=[0], epochs=50, teacher_epochs=20, train_per_class=200, test_size=None)
+PEER_DEFAULTS_QUICK = dict(seeds=[0], epochs=20, teacher_epochs=10, train_per_class=100, test_size=None)
+PEER_TEST_INTERVAL = 20  # the peer's default (LabelRobustScoreSoft / AugmentationRobustScore.__init__)
 
 
 # --------------------------------------------------------------------------- the peer's venv
@@ -199,7 +211,8 @@ def write_preset(path: Path, cfg: dict) -> Path:
         "citation": "bench/vs_ddranking.py workload: DD-Ranking 0.2.0 LabelRobustScoreSoft / AugmentationRobustScore "
                     "with soft_label_mode M (teacher relabelling), KL, CutMix",
         "recipe": {"epochs": cfg["epochs"], "batch_size": cfg["batch_size"], "optimizer": "sgd", "lr": 0.01,
-                   "momentum": 0.9, "weight_decay": 0.0005, "scheduler": "cosine"},
+                   "momentum": 0.9, "weight_decay": 0.0005, "scheduler": "cosine",
+                   **({"precision": cfg["precision"]} if cfg.get("precision") else {})},
         "labels": {"type": "teacher",
                    "loss": {"name": "kl", "temperature": cfg["temperature"], "t_squared": False},
                    "teacher": {"arch": "convnet", "count": 1}},
@@ -372,7 +385,7 @@ def defects(peer: dict, cfg: dict) -> list[dict]:
         "Accuracies are the maximum over periodic test evaluations (another test-set selection); with fewer than 20 "
         "epochs (or the last epochs past a multiple of 20) the model is never tested and the reported accuracy is "
         "0.0 (or ignores those epochs), silently.",
-        f"wrapper: test_interval set to num_epochs ({cfg['epochs']}) on each evaluator (one test after the last "
+        f"wrapper (matched mode): test_interval set to num_epochs ({cfg['epochs']}) on each evaluator (one test after the last "
         "epoch, as ddlib)")
     add("percent-scores", "LRS and ARS computed from percentage points", True,
         [c.get("accuracy_percent"), c.get("lrs_formula_percent"), c.get("lrs_exp"), c.get("ars_formula_percent"),
@@ -460,6 +473,24 @@ def defects(peer: dict, cfg: dict) -> list[dict]:
     return out
 
 
+def defaults_table(results: dict, protocols: list[str]) -> str:
+    """The peer at its defaults beside the matched mode: accuracies, wall time, the ratio to ddlib."""
+    keys = {"lrs": ["acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any"],
+            "ars": ["acc_syn_aug", "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug"]}
+    row = "{:<34} {:>18} {:>18} {:>18}"
+    lines = ["\nDD-Ranking at its defaults (test every 20 epochs, best kept; 4 loader workers) vs matched"]
+    lines.append(row.format("", "ddlib", "peer matched", "peer defaults"))
+    for p in protocols:
+        ours, matched, dflt = results["ours"][p], results["peer"][p], results["peer_defaults"][p]
+        for k in keys[p]:
+            lines.append(row.format(f"{p.upper()} {k}", fmt(*_ms([r[k] for r in ours["per_seed"]])),
+                                    fmt(*_ms([r[k] for r in matched["per_seed"]])),
+                                    fmt(*_ms([r[k] for r in dflt["per_seed"]]))))
+        lines.append(row.format(f"{p.upper()} wall seconds", f"{ours['wall_seconds']:.0f}",
+                                f"{matched['wall_seconds']:.0f}", f"{dflt['wall_seconds']:.0f}"))
+    return "\n".join(lines)
+
+
 def fmt(mean: float, std: float, scale: float = 100.0, digits: int = 1) -> str:
     if mean != mean:
         return "n/a"
@@ -512,12 +543,66 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_peer(spec: dict, spec_file: Path) -> dict:
+    """One run of the wrapper in the peer's venv: its raw JSON, wall time and the load average around it."""
+    spec_file.write_text(json.dumps(spec, indent=1))
+    t = time.perf_counter()
+    load_before = os.getloadavg()
+    log_file = spec_file.with_suffix(".log")
+    with open(log_file, "w") as log:
+        proc = subprocess.run([str(peer_python()), str(WRAPPER), str(spec_file)], stdout=log,
+                              stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"})
+    wall = time.perf_counter() - t
+    log_text = log_file.read_text()
+    if proc.returncode != 0:
+        return {"failed": proc.returncode, "log_tail": log_text[-8000:]}
+    raw = json.loads(Path(spec["out"]).read_text())
+    raw["process_log_tail"] = log_text[-4000:]
+    return {"raw": raw, "process_seconds": round(wall, 1),
+            "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]}
+
+
+def ratios(results: dict, protocols: list[str]) -> dict:
+    """Peer wall time / ddlib wall time over the protocols run (LRS + ARS), per mode and per protocol.
+    ddlib's wall time excludes teacher training (the peer is handed the teacher as a file); the
+    peer's is its metric objects' construction and compute_metrics (not its process start)."""
+    ours = sum(results["ours"][p]["wall_seconds"] for p in protocols)
+    out = {"ratios": {"ddlib_wall_seconds": round(ours, 1), "per_protocol": {}}}
+    for key, mode in (("ratio_matched", "peer"), ("ratio_defaults", "peer_defaults")):
+        peer = results.get(mode)
+        if not peer or any(p not in peer for p in protocols):
+            continue
+        wall = sum(peer[p]["wall_seconds"] for p in protocols)
+        out[key] = round(wall / ours, 3)
+        out["ratios"][f"{key.removeprefix('ratio_')}_peer_wall_seconds"] = round(wall, 1)
+        for p in protocols:
+            out["ratios"]["per_protocol"].setdefault(p, {})[key.removeprefix("ratio_")] = round(
+                peer[p]["wall_seconds"] / results["ours"][p]["wall_seconds"], 3)
+    return out
+
+
 # --------------------------------------------------------------------------- main
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help=f"minimal run: {QUICK}")
+    ap.add_argument("--quick", action="store_true", help=f"minimal run: {QUICK} (with --peer-defaults: "
+                                                         f"{PEER_DEFAULTS_QUICK})")
+    ap.add_argument("--peer-defaults", action="store_true",
+                    help=f"also run the peer at its defaults (test every {PEER_TEST_INTERVAL} epochs, keep the best; "
+                         f"4 loader workers) beside the matched mode, full test set; defaults {PEER_DEFAULTS}")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "auto"],
+                    help="ddlib's training precision (Recipe.precision; default: the recipe's default)")
     ap.add_argument("--seeds", type=int, nargs="+", help=f"default {DEFAULT['seeds']}")
     ap.add_argument("--epochs", type=int, help=f"epochs of every training on a 100-image set and of the full-data "
                                                f"reference (the peer uses one number for both); default {DEFAULT['epochs']}")
@@ -534,7 +619,10 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (MLflow stores, peer workdir)")
     args = ap.parse_args(argv)
 
-    base = dict(QUICK if args.quick else DEFAULT)
+    if args.peer_defaults:
+        base = dict(PEER_DEFAULTS_QUICK if args.quick else PEER_DEFAULTS)
+    else:
+        base = dict(QUICK if args.quick else DEFAULT)
     for key in ("seeds", "epochs", "teacher_epochs", "train_per_class", "test_size"):
         if getattr(args, key) is not None:
             base[key] = getattr(args, key)
@@ -551,7 +639,7 @@ def main(argv=None) -> int:
                                "never decaying below 100 epochs), batch 256, same epochs",
            "teacher_recipe": {"epochs": base["teacher_epochs"], "batch_size": 256, "optimizer": "sgd", "lr": 0.01,
                               "momentum": 0.9, "weight_decay": 0.0005, "scheduler": "step"},
-           "threads": None}
+           "threads": None, "peer_defaults": args.peer_defaults, "precision": args.precision}
     for need in (ARCHIVE, DC_FILE):
         if not need.exists():
             print(f"missing {need}", file=sys.stderr)
@@ -564,9 +652,11 @@ def main(argv=None) -> int:
     from ddlib.data.loaders import cache_dir, extract_archive
 
     results: dict = {"benchmark": "vs_ddranking", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "ratio_defaults": None, "ratio_matched": None,
                      "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                                 "cpus": os.cpu_count(), "torch_threads": cfg["threads"],
-                                 "cuda": torch.cuda.is_available()},
+                                 "cpu_model": cpu_model(), "cpus": os.cpu_count(), "torch_threads": cfg["threads"],
+                                 "cuda": torch.cuda.is_available(),
+                                 "load_average_start": [round(v, 2) for v in os.getloadavg()]},
                      "settings": cfg, "ours": {}, "peer": {}}
     t_all = time.perf_counter()
 
@@ -599,7 +689,8 @@ def main(argv=None) -> int:
         # 3. ddlib
         preset = write_preset(scratch / "vs_ddranking_preset.yaml", cfg)
         hard_recipe = {"epochs": cfg["epochs"], "batch_size": 256, "optimizer": "sgd", "lr": 0.01, "momentum": 0.9,
-                       "weight_decay": 0.0005, "scheduler": "cosine"}
+                       "weight_decay": 0.0005, "scheduler": "cosine",
+                       **({"precision": cfg["precision"]} if cfg.get("precision") else {})}
         shared = dict(dataset="cifar10", data_root=str(tree), method="dc",
                       source={"kind": "file", "path": str(DC_FILE)}, ipc=IPC, model="convnet", seeds=list(cfg["seeds"]),
                       baseline_seed=0, device="cpu", train_per_class=cfg["train_per_class"], test_size=cfg["test_size"],
@@ -644,50 +735,56 @@ def main(argv=None) -> int:
         tensors = scratch / "peer_inputs.pt"
         torch.save({"syn_images": syn_images, "rdm_images": rdm_images, "rdm_labels": rdm.labels}, tensors)
 
-        # 5. the peer
-        spec = {"data_root": str(peer_root), "teacher_dir": str(scratch / "teachers"), "workdir": str(scratch / "peer"),
-                "tensors": str(tensors), "out": str(scratch / "peer_out.json"), "seeds": cfg["seeds"],
-                "epochs": cfg["epochs"], "ipc": IPC, "model_name": PEER_MODEL, "optimizer": "sgd",
-                "lr_scheduler": "cosineannealing", "weight_decay": 0.0005, "momentum": 0.9,
-                "temperature": cfg["temperature"], "cutmix_beta": cfg["cutmix_beta"], "batch_size": 256,
-                "num_workers": 0, "w": cfg["w"], "gamma": cfg["gamma"], "protocols": args.protocols,
-                "probes": not args.no_probes, "threads": cfg["threads"]}
-        spec_file = scratch / "peer_spec.json"
-        spec_file.write_text(json.dumps(spec, indent=1))
-        print("DD-Ranking ...", flush=True)
-        t = time.perf_counter()
-        load_before = os.getloadavg()
-        log_file = scratch / "peer_process.log"
-        with open(log_file, "w") as log:
-            proc = subprocess.run([str(peer_python()), str(WRAPPER), str(spec_file)], stdout=log,
-                                  stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"})
-        peer_wall = time.perf_counter() - t
-        log_text = log_file.read_text()
-        if proc.returncode != 0:
-            results["peer"] = {"failed": proc.returncode, "log_tail": log_text[-8000:]}
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(results, indent=1, default=str))
-            print(log_text[-4000:], file=sys.stderr)
-            print(f"the peer failed (exit {proc.returncode}); partial results in {args.out}", file=sys.stderr)
-            return 1
-        raw = json.loads(Path(spec["out"]).read_text())
-        results["peer_raw"] = raw
-        results["peer_raw"]["process_log_tail"] = log_text[-4000:]
-        results["peer_process_seconds"] = round(peer_wall, 1)
-        results["peer_load_average_before_after"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
-        results["teacher"]["test_acc_peer"] = raw["teacher_test_acc_percent"] / 100
-        for protocol in args.protocols:
-            results["peer"][protocol] = {
+        # 5. the peer: matched mode, then (--peer-defaults) at its defaults
+        modes = ["matched", "defaults"] if args.peer_defaults else ["matched"]
+        raws = {}
+        for i, mode in enumerate(modes):
+            spec = {"data_root": str(peer_root), "teacher_dir": str(scratch / "teachers"),
+                    "workdir": str(scratch / f"peer-{mode}"), "tensors": str(tensors),
+                    "out": str(scratch / f"peer_out_{mode}.json"), "seeds": cfg["seeds"],
+                    "epochs": cfg["epochs"], "ipc": IPC, "model_name": PEER_MODEL, "optimizer": "sgd",
+                    "lr_scheduler": "cosineannealing", "weight_decay": 0.0005, "momentum": 0.9,
+                    "temperature": cfg["temperature"], "cutmix_beta": cfg["cutmix_beta"], "batch_size": 256,
+                    "w": cfg["w"], "gamma": cfg["gamma"], "protocols": args.protocols,
+                    "probes": not args.no_probes and i == 0, "threads": cfg["threads"], "mode": mode,
+                    # matched: one test after the last epoch, no loader workers; defaults: the peer's own
+                    "test_interval": cfg["epochs"] if mode == "matched" else None,
+                    "num_workers": 0 if mode == "matched" else None}
+            print(f"DD-Ranking ({mode}) ...", flush=True)
+            run = run_peer(spec, scratch / f"peer_spec_{mode}.json")
+            if "failed" in run:
+                results["peer" if mode == "matched" else "peer_defaults"] = run
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(results, indent=1, default=str))
+                print(run["log_tail"][-4000:], file=sys.stderr)
+                print(f"the peer failed ({mode}, exit {run['failed']}); partial results in {args.out}", file=sys.stderr)
+                return 1
+            raw = raws[mode] = run["raw"]
+            summary = {protocol: {
                 "per_seed": peer_per_iteration(raw, protocol, cfg["seeds"], cfg["w"] if protocol == "lrs" else cfg["gamma"]),
                 "returned": raw[protocol]["returned"], "wall_seconds": raw[protocol]["wall_seconds"],
                 "setup_seconds": raw[protocol]["setup_seconds"], "compute_seconds": raw[protocol]["compute_seconds"],
-                "trials": raw[protocol]["trials"]}
+                "test_interval": raw.get("test_interval", {}).get(protocol),
+                "num_workers": raw.get("num_workers", {}).get(protocol),
+                "trials": raw[protocol]["trials"]} for protocol in args.protocols}
+            if mode == "matched":
+                results["peer_raw"] = raw
+                results["peer_process_seconds"] = run["process_seconds"]
+                results["peer_load_average_before_after"] = run["load_average_before_after"]
+                results["peer"] = summary
+            else:
+                results["peer_defaults"] = {**summary, "process_seconds": run["process_seconds"],
+                                            "load_average_before_after": run["load_average_before_after"],
+                                            "workarounds": raw.get("workarounds")}
+        raw = raws["matched"]
+        results["teacher"]["test_acc_peer"] = raw["teacher_test_acc_percent"] / 100
         results["data"]["digests"] = {
             "ddlib_train": results["ours"][args.protocols[0]]["dataset"]["train_digest"],
             "ddlib_test": results["ours"][args.protocols[0]]["dataset"]["test_digest"],
             "peer_train": raw["data"]["train_digest"], "peer_test": raw["data"]["test_digest"]}
         d = results["data"]["digests"]
         results["data"]["same_images"] = d["ddlib_train"] == d["peer_train"] and d["ddlib_test"] == d["peer_test"]
+        results.update(ratios(results, args.protocols))
         results["peer_defects"] = defects(raw, cfg)
     finally:
         if args.keep:
@@ -696,6 +793,7 @@ def main(argv=None) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
 
     results["total_seconds"] = round(time.perf_counter() - t_all, 1)
+    results["machine"]["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, default=str))
 
@@ -706,6 +804,12 @@ def main(argv=None) -> int:
     print(f"same images in both tools: {results['data']['same_images']}; teacher test acc ddlib "
           f"{results['teacher']['test_acc_ddlib'] * 100:.1f}% / peer {results['teacher']['test_acc_peer'] * 100:.1f}%")
     print(table(results))
+    if results.get("peer_defaults"):
+        print(defaults_table(results, args.protocols))
+    print(f"\nratio_matched (peer / ddlib wall time, {' + '.join(p.upper() for p in args.protocols)}): "
+          f"{results.get('ratio_matched')}; ratio_defaults: {results.get('ratio_defaults')}  "
+          f"(load average {results['machine']['load_average_start']} -> {results['machine']['load_average_end']}, "
+          f"{cfg['threads']} threads)")
     hit = [d["id"] for d in results["peer_defects"] if d["hit"]]
     latent = [d["id"] for d in results["peer_defects"] if not d["hit"]]
     print(f"\npeer defects met on this workload ({len(hit)}): {', '.join(hit)}")

@@ -197,6 +197,62 @@ def test_the_presets_student_is_used_unless_the_grid_names_one():
 def test_defaults_are_the_papers():
     p = label_robust.validate({})
     assert (p["lr_policy"], p["lr_select"], p["baseline_seed"], p["val_fraction"]) == ("paper", "validation", None, 0.1)
+    assert p["lr_search"] == "full"
+
+
+# --------------------------------------------------------------------------- issue 12: less work, same numbers
+
+
+def test_the_random_sides_search_runs_once_per_store_and_every_method_reuses_it(mlflow_store):
+    """The random subset's lr search depends on (dataset, IPC, preset, seed, pool), not on the method:
+    a second method's cell reuses the first one's (counted), with the same lr and accuracies, and the
+    candidates of a seed train together (one call)."""
+    from ddlib.protocols.cell import cell_tags
+
+    first, a = _run(label_robust, **TINY, seeds=[0, 1])
+    other = {**TINY, "method": "random8", "source": {"kind": "random", "seed": 8}}
+    second, b = _run(label_robust, **other, seeds=[0, 1])
+    runs = [tracking.client().get_run(c.run_id).data for c in (first, second)]
+    # first cell: both sides searched for both seeds; second: the random side's two searches reused
+    assert runs[0].metrics["lr_searches_run"] == 4 and runs[0].metrics["lr_searches_reused"] == 0
+    assert runs[1].metrics["lr_searches_run"] == 2 and runs[1].metrics["lr_searches_reused"] == 2
+    assert runs[1].tags["ddlib.lr_search"] == "full: 2 run, 2 reused from other cells"
+    assert b.sides.loc["rdm_hard", "lr search"] == "full: 0 run, 2 reused"
+    assert b.sides.loc["syn_hard", "lr search"] == "full: 2 run, 0 reused"
+    assert list(a.per_seed["acc_rdm_hard"]) == list(b.per_seed["acc_rdm_hard"])
+    assert runs[0].tags["ddlib.lr.rdm_hard"] == runs[1].tags["ddlib.lr.rdm_hard"]
+    trials = [e for e in _evals("label_robust") if e["role"].startswith("rdm_hard-lr")]
+    assert len(trials) == 4  # 2 lrs x 2 seeds, trained once in the store
+    # the new param at its default leaves every key of the cells stored before it
+    p = label_robust.validate(dict(TINY))
+    old = {k: v for k, v in p.items() if k != "lr_search"}
+    assert cell_tags("label_robust", p) == cell_tags("label_robust", old)
+    assert cell_tags("label_robust", {**p, "lr_search": "halving"}) != cell_tags("label_robust", old)
+
+
+def test_halving_trains_all_candidates_a_quarter_then_the_better_half_in_full(mlflow_store):
+    from ddlib.protocols.preset_eval import halving_rungs, pick_lr
+
+    assert halving_rungs([0.001, 0.005, 0.01, 0.05, 0.1], 300) == (75, 3)
+    assert halving_rungs([0.1], 3) == (1, 1)
+    assert pick_lr({0.01: 0.5, 0.1: 0.5, 0.001: 0.4}) == 0.01  # ties: the smaller lr
+    params = {**TINY, "recipe": {"epochs": 8}, "lr_grid": [0.001, 0.01, 0.05, 0.1]}
+    cell, result = _run(label_robust, **params, seeds=[0], lr_search="halving")
+    evals = _evals("label_robust")
+    short = {e["role"] for e in evals if e["role"].endswith("-val-e2")}
+    full = {e["role"] for e in evals if e["role"].startswith("rdm_hard-lr") and e["role"].endswith("-val")}
+    assert short == {f"{side}_hard-lr{lr:g}-val-e2" for side in ("syn", "rdm") for lr in params["lr_grid"]}
+    assert len(full) == 2  # the better half of four
+    short_acc = {e["role"]: e["accuracy"] for e in evals if e["role"].startswith("rdm_hard-lr") and e["role"].endswith("-e2")}
+    best_two = sorted(short_acc, key=lambda r: (short_acc[r], -float(r.split("-lr")[1].split("-")[0])))[-2:]
+    assert full == {r.removesuffix("-e2") for r in best_two}
+    run = tracking.client().get_run(cell.run_id).data
+    assert run.tags["ddlib.lr_search"].startswith("halving:") and result.sides.loc["rdm_hard", "lr search"] == "halving: 1 run, 0 reused"
+    # its own leaderboard row (group), and a full search in the same store reuses the full-length runs
+    full_cell, _ = _run(label_robust, **params, seeds=[0])
+    tags = [tracking.client().get_run(c.run_id).data.tags for c in (cell, full_cell)]
+    assert tags[0][TAG["group"]] != tags[1][TAG["group"]]
+    assert len([e for e in _evals("label_robust") if e["role"].startswith("rdm_hard-lr") and e["role"].endswith("-val")]) == 4
 
 
 @pytest.mark.parametrize("bad,message", [
@@ -208,6 +264,7 @@ def test_defaults_are_the_papers():
     ({"val_fraction": None}, "nothing to score the lr search on"),
     ({"baseline_seed": "0"}, "baseline_seed"),
     ({"teacher_recipe": {"epoch": 1}}, "teacher_recipe"),
+    ({"lr_search": "bayes"}, "lr_search must be one of"),
 ])
 def test_preset_parameters_are_validated(bad, message):
     with pytest.raises(ValueError, match=message):

@@ -1,10 +1,12 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
 from ddlib.data.datasets import load_dataset
 from ddlib.engine.device import resolve_device
 from ddlib.methods.select import random_subset
-from ddlib.engine.train import Recipe, train_and_evaluate
+from ddlib.engine.train import Normalize, Recipe, evaluate, train_and_evaluate
 
 
 @pytest.fixture(scope="module")
@@ -14,9 +16,9 @@ def digits():
 
 def _train(ds, subset, seeds, **kw):
     recipe = kw.pop("recipe", Recipe(epochs=15, batch_size=32))
-    return train_and_evaluate("convnet", subset.images, kw.pop("targets", subset.labels), ds.test_images,
-                              ds.test_labels, num_classes=10, mean=ds.mean, std=ds.std, recipe=recipe,
-                              seeds=seeds, device="cpu", **kw)
+    return train_and_evaluate("convnet", subset.images, kw.pop("targets", subset.labels),
+                              kw.pop("test_images", ds.test_images), ds.test_labels, num_classes=10, mean=ds.mean,
+                              std=ds.std, recipe=recipe, seeds=seeds, device="cpu", **kw)
 
 
 def test_same_seed_same_result_and_different_seeds_differ(digits):
@@ -132,3 +134,156 @@ def test_preprocess_runs_on_training_and_test_batches(digits):
     subset = random_subset(digits, 2, seed=0)
     _train(digits, subset, [0], preprocess=Spy(), recipe=Recipe(epochs=2, batch_size=20, eval_batch_size=500))
     assert seen == [20, 20, 450]  # two training steps, then the 450 test images in one batch
+
+
+# --------------------------------------------------------------------------- faster steps and test passes
+
+
+def test_fp32_results_are_those_of_the_loop_before_the_speed_switches(digits, one_thread):
+    """Pinned from the loop as it was before precision/channels_last/compile and the batched mode
+    (commit 683405f): the default path must still compute exactly that."""
+    subset = random_subset(digits, 2, seed=0)
+    expected = {
+        "convnet": [(0.10666666666666667, ["0x1.3192800000000p+1", "0x1.2f23f40000000p+1", "0x1.2a968c0000000p+1",
+                                           "0x1.29a7b40000000p+1"]),
+                    (0.09777777777777778, ["0x1.366f580000000p+1", "0x1.2f00e60000000p+1", "0x1.26207c0000000p+1",
+                                           "0x1.257d580000000p+1"])],
+        "convnet_bn": [(0.52, ["0x1.28a0ec0000000p+1", "0x1.d0f5400000000p+0", "0x1.8e7fec0000000p+0",
+                               "0x1.8ddc3a0000000p+0"]),
+                       (0.4622222222222222, ["0x1.2abfc60000000p+1", "0x1.d193b40000000p+0", "0x1.74cb080000000p+0",
+                                             "0x1.6efa060000000p+0"])],
+    }
+    for model, want in expected.items():
+        got = train_and_evaluate(model, subset.images, subset.labels, digits.test_images, digits.test_labels,
+                                 num_classes=10, mean=digits.mean, std=digits.std,
+                                 recipe=Recipe(epochs=4, batch_size=8, lr=0.05, precision="fp32"), seeds=[0, 1],
+                                 device="cpu")
+        for r, (acc, losses) in zip(got, want):
+            assert r.precision == "fp32" and r.mode == "sequential"
+            assert r.epoch_losses == pytest.approx([float.fromhex(v) for v in losses], rel=1e-5)
+            assert r.test_accuracy == pytest.approx(acc, abs=2 / 450)
+
+
+def test_recipe_keys_show_the_speed_switches_only_where_they_change_the_arithmetic():
+    old_keys = {"epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "scheduler", "eval_batch_size"}
+    assert Recipe().precision == "fp32"  # the default: bf16 is a measured switch (bench/step_speed.py), not the default
+    assert set(Recipe().to_dict()) == old_keys  # every key made before the switches stays valid
+    assert Recipe(precision="auto").to_dict()["precision"] == "auto"  # resolve before keying (run_precision)
+    d = Recipe(precision="bf16", compile=True).to_dict()
+    assert d["precision"] == "bf16" and d["compile"] is True and "channels_last" not in d
+    assert Recipe.from_dict({"precision": "auto", "channels_last": True}).channels_last is True
+    with pytest.raises(ValueError, match="precision"):
+        Recipe(precision="fp16")
+    with pytest.raises(ValueError, match="compile"):
+        Recipe(compile="yes")
+
+
+def test_auto_precision_follows_native_bf16_support(monkeypatch):
+    from ddlib.engine import device as device_mod
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(device_mod, "bf16_supported", lambda d: True)
+    assert device_mod.resolve_precision("auto", cpu) == "bf16"
+    monkeypatch.setattr(device_mod, "bf16_supported", lambda d: False)
+    assert device_mod.resolve_precision("auto", cpu) == "fp32"
+    assert device_mod.resolve_precision("bf16", cpu) == "bf16"
+    with pytest.raises(ValueError, match="precision"):
+        device_mod.resolve_precision("half", cpu)
+    # adversarial training keeps "auto" at fp32 (bf16 was measured for plain training only)
+    from ddlib.engine.train import run_precision
+
+    monkeypatch.setattr(device_mod, "bf16_supported", lambda d: True)
+    import ddlib.engine.train as train_mod
+
+    monkeypatch.setattr(train_mod, "resolve_precision", device_mod.resolve_precision)
+    auto = Recipe(precision="auto")
+    assert run_precision(auto, cpu) == "bf16" and run_precision(auto, cpu, objective=True) == "fp32"
+    assert run_precision(Recipe(precision="bf16"), cpu, objective=True) == "bf16"
+    assert run_precision(Recipe(), cpu) == "fp32"  # fp32 stays fp32 on a bf16 machine
+    # what the cells and teachers key (auto resolved first): on a CPU without native bf16 an "auto"
+    # recipe has the very key of an fp32 one, so every run stored before the switch is reused
+    monkeypatch.setattr(device_mod, "bf16_supported", lambda d: False)
+    keyed = replace(auto, precision=run_precision(auto, cpu))
+    assert keyed.to_dict() == Recipe().to_dict()
+    monkeypatch.setattr(device_mod, "bf16_supported", lambda d: True)
+    assert replace(auto, precision=run_precision(auto, cpu)).to_dict()["precision"] == "bf16"
+
+
+def test_bf16_runs_the_model_in_bf16_and_learns(digits, one_thread):
+    seen = []
+    subset = random_subset(digits, 10, seed=0)
+    recipe = Recipe(epochs=40, batch_size=50, precision="bf16")
+    (r,) = _train(digits, subset, [0], recipe=recipe, keep_models=True)
+    assert r.precision == "bf16"
+    r.model.features[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    evaluate(r.model, digits.test_images, digits.test_labels, Normalize(digits.mean, digits.std), precision="bf16")
+    assert seen and all(d == torch.bfloat16 for d in seen)
+    assert r.model.features[0].weight.dtype == torch.float32  # master weights stay fp32
+    (f,) = _train(digits, subset, [0], recipe=Recipe(epochs=40, batch_size=50, precision="fp32"))
+    assert r.test_accuracy > 0.6 and abs(r.test_accuracy - f.test_accuracy) < 0.1
+
+
+def test_channels_last_trains_the_same_model_up_to_rounding(digits, one_thread):
+    subset = random_subset(digits, 5, seed=0)
+    fp32 = dict(epochs=2, batch_size=25, precision="fp32")
+    (a,) = _train(digits, subset, [0], recipe=Recipe(**fp32), keep_models=True)
+    (b,) = _train(digits, subset, [0], recipe=Recipe(**fp32, channels_last=True), keep_models=True)
+    assert b.model.features[0].weight.is_contiguous(memory_format=torch.channels_last)
+    for k, v in a.model.state_dict().items():
+        assert torch.allclose(v, b.model.state_dict()[k], atol=1e-5), k
+
+
+@pytest.mark.slow
+def test_compile_trains_the_same_model_up_to_rounding(digits, one_thread):
+    subset = random_subset(digits, 5, seed=0)
+    fp32 = dict(epochs=2, batch_size=25, precision="fp32")
+    (a,) = _train(digits, subset, [0], recipe=Recipe(**fp32), keep_models=True)
+    (b,) = _train(digits, subset, [0], recipe=Recipe(**fp32, compile=True), keep_models=True)
+    for k, v in a.model.state_dict().items():
+        assert torch.allclose(v, b.model.state_dict()[k], atol=1e-4), k
+    assert b.test_accuracy == pytest.approx(a.test_accuracy, abs=2 / 450)
+
+
+def test_the_test_set_is_prepared_once_for_many_trainings(digits):
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, x):
+            seen.append(len(x))
+            return x
+
+    spy = Spy()
+    subset = random_subset(digits, 2, seed=0)
+    test_images = digits.test_images.clone()
+    recipe = Recipe(epochs=1, batch_size=20, eval_batch_size=500)
+    _train(digits, subset, [0, 1], preprocess=spy, recipe=recipe, test_images=test_images)
+    _train(digits, subset, [2], preprocess=spy, recipe=recipe, test_images=test_images)
+    assert seen == [20, 450, 20, 20]  # the 450 test images once, for three models in two calls
+    test_images[0] = 0  # an in-place change is seen
+    seen.clear()
+    _train(digits, subset, [2], preprocess=spy, recipe=recipe, test_images=test_images)
+    assert seen == [20, 450]
+
+
+def test_cuda_test_batches_halve_on_out_of_memory():
+    from ddlib.engine import train as train_mod
+
+    tried = []
+
+    def chunk(i, j):
+        tried.append(j - i)
+        if j - i > 300:
+            raise torch.cuda.OutOfMemoryError("fake")
+        return torch.ones(j - i, dtype=torch.bool)
+
+    key = ("fake-model", 1)
+    train_mod._EVAL_BATCH.pop(key, None)
+    out = torch.cat(train_mod._largest_fitting(chunk, 1000, 64, torch.device("cuda"), key))
+    assert out.shape == (1000,) and tried[:3] == [1000, 500, 250]  # whole set first, then halves
+    assert train_mod._EVAL_BATCH[key] == 250
+    tried.clear()
+    train_mod._largest_fitting(chunk, 1000, 64, torch.device("cuda"), key)
+    assert tried[0] == 250  # remembered
+    tried.clear()
+    train_mod._largest_fitting(chunk, 100, 64, torch.device("cpu"), key)
+    assert tried == [64, 36]  # the CPU keeps the recipe's batch

@@ -250,10 +250,21 @@ class TeacherRelabel:
             teacher.eval()
             teacher.requires_grad_(False)
         self.name = f"relabel({len(self.teachers)}x{_modules_digest(self.teachers)}):{loss_name}"
+        self._last: tuple | None = None  # (inputs, their version, autocast on, logits) of the last batch
 
     @torch.no_grad()
     def teacher_logits(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Mean of the teachers' logits on ``inputs`` (eval mode, no autograd graph)."""
+        """Mean of the teachers' logits on ``inputs`` (eval mode, no autograd graph). The last batch's
+        logits are kept: models trained in lockstep (the loop's lr candidates of one seed) hand every
+        model the same batch object, and the teachers run once for all of them."""
+        last = self._last
+        if last is not None and last[0] is inputs and last[1] == inputs._version and last[2] == torch.is_autocast_enabled(inputs.device.type):
+            return last[3]
+        logits = self._forward(inputs)
+        self._last = (inputs, inputs._version, torch.is_autocast_enabled(inputs.device.type), logits)
+        return logits
+
+    def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
         outputs = []
         for teacher in self.teachers:
             if teacher.training:  # someone called .train() on it: BN statistics must not move
@@ -266,6 +277,16 @@ class TeacherRelabel:
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
         return self.loss.compute(logits, self.teacher_logits(inputs), targets)
+
+    def many(self, logits: torch.Tensor, targets: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The (S,) losses of S models trained together (the loop's batched mode): ``logits`` is
+        S x B x K, ``targets[s]`` and ``inputs[s]`` model s's batch. The teachers run once, on the
+        distinct input batches concatenated (models that share a seed share their batch object),
+        instead of once per model."""
+        distinct = list({id(x): x for x in inputs}.values())
+        teacher = self.teacher_logits(distinct[0] if len(distinct) == 1 else torch.cat(distinct))
+        by_batch = dict(zip((id(x) for x in distinct), teacher.split([len(x) for x in distinct])))
+        return torch.stack([self.loss.compute(logits[s], by_batch[id(x)], targets[s]) for s, x in enumerate(inputs)])
 
     def __repr__(self) -> str:
         return f"<TeacherRelabel {self.name}>"

@@ -37,16 +37,25 @@ from ddlib.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, image_grid
 from ddlib.protocols.inputs import input_digests
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
-from ddlib.engine.train import AugmentHook, LossHook, Normalize, Objective, Recipe, evaluate, train_and_evaluate
+from ddlib.engine.train import (AugmentHook, LossHook, Normalize, Objective, Recipe, evaluate, run_precision,
+                               train_and_evaluate)
 
 __all__ = ["Cell", "Evaluation", "group_params", "cell_tags", "device_name"]
 
 # Params that do not change what a leaderboard row means (seeds are pooled across runs; the data's
 # location is not its identity: the same grid run from another checkout fills the same rows).
 NON_GROUP_PARAMS = ("seeds", "device", "run_id", "experiment", "data_root")
+# Params that joined after cells were stored: at these defaults they are left out of every key, so
+# the cells stored before them keep their config, group, series and family.
+LATER_PARAM_DEFAULTS = {"lr_search": "full"}
+
+
+def _without_later_defaults(params: dict) -> dict:
+    return {k: v for k, v in params.items() if not (k in LATER_PARAM_DEFAULTS and v == LATER_PARAM_DEFAULTS[k])}
 MODEL_ARTIFACT = "model.pt"
 CONFUSION_ARTIFACT = "confusion.json"  # an evaluation's test counts, [true class][predicted class]
 MODEL_STORED_TAG = "ddlib.model_stored"
+TRAIN_MODE_TAG = "ddlib.train_mode"  # sequential / batched: how the loop ran (not part of the key)
 RESULT_KEY_TAG = "ddlib.result_key"
 CLASSES_TAG = "ddlib.num_classes"  # the cell's class count: what "near chance" means (leaderboards' sanity column)
 SANITY_TAG = "ddlib.sanity"  # set where an accuracy that must be well above chance is not (metrics.near_chance)
@@ -59,7 +68,7 @@ def group_params(params: dict, protocol: str | None = None) -> dict:
     """What a leaderboard row means: the params without those of ``NON_GROUP_PARAMS``, in the
     protocol's canonical form (its module's ``group_identity(params)``, where it has one: e.g.
     attacks spelled two ways, or a score weight the summary recomputes anyway, are one row)."""
-    out = {k: v for k, v in params.items() if k not in NON_GROUP_PARAMS}
+    out = {k: v for k, v in _without_later_defaults(params).items() if k not in NON_GROUP_PARAMS}
     if protocol is not None:
         from ddlib.protocols import PROTOCOLS, protocol_module
 
@@ -74,6 +83,7 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
     the same setting for every method)."""
     from ddlib.protocols import PROTOCOLS, protocol_revision
 
+    params = _without_later_defaults(params)
     group = group_params(params, protocol)
     series = {k: v for k, v in group.items() if k != "ipc"}
     family = {k: v for k, v in series.items() if k not in ("method", "source")}
@@ -223,12 +233,13 @@ class Cell:
 
     def train_eval(
         self,
-        role: str,
+        role: str | Callable[[float], str],
         images: torch.Tensor,
         targets: torch.Tensor,
         recipe: Recipe,
         seeds: Sequence[int],
         *,
+        lrs: Sequence[float] | None = None,
         model: str | None = None,
         augment: AugmentHook | None = None,
         augment_name: str = "none",
@@ -248,9 +259,15 @@ class Cell:
         ``objective`` (adversarial training) replaces the loss; ``*_name`` arguments describe the
         hooks and are part of the reuse key, so give a distinct name per configuration.
         ``keep_models=True`` returns each seed's model (eval mode, on the cell's device) and stores
-        its weights in MLflow, where later cells find them instead of retraining."""
+        its weights in MLflow, where later cells find them instead of retraining.
+
+        ``lrs`` (one per seed; a seed may repeat) trains run i at ``lrs[i]``, keyed as a call with
+        that lr in the recipe; ``role`` may then be a function of the lr. The runs of one seed train
+        in lockstep (one batch draw and one teacher forward per step for all: an lr search)."""
         model = model or self.params["model"]
         ds = self.dataset
+        # "auto" precision means bf16 on some devices and fp32 on others: key what it resolves to here
+        recipe = replace(recipe, precision=run_precision(recipe, self.device, objective is not None))
         if eval_split == "val":
             if self.validation is None:
                 raise ValueError("this cell has no validation split (val_fraction is not set)")
@@ -259,6 +276,12 @@ class Cell:
             eval_images, eval_labels = ds.test_images, ds.test_labels
         else:
             raise ValueError(f"eval_split must be 'test' or 'val', got {eval_split!r}")
+        seeds = [int(s) for s in seeds]
+        lrs = [float(recipe.lr)] * len(seeds) if lrs is None else [float(v) for v in lrs]
+        if len(lrs) != len(seeds):
+            raise ValueError(f"{len(seeds)} seeds but {len(lrs)} learning rates (give one per seed)")
+        role_of = role if callable(role) else (lambda lr: role)
+        recipes = {lr: recipe if lr == recipe.lr else replace(recipe, lr=lr) for lr in lrs}
         identity = {
             "train": tensor_digest(images, targets),
             "test": f"{ds.name}:{ds.source}:{eval_split}:{tensor_digest(eval_labels)}",
@@ -267,35 +290,39 @@ class Cell:
         }
         if objective_name != "none":  # only when used, so earlier keys (and their runs) stay valid
             identity["objective"] = objective_name
-        group = config_hash(identity)
-        keys = {seed: config_hash({**identity, "seed": seed}) for seed in seeds}
+        identities = {lr: {**identity, "recipe": r.to_dict()} for lr, r in recipes.items()}
+        group = config_hash([identities[lr] for lr in dict.fromkeys(lrs)])
+        runs = list(zip(seeds, lrs))
+        keys = [config_hash({**identities[lr], "seed": seed}) for seed, lr in runs]
         with self.guard(), file_lock(f"eval-{group}"):
             found: dict[int, Evaluation] = {}
-            for seed, key in keys.items():
+            for i, ((seed, lr), key) in enumerate(zip(runs, keys)):
                 wanted = {TAG["eval_key"]: key, **({MODEL_STORED_TAG: "true"} if keep_models else {})}
-                runs = self.tracker.find_finished(wanted)
-                if runs:
-                    m = runs[0].data.metrics
-                    net = self._load_model(runs[0].info.run_id, model, model_kwargs) if keep_models else None
-                    found[seed] = Evaluation(role, seed, m["test_accuracy"], m.get("train_seconds", float("nan")),
-                                             m.get("eval_seconds", float("nan")), runs[0].info.run_id, True, net)
-            missing = [s for s in seeds if s not in found]
+                stored = self.tracker.find_finished(wanted)
+                if stored:
+                    m = stored[0].data.metrics
+                    net = self._load_model(stored[0].info.run_id, model, model_kwargs) if keep_models else None
+                    found[i] = Evaluation(role_of(lr), seed, m["test_accuracy"], m.get("train_seconds", float("nan")),
+                                          m.get("eval_seconds", float("nan")), stored[0].info.run_id, True, net)
+            missing = [i for i in range(len(runs)) if i not in found]
             if missing:
                 results = train_and_evaluate(
                     model, images, targets, eval_images, eval_labels, num_classes=ds.num_classes,
-                    mean=ds.mean, std=ds.std, recipe=recipe, seeds=missing, augment=augment, loss=loss,
+                    mean=ds.mean, std=ds.std, recipe=recipe, seeds=[runs[i][0] for i in missing],
+                    lrs=[runs[i][1] for i in missing], augment=augment, loss=loss,
                     objective=objective, preprocess=preprocess, device=self.device, model_kwargs=model_kwargs,
-                    progress=self.progress, desc=role, keep_models=keep_models,
+                    progress=self.progress, desc=role_of(runs[missing[0]][1]), keep_models=keep_models,
                 )
-                for r in results:
+                for i, r in zip(missing, results):
+                    lr = runs[i][1]
                     run_id = self.tracker.start_run(
-                        f"{role}-s{r.seed}",  # nested under the cell's run in the MLflow UI
-                        params={"role": role, "seed": r.seed, "model": model, "model_kwargs": model_kwargs or {},
-                                "recipe": recipe.to_dict(), "augment": augment_name, "loss": loss_name,
+                        f"{role_of(lr)}-s{r.seed}",  # nested under the cell's run in the MLflow UI
+                        params={"role": role_of(lr), "seed": r.seed, "model": model, "model_kwargs": model_kwargs or {},
+                                "recipe": recipes[lr].to_dict(), "augment": augment_name, "loss": loss_name,
                                 "objective": objective_name, "preprocess": preprocess_name, "eval_split": eval_split,
                                 "dataset": ds.name, "train_size": len(targets), "train_digest": identity["train"]},
                         tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "eval",
-                              TAG["role"]: role, TAG["eval_key"]: keys[r.seed]},
+                              TAG["role"]: role_of(lr), TAG["eval_key"]: keys[i], TRAIN_MODE_TAG: r.mode},
                         parent_run_id=self.run_id,
                     )
                     if keep_models:
@@ -309,9 +336,9 @@ class Cell:
                                               CONFUSION_ARTIFACT)
                     self.tracker.end_run(run_id)
                     net = r.model.eval() if keep_models else None
-                    found[r.seed] = Evaluation(role, r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
-                                               run_id, False, net)
-        return [found[s] for s in seeds]
+                    found[i] = Evaluation(role_of(lr), r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
+                                          run_id, False, net)
+        return [found[i] for i in range(len(runs))]
 
     def pool_checkpoints(self, role: str, paths: dict[int, str], model: str,
                          model_kwargs: dict | None = None) -> list[Evaluation]:

@@ -11,7 +11,7 @@ from ddlib.data.datasets import list_datasets
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
 from ddlib.protocols.cell import VALIDATION_SEED, Cell
-from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SELECT, resolve_preset
+from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SEARCHES, LR_SELECT, resolve_preset
 from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source
 from ddlib.engine.train import Recipe
 
@@ -41,6 +41,7 @@ PRESET_PARAMS = {
     "lr_policy": "paper",  # paper | symmetric | fixed (ddlib.protocols.preset_eval)
     "lr_select": "validation",  # where a search is scored: validation | test (the peer's choice, labelled)
     "lr_grid": list(LR_GRID),
+    "lr_search": "full",  # full | halving: successive halving, labelled (ddlib.protocols.preset_eval)
     "val_fraction": 0.1,  # held out of the real training set of every cell (the real-data pool is the rest)
 }
 
@@ -140,6 +141,8 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
     if p["lr_select"] not in LR_SELECT:
         hint = " ('none' is now lr_policy: fixed)" if p["lr_select"] == "none" else ""
         raise ValueError(f"lr_select must be one of {LR_SELECT}, got {p['lr_select']!r}{hint}")
+    if p["lr_search"] not in LR_SEARCHES:
+        raise ValueError(f"lr_search must be one of {LR_SEARCHES}, got {p['lr_search']!r}")
     grid = p["lr_grid"]
     if not isinstance(grid, list) or not grid or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in grid):

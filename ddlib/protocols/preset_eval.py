@@ -36,6 +36,25 @@ A search trains each candidate lr per evaluation seed (a seed's choice may diffe
 side and seed and where it came from are logged: metric ``lr_<role>`` (step = seed) and tag
 ``ddlib.lr.<role>`` on the cell run, and :meth:`Evaluator.sides` as a table.
 
+Less work for the same numbers:
+
+* A seed's candidates train in lockstep (``Cell.train_eval(lrs=...)``): one batch draw, one
+  augmentation and one teacher forward per step for all of them; each model's numbers are those of
+  training it alone.
+* A search's outcome depends only on what it trains (images, labels, setting, model, recipe less
+  the lr, grid, where it is scored, seed), not on the method: the random subset of a (dataset, IPC,
+  preset, seed, pool) is searched once and every other cell, whichever method it scores, reuses the
+  chosen lr (a cached result, ``Cell.cached_result``). Each cell counts its searches run and reused:
+  metrics ``lr_searches_run`` / ``lr_searches_reused`` and tag ``ddlib.lr_search`` on the cell run,
+  column ``lr search`` in :meth:`Evaluator.sides`.
+* ``lr_search: halving`` (off by default: ``full``): successive halving. Every candidate trains a
+  quarter of the epochs (at least one; its own schedule over those epochs), the better half (rounded
+  up) trains the full epochs from scratch (the engine has no mid-run checkpoints, so these are the
+  full search's own runs and reuse them), and the best of those is chosen: 4.25 instead of 5 full
+  trainings for the 5-lr grid. It may choose another lr than the full search (``bench/lr_halving.py``
+  measures how often); cells that use it are tagged ``ddlib.lr_search: halving`` and form their own
+  leaderboard rows.
+
 Random subsets: one per evaluation seed, drawn with that seed (DD-Ranking draws a new subset per
 evaluation run), so every method gets the same subset at a given seed; ``baseline_seed`` fixes one
 subset for every seed instead.
@@ -59,12 +78,13 @@ from ddlib.methods.select import random_subset
 from ddlib.protocols.cell import Cell, Evaluation
 from ddlib.protocols.presets import Preset, load_preset
 
-__all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "DEFAULT_MODEL", "resolve_preset", "Setting", "LrPlan",
+__all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "LR_SEARCHES", "DEFAULT_MODEL", "halving_rungs", "pick_lr", "resolve_preset", "Setting", "LrPlan",
            "lr_plan", "Evaluator"]
 
 LR_GRID = [0.001, 0.005, 0.01, 0.05, 0.1]  # DD-Ranking's grid (soft_label.py, hard_label.py, aug_robust.py)
 LR_SELECT = ("validation", "test")
 LR_POLICIES = ("paper", "symmetric", "fixed")
+LR_SEARCHES = ("full", "halving")
 DEFAULT_MODEL = "convnet"  # the student when neither the grid nor the preset names one
 
 
@@ -120,6 +140,16 @@ def lr_plan(policy: str, setting: Setting, side: str, learned_lr: float | None, 
     return LrPlan(False, setting.recipe.lr, f"{own_lr} (the method's own)")
 
 
+def pick_lr(scores: dict[float, float]) -> float:
+    """The best-scoring lr; ties go to the smaller lr."""
+    return max(scores, key=lambda c: (scores[c], -c))
+
+
+def halving_rungs(grid: Sequence[float], epochs: int) -> tuple[int, int]:
+    """(epochs of the first rung, how many candidates continue) of ``lr_search: halving``."""
+    return max(1, epochs // 4), max(1, (len(grid) + 1) // 2)
+
+
 class Evaluator:
     """The DD-Ranking sides of one cell: builds settings and random subsets, trains sides under the
     learning-rate policy, labels sets with teachers, and logs what each side used."""
@@ -134,10 +164,14 @@ class Evaluator:
         self.epochs = p["preset_epochs"]
         self.teacher_recipe = Recipe.from_dict(p["teacher_recipe"])
         self.checkpoints = p["teacher_checkpoints"]
+        self.search_mode = p.get("lr_search", "full")
+        self.searches = {"run": 0, "reused": 0}  # lr searches of this cell: run here, reused from another cell
         self.rows: list[dict] = []  # one per trained side: what it used (the notebook's table)
         cell.tracker.set_tags(cell.run_id, {"ddlib.lr_policy": self.policy + (
             f"; searches scored on the {'validation split' if self.split == 'val' else 'TEST set, as the peer does'}"
             if self.policy != "fixed" else "")})
+        if self.policy != "fixed":
+            cell.tracker.set_tags(cell.run_id, {"ddlib.lr_search": self.search_mode})
 
     # ------------------------------------------------------------------ settings
 
@@ -267,6 +301,7 @@ class Evaluator:
         common = dict(model=setting.model, augment=setting.augment, augment_name=setting.augment_name,
                       preprocess=setting.preprocess, preprocess_name=setting.preprocess_name)
         results, lrs, sources, label_notes, loss_names = [], {}, {}, set(), set()
+        searches = {False: 0, True: 0}
         for seed in seeds:
             subset = subsets[seed]
             name = "distilled" if side == "syn" else f"random_seed{seed if cell.params['baseline_seed'] is None else cell.params['baseline_seed']}"
@@ -276,18 +311,16 @@ class Evaluator:
             plan = self.lr_plan(setting, side, subset)
             lr = plan.lr
             if plan.search:
-                scores = {}
-                for candidate in self.grid:
-                    (trial,) = cell.train_eval(f"{role}-lr{candidate:g}-{self.split}", subset.images, targets,
-                                               replace(setting.recipe, lr=candidate), [seed], eval_split=self.split,
-                                               loss=loss, loss_name=loss_name, **common)
-                    scores[candidate] = trial.accuracy
-                lr = max(scores, key=lambda c: (scores[c], -c))  # ties: the smaller lr
+                lr, reused = self.search(role, subset, targets, setting, seed, loss, loss_name, common)
+                searches[reused] += 1
+                self.searches["reused" if reused else "run"] += 1
             (evaluation,) = cell.train_eval(role, subset.images, targets, replace(setting.recipe, lr=float(lr)), [seed],
                                             loss=loss, loss_name=loss_name, **common)
             results.append(evaluation)
             lrs[seed], sources[seed] = float(lr), plan.source
         self.log_lrs(role, lrs, sources)
+        if searches[False] or searches[True]:
+            self.log_searches()
         recipe = setting.recipe
         self.rows.append({
             "role": role, "set": set_name, "setting": setting.name, "labels": "; ".join(sorted(label_notes)),
@@ -295,8 +328,59 @@ class Evaluator:
             "model": setting.model, "recipe": f"{recipe.optimizer}, {recipe.scheduler}, {recipe.epochs} epochs, "
                                               f"batch {recipe.batch_size}",
             "lr": ", ".join(f"{lrs[s]:g}" for s in seeds), "lr from": "; ".join(sorted(set(sources.values()))),
+            "lr search": (f"{self.search_mode}: {searches[False]} run, {searches[True]} reused"
+                          if searches[False] or searches[True] else "none"),
         })
         return results
+
+    def search(self, role: str, subset: DistilledSet, targets: torch.Tensor, setting: Setting, seed: int,
+               loss, loss_name: str, common: dict) -> tuple[float, bool]:
+        """The lr of one seed's search, and whether another cell had already searched it. The search
+        is a cached result keyed by everything it trains (not by the method or the cell), so the
+        random subset of one (dataset, IPC, preset, seed, pool) is searched once per store."""
+        from ddlib.engine.train import run_precision
+
+        cell = self.cell
+        recipe = replace(setting.recipe, precision=run_precision(setting.recipe, cell.device))
+        eval_labels = cell.validation[1] if self.split == "val" else cell.dataset.test_labels
+        ds = cell.dataset
+        identity = {
+            "kind": "lr_search", "mode": self.search_mode, "grid": self.grid, "seed": seed,
+            "train": tensor_digest(subset.images, targets),
+            "scored_on": f"{ds.name}:{ds.source}:{self.split}:{tensor_digest(eval_labels)}",
+            "model": setting.model, "recipe": {k: v for k, v in recipe.to_dict().items() if k != "lr"},
+            "augment": setting.augment_name, "loss": loss_name, "preprocess": setting.preprocess_name,
+        }
+
+        def trials(lrs: Sequence[float], epochs: int | None = None) -> dict[float, float]:
+            r = recipe if epochs is None else replace(recipe, epochs=epochs)
+            suffix = "" if epochs is None else f"-e{epochs}"
+            done = cell.train_eval(lambda c: f"{role}-lr{c:g}-{self.split}{suffix}", subset.images, targets, r,
+                                   [seed] * len(lrs), lrs=list(lrs), eval_split=self.split, loss=loss,
+                                   loss_name=loss_name, **common)
+            return {float(c): e.accuracy for c, e in zip(lrs, done)}
+
+        def compute() -> dict[str, float]:
+            if self.search_mode == "halving":
+                short, keep = halving_rungs(self.grid, recipe.epochs)
+                first = trials(self.grid, short)
+                survivors = sorted(first, key=lambda c: (first[c], -c), reverse=True)[:keep]
+                scores = trials(survivors)
+            else:
+                scores = trials(self.grid)
+            return {"lr": pick_lr(scores), **{f"score_lr{c:g}": v for c, v in scores.items()}}
+
+        metrics, reused = cell.cached_result(f"{role}-lr_search-s{seed}", identity, compute,
+                                             params={"mode": self.search_mode, "seed": seed})
+        return float(metrics["lr"]), reused
+
+    def log_searches(self) -> None:
+        """Searches run here and reused from other cells (so far in this cell), on the cell run."""
+        tracker, run_id = self.cell.tracker, self.cell.run_id
+        tracker.log_metrics(run_id, {"lr_searches_run": self.searches["run"],
+                                     "lr_searches_reused": self.searches["reused"]})
+        tracker.set_tags(run_id, {"ddlib.lr_search": f"{self.search_mode}: {self.searches['run']} run, "
+                                                     f"{self.searches['reused']} reused from other cells"})
 
     def run_real(self, role: str, recipe: Recipe, seeds: Sequence[int]) -> list[Evaluation]:
         """The full-data reference: the whole training pool, hard labels, ``recipe``, never searched."""

@@ -14,6 +14,7 @@ import contextlib
 import os
 import tempfile
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -23,7 +24,7 @@ import torch.nn as nn
 import ddlib
 from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import resolve_device
-from ddlib.engine.train import AugmentHook, Recipe, train_and_evaluate
+from ddlib.engine.train import AugmentHook, Recipe, run_precision, train_and_evaluate
 from ddlib.models import create_model
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
 
@@ -142,6 +143,8 @@ def get_teachers(
     hook (the name is part of the key, so give a distinct one per hook configuration).
     """
     dev = resolve_device(device)
+    # "auto" precision differs by device: the key holds what it resolves to here
+    recipe = replace(recipe, precision=run_precision(recipe, dev))
     if checkpoint is not None:
         paths = [checkpoint] if isinstance(checkpoint, (str, os.PathLike)) else list(checkpoint)
         if len(paths) != count:

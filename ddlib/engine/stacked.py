@@ -1,0 +1,110 @@
+"""S models of one architecture run as one: a vectorised forward over stacked parameters.
+
+The training loop's batched mode (:func:`ddlib.engine.train.train_and_evaluate` with several seeds
+or learning rates) trains many small models at once: with ``torch.func.functional_call`` and
+``torch.func.vmap`` one forward/backward pass runs all of them, each on its own batch (torch
+turns the vmapped convolutions into grouped convolutions). On a GPU a 3-layer ConvNet on 10 images
+leaves the device mostly idle, so this is where many models per step pay.
+
+Layout (why not ``torch.func.stack_module_state``): the *parameters* stay each model's own leaf
+tensors, stacked afresh at every step (a copy of a few hundred thousand numbers per model), so
+that every model keeps an ordinary torch optimizer (its own momentum, its own learning rate and
+scheduler, exactly the update of the sequential path) and the trained models are ordinary modules.
+The *buffers* (BatchNorm running statistics) live in one stacked tensor per name, and each model
+holds views of its slice: the vmapped forward updates every model's own statistics in place.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+from torch.func import functional_call, vmap
+
+__all__ = ["StackedModels", "stochastic_layers"]
+
+
+def stochastic_layers(model: nn.Module) -> list[str]:
+    """Names of the layers that draw random numbers in training (dropout, drop-path). vmap cannot
+    draw them per model from each model's own stream, so such models train sequentially."""
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
+            found.append(name)
+        elif type(module).__name__ == "DropPath" and getattr(module, "drop_prob", 0) > 0:
+            found.append(name)
+    return found
+
+
+def _set_buffer(model: nn.Module, name: str, value: torch.Tensor) -> None:
+    owner, _, leaf = name.rpartition(".")
+    model.get_submodule(owner)._buffers[leaf] = value
+
+
+class StackedModels:
+    """``models`` (same architecture, same device) driven by one vmapped forward.
+
+    ``self(x)`` takes an S x B x ... batch (model s sees ``x[s]``) and returns S x B x K logits;
+    :meth:`forward_shared` gives every model the same B x ... batch (test passes). Call
+    :meth:`release` when done, so each model owns its buffers again (and not views of the stack).
+    """
+
+    def __init__(self, models: Sequence[nn.Module]):
+        if not models:
+            raise ValueError("StackedModels needs at least one model")
+        self.models = list(models)
+        first = self.models[0]
+        kinds = {type(m) for m in self.models}
+        if len(kinds) != 1:
+            raise ValueError(f"models of one architecture only, got {sorted(k.__name__ for k in kinds)}")
+        if stochastic_layers(first):
+            raise ValueError(f"{type(first).__name__} has random layers {stochastic_layers(first)[:3]}: "
+                             "they cannot be drawn per model in one vectorised pass")
+        self.base = copy.deepcopy(first).to("meta")  # the structure; functional_call supplies every tensor
+        self.param_names = [n for n, _ in first.named_parameters()]
+        self.buffers: dict[str, torch.Tensor] = {}
+        for name, _ in first.named_buffers():
+            stacked = torch.stack([m.get_buffer(name) for m in self.models])
+            for model, view in zip(self.models, stacked.unbind(0)):
+                _set_buffer(model, name, view)
+            self.buffers[name] = stacked
+        self._each = vmap(self._call, in_dims=(0, 0, 0))
+        self._shared = vmap(self._call, in_dims=(0, 0, None))
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def _call(self, params, buffers, x):
+        return functional_call(self.base, (params, buffers), (x,))
+
+    def stacked_params(self) -> dict[str, torch.Tensor]:
+        """Every parameter stacked over the models (differentiable: gradients reach each model's own)."""
+        return {n: torch.stack([m.get_parameter(n) for m in self.models]) for n in self.param_names}
+
+    def train(self, mode: bool = True) -> "StackedModels":
+        self.base.train(mode)
+        for m in self.models:
+            m.train(mode)
+        return self
+
+    def eval(self) -> "StackedModels":
+        return self.train(False)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] != len(self.models):
+            raise ValueError(f"{len(self.models)} models but a stack of {x.shape[0]} batches")
+        return self._each(self.stacked_params(), self.buffers, x)
+
+    def forward_shared(self, x: torch.Tensor) -> torch.Tensor:
+        """All models on the same batch ``x`` (B x ...): S x B x K logits."""
+        return self._shared(self.stacked_params(), self.buffers, x)
+
+    def release(self) -> list[nn.Module]:
+        """Give each model its own copy of its buffers; return the models."""
+        for name, stacked in self.buffers.items():
+            for model, view in zip(self.models, stacked.unbind(0)):
+                _set_buffer(model, name, view.clone())
+        self.buffers = {}
+        return self.models

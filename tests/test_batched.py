@@ -1,0 +1,262 @@
+"""The training loop's batched mode: S models per step (``functional_call`` + ``vmap``) must train
+each model as the sequential mode does.
+
+Measured tolerance (digits, 8 seeds, CPU; the same sizes as the sequential mode's own differences
+between 1 and 2 intra-op threads, which change only the float summation order):
+
+* after one epoch, every weight and running statistic within 1e-5 of the sequential model;
+* after training (ConvNet with instance norm, IPC 10, 30 epochs), accuracies differ by 0-5 of the
+  450 test images per model (1-thread vs 2-thread sequential: 0-6); with batch norm 0-1. The
+  instance-norm ConvNet on 8x8 digits normalises 2x2 maps, which amplifies rounding ~10x per
+  epoch: the models are equal up to float rounding, then diverge as any two runs with a different
+  summation order do. Tolerance here: each model within 2 points (9 images), the mean over seeds
+  within 1 point.
+* within the batched mode a seed's model is bit for bit the same whatever S and its companions.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ddlib.data.datasets import load_dataset
+from ddlib.engine.augment import create_augment
+from ddlib.engine.labels import TeacherRelabel
+from ddlib.engine.stacked import StackedModels
+from ddlib.engine.train import Recipe, choose_mode, train_and_evaluate
+from ddlib.methods.select import random_subset
+from ddlib.models import create_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+WEIGHT_TOL = 1e-5
+ACC_TOL_EACH, ACC_TOL_MEAN = 0.02, 0.01
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+def _train(ds, subset, seeds, batched, model="convnet", **kw):
+    recipe = kw.pop("recipe", Recipe(epochs=1, batch_size=16))
+    return train_and_evaluate(model, subset.images, kw.pop("targets", subset.labels), ds.test_images, ds.test_labels,
+                              num_classes=10, mean=ds.mean, std=ds.std, recipe=recipe, seeds=seeds, device="cpu",
+                              batched=batched, keep_models=True, **kw)
+
+
+def _max_state_diff(a, b) -> float:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    return max((sa[k].double() - sb[k].double()).abs().max().item() for k in sa)
+
+
+@pytest.mark.parametrize("model", ["convnet", "convnet_bn"])
+def test_one_epoch_equals_sequential_with_lrs_augmentation_and_soft_targets(digits, model):
+    subset = random_subset(digits, 5, seed=0)
+    soft = F.one_hot(subset.labels, 10).float() * 0.9 + 0.01
+    augment = create_augment(["flip", {"cutmix": {"alpha": 1.0}}], mean=digits.mean, std=digits.std, num_classes=10)
+    kw = dict(targets=soft, augment=augment, model=model, recipe=Recipe(epochs=2, batch_size=25, scheduler="cosine"))
+    seeds, lrs = [0, 1, 2], [0.01, 0.05, 0.002]
+    seq = _train(digits, subset, seeds, False, lrs=lrs, **kw)
+    bat = _train(digits, subset, seeds, True, lrs=lrs, **kw)
+    assert [r.mode for r in seq] == ["sequential"] * 3 and [r.mode for r in bat] == ["batched"] * 3
+    assert [(r.seed, r.lr) for r in bat] == list(zip(seeds, lrs))
+    for s, b in zip(seq, bat):
+        assert _max_state_diff(s.model, b.model) < WEIGHT_TOL
+        assert b.epoch_losses == pytest.approx(s.epoch_losses, rel=1e-5)
+    # different lrs really train differently (a batched path that ignored them would fail above)
+    assert _max_state_diff(bat[0].model, bat[2].model) > 1e-3
+
+
+def test_batch_norm_running_statistics_are_per_model(digits):
+    subset = random_subset(digits, 5, seed=0)
+    seq = _train(digits, subset, [0, 1], False, model="convnet_bn")
+    bat = _train(digits, subset, [0, 1], True, model="convnet_bn")
+    bn_seq = [dict(r.model.named_buffers()) for r in seq]
+    bn_bat = [dict(r.model.named_buffers()) for r in bat]
+    key = "features.1.running_mean"
+    assert not torch.allclose(bn_bat[0][key], bn_bat[1][key])  # each model its own statistics
+    for s, b in zip(bn_seq, bn_bat):
+        for name in s:
+            assert torch.allclose(s[name].double(), b[name].double(), atol=WEIGHT_TOL), name
+    assert int(bn_bat[0]["features.1.num_batches_tracked"]) == int(bn_seq[0]["features.1.num_batches_tracked"]) == 4
+    # the released models own their buffers (not views of one stacked tensor)
+    assert bn_bat[0][key].untyped_storage().data_ptr() != bn_bat[1][key].untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("model", ["convnet", "convnet_bn"])
+def test_accuracies_equal_sequential_within_the_measured_tolerance(digits, model):
+    subset = random_subset(digits, 10, seed=0)
+    recipe = Recipe(epochs=30, batch_size=32)
+    seeds = [0, 1, 2, 3, 4]
+    seq = [r.test_accuracy for r in _train(digits, subset, seeds, False, model=model, recipe=recipe)]
+    bat = [r.test_accuracy for r in _train(digits, subset, seeds, True, model=model, recipe=recipe)]
+    assert max(abs(a - b) for a, b in zip(seq, bat)) <= ACC_TOL_EACH
+    assert abs(sum(seq) / len(seq) - sum(bat) / len(bat)) <= ACC_TOL_MEAN
+    assert min(seq) > 0.3  # the models learned something (chance is 0.1)
+
+
+def test_a_seed_trains_the_same_model_whatever_its_companions(digits):
+    subset = random_subset(digits, 5, seed=0)
+    recipe = Recipe(epochs=5, batch_size=16)
+    five = _train(digits, subset, [0, 1, 2, 3, 4], True, recipe=recipe)
+    two = _train(digits, subset, [3, 7], True, recipe=recipe)
+    assert _max_state_diff(five[3].model, two[0].model) == 0.0
+    assert five[3].test_accuracy == two[0].test_accuracy and five[3].epoch_losses == two[0].epoch_losses
+    for r in five + two:  # each model's own test counts, its accuracy on the diagonal
+        counts = torch.tensor(r.confusion)
+        assert counts.shape == (10, 10) and counts.sum() == len(digits.test_labels)
+        assert counts.trace().item() / counts.sum().item() == r.test_accuracy
+    assert five[3].confusion == two[0].confusion and five[3].confusion != five[0].confusion
+
+
+def test_models_sharing_a_seed_share_batches_and_augmentation_draws(digits):
+    subset = random_subset(digits, 5, seed=0)
+    calls = []
+    augment = create_augment("flip", mean=digits.mean, std=digits.std, num_classes=10)
+
+    def counting(x, y, g):
+        calls.append(len(x))
+        return augment(x, y, g)
+
+    lrs = [0.001, 0.01, 0.1]
+    bat = _train(digits, subset, [4, 4, 4], True, lrs=lrs, augment=counting)
+    assert len(calls) == 4  # 50 images / 16 -> 4 steps, once for the three models
+    calls.clear()
+    seq = _train(digits, subset, [4, 4, 4], False, lrs=lrs, augment=counting)
+    assert len(calls) == 4  # the sequential mode trains a seed's lrs in lockstep: one draw per step too
+    for s, b in zip(seq, bat):
+        assert _max_state_diff(s.model, b.model) < WEIGHT_TOL
+
+
+def test_lockstep_lrs_train_each_model_as_alone_with_one_teacher_forward_per_step(digits):
+    """The lr candidates of one seed (sequential mode) train in lockstep: the same numbers, bit for
+    bit, as each lr trained alone, with one augmentation draw and one teacher forward per step."""
+    torch.manual_seed(0)
+    teacher = create_model("convnet", 1, 10, (8, 8))
+    hook = TeacherRelabel([teacher], temperature=4.0, loss={"name": "kl", "t_squared": False})
+    forwards = []
+    teacher.register_forward_hook(lambda m, i, o: forwards.append(len(i[0])))
+    augment = create_augment("flip", mean=digits.mean, std=digits.std, num_classes=10)
+    subset = random_subset(digits, 5, seed=0)
+    recipe = Recipe(epochs=3, batch_size=16)
+    lrs = [0.001, 0.01, 0.1]
+    together = _train(digits, subset, [2, 2, 2], False, lrs=lrs, loss=hook, augment=augment, recipe=recipe)
+    assert len(forwards) == 3 * 4  # 3 epochs x 4 steps, once for the three models
+    forwards.clear()
+    alone = [_train(digits, subset, [2], False, lrs=[lr], loss=hook, augment=augment, recipe=recipe)[0] for lr in lrs]
+    assert len(forwards) == 3 * 3 * 4
+    for t, a in zip(together, alone):
+        assert t.epoch_losses == a.epoch_losses and t.test_accuracy == a.test_accuracy and t.lr == a.lr
+        assert _max_state_diff(t.model, a.model) == 0
+    assert together[0].epoch_losses != together[2].epoch_losses  # the lrs did differ
+    # mixed seeds keep their order; a dropout model or an objective trains one run at a time
+    from ddlib.engine.train import lockstep
+
+    assert lockstep([(0, 0.1), (1, 0.1), (0, 0.01)], objective=False, stochastic=False) == [[0, 2], [1]]
+    assert lockstep([(0, 0.1), (0, 0.01)], objective=True, stochastic=False) == [[0], [1]]
+    assert lockstep([(0, 0.1), (0, 0.01)], objective=False, stochastic=True) == [[0], [1]]
+
+
+def test_teacher_relabel_many_runs_the_teacher_once_per_step(digits):
+    torch.manual_seed(0)
+    teacher = create_model("convnet", 1, 10, (8, 8))
+    hook = TeacherRelabel([teacher], temperature=4.0, loss={"name": "kl", "t_squared": False})
+    forwards = []
+    teacher.register_forward_hook(lambda m, i, o: forwards.append(len(i[0])))
+    x = [torch.randn(6, 1, 8, 8) for _ in range(2)]
+    inputs = [x[0], x[1], x[0]]  # models 0 and 2 share a seed, so a batch
+    targets = [torch.randint(0, 10, (6,)) for _ in inputs]
+    logits = torch.randn(3, 6, 10)
+    many = hook.many(logits, targets, inputs)
+    assert forwards == [12]  # one forward on the two distinct batches
+    one_by_one = torch.stack([hook(logits[s], targets[s], inputs[s]) for s in range(3)])
+    assert torch.allclose(many, one_by_one, atol=1e-6)
+
+
+def test_teacher_relabelled_training_equals_sequential(digits):
+    torch.manual_seed(0)
+    teacher = create_model("convnet", 1, 10, (8, 8))
+    hook = TeacherRelabel([teacher], temperature=4.0, loss={"name": "kl", "t_squared": False})
+    subset = random_subset(digits, 5, seed=0)
+    seq = _train(digits, subset, [0, 1], False, loss=hook, lrs=[0.05, 0.01])
+    bat = _train(digits, subset, [0, 1], True, loss=hook, lrs=[0.05, 0.01])
+    for s, b in zip(seq, bat):
+        assert _max_state_diff(s.model, b.model) < WEIGHT_TOL
+
+
+def test_objectives_fall_back_to_sequential(digits):
+    from ddlib.engine.adversarial_training import create_objective
+
+    objective, _ = create_objective({"pgd_at": {"steps": 1}}, mean=digits.mean, std=digits.std, num_classes=10)
+    subset = random_subset(digits, 2, seed=0)
+    results = _train(digits, subset, [0, 1], True, objective=objective)
+    assert [r.mode for r in results] == ["sequential", "sequential"]
+
+
+def test_mode_rule():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert choose_mode(None, cpu, 5) == "sequential"  # measured: no gain on the CPU
+    assert choose_mode(None, cuda, 5) == "batched"
+    assert choose_mode("auto", cuda, 1) == "sequential"
+    assert choose_mode(None, cuda, 5, objective=True) == "sequential"
+    assert choose_mode(None, cuda, 5, recipe=Recipe(compile=True)) == "sequential"
+    assert choose_mode(True, cpu, 5) == "batched"
+    assert choose_mode(False, cuda, 5) == "sequential"
+    with pytest.raises(ValueError, match="batched"):
+        choose_mode("yes", cpu, 5)
+
+
+def test_lrs_must_match_seeds(digits):
+    subset = random_subset(digits, 2, seed=0)
+    with pytest.raises(ValueError, match="learning rates"):
+        _train(digits, subset, [0, 1], None, lrs=[0.1])
+
+
+def test_stacked_models_forward_matches_each_model():
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        models.append(create_model("convnet_bn", 3, 10, (16, 16)))
+    reference = [create_model("convnet_bn", 3, 10, (16, 16)) for _ in range(3)]
+    for r, m in zip(reference, models):
+        r.load_state_dict(m.state_dict())
+    stack = StackedModels(models).eval()
+    x = torch.randn(5, 3, 16, 16)
+    with torch.no_grad():
+        out = stack.forward_shared(x)
+        for s, r in enumerate(reference):
+            assert torch.allclose(out[s], r.eval()(x), atol=1e-5)
+    with pytest.raises(ValueError, match="one architecture"):
+        StackedModels([models[0], create_model("mlp", 3, 10, (16, 16))])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_batched_on_cuda_equals_sequential(digits):
+    subset = random_subset(digits, 5, seed=0)
+    kw = dict(num_classes=10, mean=digits.mean, std=digits.std, recipe=Recipe(epochs=2, batch_size=16),
+              seeds=[0, 1, 2], device="cuda", keep_models=True)
+    seq = train_and_evaluate("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels,
+                             batched=False, **kw)
+    auto = train_and_evaluate("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels, **kw)
+    assert [r.mode for r in auto] == ["batched"] * 3
+    for s, b in zip(seq, auto):
+        assert _max_state_diff(s.model, b.model) < 1e-4
+
+
+def test_models_with_dropout_train_sequentially(digits, monkeypatch):
+    subset = random_subset(digits, 2, seed=0)
+    kw = dict(num_classes=10, mean=digits.mean, std=digits.std, recipe=Recipe(epochs=1, batch_size=20), seeds=[0, 1],
+              device="cpu")
+    images = torch.nn.functional.interpolate(subset.images.float(), size=(32, 32))  # the ViT wants 32x32
+    test = torch.nn.functional.interpolate(digits.test_images[:20].float(), size=(32, 32))
+    with pytest.raises(ValueError, match="random layers"):
+        train_and_evaluate("vit", images, subset.labels, test, digits.test_labels[:20], batched=True, **kw)
+    from ddlib.engine import train as train_mod
+    from ddlib.engine.stacked import stochastic_layers
+
+    monkeypatch.setattr(train_mod, "choose_mode", lambda *a, **k: "batched")  # as the rule picks on CUDA
+    results = train_and_evaluate("vit", images, subset.labels, test, digits.test_labels[:20], **kw)
+    assert [r.mode for r in results] == ["sequential", "sequential"]
+    assert stochastic_layers(create_model("vit", 1, 10, (32, 32)))
+    assert not stochastic_layers(create_model("convnet_bn", 1, 10, (32, 32)))
