@@ -145,7 +145,7 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
     assert 0 <= row["lrs_mean"] <= 100
     assert cli_main(["summary"]) == 0
     out = capsys.readouterr().out
-    assert "random" in out and "mlflow ui --backend-store-uri" in out
+    assert "random" in out and "python -m ddlib ui" in out
 
 
 def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path):

@@ -232,8 +232,34 @@ _PREPARED_PER_TENSOR = 2  # e.g. with and without a ZCA preprocess
 _EVAL_BATCH: dict[tuple, int] = {}  # CUDA: the largest test batch that fitted, per model and shape
 
 
+class _LazyPrepared:
+    """A test set read lazily (``stream:`` datasets, too large to hold converted): each slice is
+    read, converted and normalised when a test pass asks for it, so memory stays one chunk."""
+
+    def __init__(self, images, normalize: nn.Module, device: torch.device, memory_format=torch.contiguous_format):
+        self.images, self.normalize, self.device, self.memory_format = images, normalize, device, memory_format
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size(self.images.shape)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def contiguous(self, memory_format=torch.contiguous_format) -> "_LazyPrepared":
+        return _LazyPrepared(self.images, self.normalize, self.device, memory_format)
+
+    def __getitem__(self, index: slice) -> torch.Tensor:
+        with torch.inference_mode():
+            x = self.normalize(as_pixels(self.images[index].to(self.device, non_blocking=True)))
+        return x.contiguous(memory_format=self.memory_format)
+
+
 def _prepared(images: torch.Tensor, normalize: nn.Module, key, device: torch.device, chunk: int) -> torch.Tensor:
-    """``normalize(as_pixels(images))`` on ``device``, computed once per (tensor, key, device)."""
+    """``normalize(as_pixels(images))`` on ``device``, computed once per (tensor, key, device);
+    lazily, a chunk at a time, for images that are not a tensor (read from files on demand)."""
+    if not isinstance(images, torch.Tensor):
+        return _LazyPrepared(images, normalize, device)
     entry = _PREPARED.get(id(images))
     if entry is None or entry[0]() is not images:
         ident = id(images)
