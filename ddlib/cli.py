@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import pandas as pd
@@ -144,8 +145,9 @@ def _cmd_server(args) -> int:
 
 def _add_server_parser(sub) -> None:
     server = sub.add_parser("server", help="start an MLflow tracking server that workers on other machines can share")
-    server.add_argument("--backend-store-uri", default=None,
-                        help="database: postgresql://user:password@host:5432/db in production; default: this "
+    server.add_argument("--backend-store-uri", default=os.environ.get("MLFLOW_BACKEND_STORE_URI"),
+                        help="database: postgresql://user:password@host:5432/db in production (or set "
+                             "MLFLOW_BACKEND_STORE_URI, which keeps the password out of `ps`); default: this "
                              "checkout's SQLite store (mlruns/mlflow.db)")
     server.add_argument("--artifacts-destination", default=None,
                         help="where the server keeps artifacts (a folder or an object store URI); default mlruns/artifacts")

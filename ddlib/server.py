@@ -48,14 +48,16 @@ def _defaults(backend_store_uri: str | None, artifacts_destination: str | os.Pat
 
 
 def server_command(backend_store_uri: str | None = None, artifacts_destination: str | os.PathLike | None = None,
-                   host: str = LOOPBACK, port: int = 5000, workers: int | None = None) -> list[str]:
-    """The ``mlflow server`` command line (this interpreter's MLflow)."""
+                   host: str = LOOPBACK, port: int = 5000, workers: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """The ``mlflow server`` command line (this interpreter's MLflow) and its environment. The
+    backend store URI travels in ``MLFLOW_BACKEND_STORE_URI``, never on the command line, where
+    every user of the machine could read a database password with ``ps``."""
     backend, destination = _defaults(backend_store_uri, artifacts_destination)
-    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
-               "--artifacts-destination", destination, "--serve-artifacts", "--host", host, "--port", str(port)]
+    command = [sys.executable, "-m", "mlflow", "server", "--artifacts-destination", destination, "--serve-artifacts",
+               "--host", host, "--port", str(port)]
     if workers is not None:
         command += ["--workers", str(workers)]
-    return command
+    return command, {**os.environ, "MLFLOW_BACKEND_STORE_URI": backend}
 
 
 def wait_healthy(url: str, process: subprocess.Popen | None = None, timeout: float = 180.0) -> None:
@@ -79,8 +81,8 @@ def start_server(backend_store_uri: str | None = None, artifacts_destination: st
                  host: str = LOOPBACK, port: int = 5000, workers: int | None = None, log: IO | None = None,
                  timeout: float = 180.0) -> subprocess.Popen:
     """Start the server in the background and return once ``/health`` answers (the caller stops it)."""
-    command = server_command(backend_store_uri, artifacts_destination, host, port, workers)
-    process = subprocess.Popen(command, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else
+    command, env = server_command(backend_store_uri, artifacts_destination, host, port, workers)
+    process = subprocess.Popen(command, env=env, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else
                                subprocess.DEVNULL, start_new_session=True)
     try:
         wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}", process, timeout)
@@ -107,14 +109,14 @@ def stop_server(process: subprocess.Popen, timeout: float = 20.0) -> None:
 def serve(backend_store_uri: str | None = None, artifacts_destination: str | os.PathLike | None = None,
           host: str = LOOPBACK, port: int = 5000, workers: int | None = None) -> int:
     """Run the server in the foreground until interrupted; prints where runs should point."""
-    command = server_command(backend_store_uri, artifacts_destination, host, port, workers)
-    backend, destination = command[command.index("--backend-store-uri") + 1], command[command.index("--artifacts-destination") + 1]
+    command, env = server_command(backend_store_uri, artifacts_destination, host, port, workers)
+    backend, destination = env["MLFLOW_BACKEND_STORE_URI"], command[command.index("--artifacts-destination") + 1]
     if host not in (LOOPBACK, "localhost", "::1"):
         print(f"warning: binding to {host}: anyone who can reach this port can read and write every run "
               "(MLflow's server has no authentication)", file=sys.stderr)
     # Its own process group, stopped as a whole (MLflow's server runs uvicorn workers under it) on
     # Ctrl-C and on SIGTERM: killing `ddlib server` must not leave the server listening.
-    process = subprocess.Popen(command, start_new_session=True)
+    process = subprocess.Popen(command, env=env, start_new_session=True)
     url = f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{port}"
 
     def stop_on_sigterm(signum, frame):

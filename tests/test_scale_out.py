@@ -161,6 +161,16 @@ def server(tmp_path):
         log.close()
 
 
+def test_a_database_password_never_reaches_the_server_command_line(tmp_path):
+    """`ps` shows every process's command line to every user: the store URI goes in the environment."""
+    from ddlib.server import server_command
+
+    uri = "postgresql://mlflow:s3cret-pw@127.0.0.1:5432/mlflow"
+    command, env = server_command(uri, tmp_path / "artifacts")
+    assert not [arg for arg in command if "s3cret-pw" in arg]
+    assert env["MLFLOW_BACKEND_STORE_URI"] == uri
+
+
 def test_ddlib_server_binds_loopback_and_sigterm_stops_the_whole_server(tmp_path):
     """`python -m ddlib server` with no --host listens on 127.0.0.1 only, and SIGTERM to it stops
     MLflow's server and its uvicorn workers too (before, they kept listening, orphaned)."""
@@ -181,6 +191,8 @@ def test_ddlib_server_binds_loopback_and_sigterm_stops_the_whole_server(tmp_path
         assert expected in lines, lines
         tree = psutil.Process(process.pid).children(recursive=True)
         assert listening_addresses(process.pid) == {"127.0.0.1"}
+        assert (tmp_path / "server.db").exists()  # MLflow uses the store it was given ...
+        assert not [p.cmdline() for p in tree if "server.db" in " ".join(p.cmdline())]  # ... not via argv (ps)
         process.send_signal(signal.SIGTERM)
         process.wait(60)
         gone, alive = psutil.wait_procs(tree, timeout=30)
