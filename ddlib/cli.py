@@ -193,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     register(sub)  # score, runs, export, ui
     _add_server_parser(sub)
     args = parser.parse_args(argv)
+    if args.command not in ("server", "ui"):  # every other command reads or writes the store
+        from ddlib.tracking import unreachable_server
+
+        if why := unreachable_server():
+            print(f"error: {why}", file=sys.stderr)
+            return 2
     return args.func(args)
 
 

@@ -37,7 +37,7 @@ import ddlib
 __all__ = [
     "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "client", "Tracker", "runs",
     "config_hash", "flatten", "default_tags", "git_commit", "TAG", "is_server_uri", "owner_tag",
-    "owner_is_gone", "STALE_AFTER_SECONDS",
+    "owner_is_gone", "STALE_AFTER_SECONDS", "unreachable_server",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +100,25 @@ def artifact_root() -> Path:
 def is_server_uri(uri: str | None = None) -> bool:
     """Whether the store is a tracking server (reachable from other machines), not a database file."""
     return (uri or tracking_uri()).startswith(("http://", "https://"))
+
+
+def unreachable_server(uri: str | None = None, timeout: float = 5.0) -> str | None:
+    """Why the tracking server does not answer (``None`` when it does, or the store is a file).
+    One request to ``/health``: MLflow's client would retry for seconds, then print a traceback."""
+    import urllib.error
+    import urllib.request
+
+    uri = uri or tracking_uri()
+    if not is_server_uri(uri):
+        return None
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return None  # it answers (a proxy may refuse /health): MLflow's own errors say the rest
+    except (urllib.error.URLError, OSError) as e:
+        return (f"the tracking server {uri} (MLFLOW_TRACKING_URI) does not answer: "
+                f"{getattr(e, 'reason', e)}; start it (python -m ddlib server) or unset MLFLOW_TRACKING_URI")
+    return None
 
 
 _CLIENTS: dict[str, Any] = {}

@@ -161,6 +161,17 @@ def server(tmp_path):
         log.close()
 
 
+def test_a_server_that_does_not_answer_is_one_clear_error_not_a_traceback(monkeypatch, capsys):
+    from ddlib.cli import main
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    assert main(["summary", "--no-log"]) == 2
+    err = capsys.readouterr().err
+    assert f"the tracking server {url} (MLFLOW_TRACKING_URI) does not answer" in err
+    assert "Traceback" not in err
+
+
 def test_a_database_password_never_reaches_the_server_command_line(tmp_path):
     """`ps` shows every process's command line to every user: the store URI goes in the environment."""
     from ddlib.server import server_command
