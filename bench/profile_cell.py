@@ -211,18 +211,18 @@ def kernel_start() -> dict:
             "imports_ok": ok}
 
 
-def write_preset(path: Path, epochs: int) -> Path:
+def write_preset(path: Path, epochs: int, precision: str | None = None) -> Path:
     import yaml
 
     path.write_text(yaml.safe_dump({
         "method": "profile-soft-label",
         "citation": "bench/profile_cell.py: teacher relabelling (ConvNet teacher), KL T=4 without T^2, CutMix, lr search",
         "recipe": {"epochs": epochs, "batch_size": 256, "optimizer": "sgd", "lr": 0.01, "momentum": 0.9,
-                   "weight_decay": 0.0005, "scheduler": "cosine"},
+                   "weight_decay": 0.0005, "scheduler": "cosine", **({"precision": precision} if precision else {})},
         "labels": {"type": "teacher", "loss": {"name": "kl", "temperature": 4.0, "t_squared": False},
                    "teacher": {"arch": "convnet", "count": 1}},
         "augment": [{"cutmix": {"alpha": 1.0, "p": 1.0}}],
-        "zca": False, "lr_search": True}, sort_keys=False))
+        "zca": False}, sort_keys=False))
     return path
 
 
@@ -273,6 +273,9 @@ def main(argv=None) -> int:
     ap.add_argument("--train-per-class", type=int, help="CIFAR-10: real images per class (default 200)")
     ap.add_argument("--test-size", type=int, help="CIFAR-10: stratified test subset (default: all 10,000)")
     ap.add_argument("--protocols", nargs="+", choices=["lrs", "ars"], default=["lrs", "ars"])
+    ap.add_argument("--lr-select", choices=["validation", "test"], default="validation",
+                    help="test: as the peer does (vs_ddranking.py's matched workload)")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "auto"], help="every training's precision (default: the recipe's)")
     ap.add_argument("--no-kernel", action="store_true", help="skip the kernel-start measurement")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "profile_cell.json")
     args = ap.parse_args(argv)
@@ -283,10 +286,10 @@ def main(argv=None) -> int:
     teacher_epochs = args.teacher_epochs or (20 if args.cifar10 else 30)
     scratch = Path(tempfile.mkdtemp(prefix="profile-cell-"))
     try:
-        preset = write_preset(scratch / "soft_preset.yaml", epochs)
+        preset = write_preset(scratch / "soft_preset.yaml", epochs, args.precision)
         common = dict(ipc=10, model="convnet", seeds=list(args.seeds), baseline_seed=0, device="auto",
                       preset=str(preset), teacher_recipe={"epochs": teacher_epochs, "batch_size": 256},
-                      lr_select="validation")
+                      lr_policy="symmetric", lr_select=args.lr_select)
         if args.cifar10:
             from ddlib.data.loaders import cache_dir, extract_archive
 
@@ -302,7 +305,8 @@ def main(argv=None) -> int:
         else:
             common.update(dataset="digits", method="random")
             workload = "digits, random subset IPC 10"
-        params = {"lrs": {**common, "recipe": {"epochs": epochs, "scheduler": "cosine"}},
+        params = {"lrs": {**common, "recipe": {"epochs": epochs, "scheduler": "cosine",
+                                               **({"precision": args.precision} if args.precision else {})}},
                   "ars": dict(common)}
         result = {"benchmark": "profile_cell", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "workload": workload,
                   "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),

@@ -2,23 +2,70 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
+import sys
 
 import numpy as np
 import torch
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` picks CUDA when present, else the CPU; anything else is passed to torch."""
+    """``"auto"`` picks CUDA when present, else the CPU; anything else is passed to torch. Work
+    bound for the CPU first tunes the process's allocator (:func:`tune_cpu_allocator`)."""
     if isinstance(device, torch.device):
-        return device
-    if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} requested but CUDA is not available")
+        dev = device
+    elif device in (None, "auto"):
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device {device!r} requested but CUDA is not available")
+    if dev.type == "cpu":
+        tune_cpu_allocator()
     return dev
+
+
+# --------------------------------------------------------------------------- the CPU allocator
+
+CPU_ALLOCATOR_ENV = "DDLIB_CPU_ALLOCATOR"
+CPU_ALLOCATORS = ("tuned", "system")
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
+_allocator_state: list[str] = []  # the resolved setting, once: "tuned", "system" or "unavailable"
+
+
+def tune_cpu_allocator() -> str:
+    """Keep freed memory in the process instead of returning it to the kernel after every tensor.
+
+    glibc serves every allocation above 32 MB (a batch's activations: 100 CIFAR images through a
+    128-channel conv are 52 MB) with a fresh ``mmap`` and gives it back with ``munmap`` on free, so
+    each training step and test batch pays page faults on zeroed pages: on the 2-core EPYC of
+    ``bench/README.md`` half of a CPU cell's time was kernel (sys) time. ``mallopt`` (mmap off,
+    trimming only above 2 GB; the fix PyTorch's CPU tuning guide gets from jemalloc/tcmalloc)
+    makes ConvNet-3 test passes 2.2x and training steps 1.55x faster, bit for bit the same results
+    (the allocator moves no numbers). The process then keeps its peak memory until it exits.
+
+    Once per process, on Linux with glibc; ``DDLIB_CPU_ALLOCATOR=system`` leaves the allocator alone.
+    Returns what is in effect: ``"tuned"``, ``"system"`` or ``"unavailable"`` (not glibc)."""
+    if _allocator_state:
+        return _allocator_state[0]
+    wanted = os.environ.get(CPU_ALLOCATOR_ENV, "tuned") or "tuned"
+    if wanted not in CPU_ALLOCATORS:
+        raise ValueError(f"environment variable {CPU_ALLOCATOR_ENV}={wanted!r}: must be one of {CPU_ALLOCATORS}")
+    state = wanted
+    if wanted == "tuned":
+        state = "unavailable"
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None)
+                libc.gnu_get_libc_version  # noqa: B018 (glibc only: musl's mallopt does nothing)
+                if libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1):
+                    state = "tuned"
+            except (OSError, AttributeError):
+                pass
+    _allocator_state.append(state)
+    return state
 
 
 def seed_everything(seed: int) -> None:
