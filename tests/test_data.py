@@ -448,3 +448,20 @@ def test_cifar10_jpeg_tree(cifar10_jpeg_root, monkeypatch):
     assert ds.mean == (0.4914, 0.4822, 0.4465)
     # the JPEG pixels agree with the published CIFAR-10 channel means
     assert np.allclose(ds.extra["computed_mean"], ds.mean, atol=3e-3)
+
+
+def test_digits_are_scikit_learns_load_digits_bit_for_bit():
+    """digits reads sklearn's table without importing sklearn: the same pixels, labels and order."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from ddlib.data.datasets import _digits_table
+
+    bunch = load_digits()
+    table = _digits_table()
+    assert np.array_equal(table[:, :-1], bunch.data) and np.array_equal(table[:, -1].astype(int), bunch.target)
+    # and the layout: the channel axis's stride picks the conv kernel, so a reshaped (stride 64) copy
+    # trained other models from the same pixels (the batched-mode tolerance test caught it)
+    from ddlib.data.datasets import load_dataset
+
+    assert load_dataset("digits").train_images.stride() == (64, 1, 8, 1)

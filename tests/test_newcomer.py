@@ -281,3 +281,28 @@ def test_ui_starts_mlflow_on_localhost(tmp_path, monkeypatch, capsys):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_export_formats_on_the_command_line_are_the_exporters():
+    """The CLI lists the formats without importing the report stack; both lists must agree."""
+    from ddlib.commands import EXPORT_FORMATS
+    from ddlib.report.export import FORMATS
+
+    assert EXPORT_FORMATS == FORMATS
+
+
+def test_the_command_line_and_the_registry_do_not_import_the_heavy_stacks():
+    """Every grid cell's kernel and every ``ddlib`` command pays its imports: the CLI parser needs
+    neither torch nor the attacks, and the model registry loads timm only for a ResNet or ViT."""
+    import subprocess
+    import sys
+
+    code = ("import contextlib, io, sys, ddlib.cli\n"
+            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()): ddlib.cli.main(['run', '--help'])\n"
+            "a = {m for m in ('torch', 'torchattacks', 'timm', 'mlflow') if m in sys.modules};"
+            "import ddlib.engine.train; b = 'timm' in sys.modules;"
+            "from ddlib.models import create_model; create_model('resnet18', 3, 10, 32); c = 'timm' in sys.modules;"
+            "print(sorted(a), b, c)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[]", "False", "True"], out.stdout

@@ -22,43 +22,55 @@ tuned for long ImageNet schedules, not for training from a few images per class.
 
 from __future__ import annotations
 
+import functools
 from functools import partial
 
 import torch
 import torch.nn as nn
-from timm.models.vision_transformer import VisionTransformer
 
 from ddlib.models._registry import register_model
 
 
-class ViT(VisionTransformer):
-    """timm's ViT with DC-Bench's shape and init; ``embed(x)`` is the pre-logits class token."""
+@functools.cache
+def _vit_class():
+    """Built on first use, so importing the registry does not import timm (over a second per process)."""
+    from timm.models.vision_transformer import VisionTransformer
 
-    def __init__(self, channels, num_classes, image_size, patch_size=4, width=512, depth=6, heads=8,
-                 mlp_dim=512, dropout=0.1, emb_dropout=0.1):
-        image_size = tuple(int(s) for s in image_size)
-        if any(s < patch_size or s % patch_size for s in image_size):
-            raise ValueError(f"image size {image_size} does not fit the ViT: each side must be a multiple "
-                             f"of the patch size {patch_size}")
-        super().__init__(img_size=image_size, patch_size=patch_size, in_chans=channels, num_classes=num_classes,
-                         global_pool="token", class_token=True, embed_dim=width, depth=depth, num_heads=heads,
-                         mlp_ratio=mlp_dim / width, qkv_bias=False, drop_rate=0.0, pos_drop_rate=emb_dropout,
-                         proj_drop_rate=dropout, attn_drop_rate=0.0, norm_layer=partial(nn.LayerNorm, eps=1e-5),
-                         weight_init="skip")
-        for m in self.modules():  # PyTorch's defaults, whatever timm's constructors did
-            if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
-                m.reset_parameters()
-        with torch.no_grad():  # vit-pytorch: nn.Parameter(torch.randn(...)); timm left them uninitialised
-            self.cls_token.normal_()
-            self.pos_embed.normal_()
-        self.image_size = image_size
-        self.feature_dim = self.num_features
+    class ViT(VisionTransformer):
+        """timm's ViT with DC-Bench's shape and init; ``embed(x)`` is the pre-logits class token."""
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x), pre_logits=True)
+        def __init__(self, channels, num_classes, image_size, patch_size=4, width=512, depth=6, heads=8,
+                     mlp_dim=512, dropout=0.1, emb_dropout=0.1):
+            image_size = tuple(int(s) for s in image_size)
+            if any(s < patch_size or s % patch_size for s in image_size):
+                raise ValueError(f"image size {image_size} does not fit the ViT: each side must be a multiple "
+                                 f"of the patch size {patch_size}")
+            super().__init__(img_size=image_size, patch_size=patch_size, in_chans=channels, num_classes=num_classes,
+                             global_pool="token", class_token=True, embed_dim=width, depth=depth, num_heads=heads,
+                             mlp_ratio=mlp_dim / width, qkv_bias=False, drop_rate=0.0, pos_drop_rate=emb_dropout,
+                             proj_drop_rate=dropout, attn_drop_rate=0.0, norm_layer=partial(nn.LayerNorm, eps=1e-5),
+                             weight_init="skip")
+            for m in self.modules():  # PyTorch's defaults, whatever timm's constructors did
+                if isinstance(m, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+                    m.reset_parameters()
+            with torch.no_grad():  # vit-pytorch: nn.Parameter(torch.randn(...)); timm left them uninitialised
+                self.cls_token.normal_()
+                self.pos_embed.normal_()
+            self.image_size = image_size
+            self.feature_dim = self.num_features
+
+        def embed(self, x: torch.Tensor) -> torch.Tensor:
+            return self.forward_head(self.forward_features(x), pre_logits=True)
+    return ViT
+
+
+def __getattr__(name: str):
+    if name == "ViT":
+        return _vit_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @register_model("vit")
 def vit(channels, num_classes, image_size):
     """DC-Bench's ViT: patch 4, width 512, depth 6, 8 heads, MLP 512, dropout 0.1."""
-    return ViT(channels, num_classes, image_size)
+    return _vit_class()(channels, num_classes, image_size)

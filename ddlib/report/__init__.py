@@ -1,17 +1,34 @@
 """Leaderboards built from MLflow, one module per benchmark: :mod:`.ddranking` (LRS, ARS),
 :mod:`.beard` (RR, AE, CREI, RCR), :mod:`.dcbench` (augmentation, compression, transfer, NAS);
-:mod:`.core` reads per-seed values out of MLflow and formats and logs tables."""
+:mod:`.core` reads per-seed values out of MLflow and formats and logs tables.
 
-from ddlib.report.beard import eps_curves, plot_eps_curves, robustness_leaderboard, unified_leaderboard
-from ddlib.report.core import aggregate, format_leaderboard, log_summary, per_seed_values
-from ddlib.report.dcbench import (augmentation_leaderboard, compression_leaderboard, nas_leaderboard,
-                                   plot_compression, synthesis_vs_selection, transfer_leaderboard, transfer_tau)
-from ddlib.report.ddranking import ROW_PARAMS, SWEEP, ars_leaderboard, lrs_leaderboard, plot_scores, weight_sweep
+The names below load their module on first use (PEP 562), so ``ddlib.report.export`` or the command
+line does not import the attack stack (torchattacks, the engine) that :mod:`.beard` needs."""
 
-__all__ = [
-    "per_seed_values", "aggregate", "format_leaderboard", "log_summary",
-    "ROW_PARAMS", "SWEEP", "lrs_leaderboard", "ars_leaderboard", "weight_sweep", "plot_scores",
-    "robustness_leaderboard", "unified_leaderboard", "eps_curves", "plot_eps_curves",
-    "augmentation_leaderboard", "compression_leaderboard", "plot_compression", "synthesis_vs_selection",
-    "transfer_leaderboard", "transfer_tau", "nas_leaderboard",
-]
+from __future__ import annotations
+
+import importlib
+
+_HOME = {
+    "per_seed_values": "core", "aggregate": "core", "format_leaderboard": "core", "log_summary": "core",
+    "ROW_PARAMS": "ddranking", "SWEEP": "ddranking", "lrs_leaderboard": "ddranking", "ars_leaderboard": "ddranking",
+    "weight_sweep": "ddranking", "plot_scores": "ddranking",
+    "robustness_leaderboard": "beard", "unified_leaderboard": "beard", "eps_curves": "beard",
+    "plot_eps_curves": "beard",
+    "augmentation_leaderboard": "dcbench", "compression_leaderboard": "dcbench", "plot_compression": "dcbench",
+    "synthesis_vs_selection": "dcbench", "transfer_leaderboard": "dcbench", "transfer_tau": "dcbench",
+    "nas_leaderboard": "dcbench",
+}
+__all__ = list(_HOME)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        value = getattr(importlib.import_module(f"ddlib.report.{_HOME[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ddlib.report' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME])
