@@ -696,7 +696,10 @@ def main(argv=None) -> int:
                       baseline_seed=0, device="cpu", train_per_class=cfg["train_per_class"], test_size=cfg["test_size"],
                       preset=str(preset), preset_epochs=None, teacher_recipe=cfg["teacher_recipe"],
                       lr_select=cfg["lr_select"], lr_grid=LR_GRID,
-                      lr_policy="symmetric")  # the peer searches every side when no syn_lr is passed
+                      lr_policy="symmetric",  # the peer searches every side when no syn_lr is passed
+                      # searched on the test set as the peer does: no validation split, so ddlib's real
+                      # pool (teacher, full-data reference) is the peer's training set, image for image
+                      val_fraction=None if cfg["lr_select"] == "test" else 0.1)
         params = {"lrs": {**shared, "recipe": hard_recipe, "real_recipe": {"scheduler": "none"}, "w": cfg["w"]},
                   "ars": {**shared, "gamma": cfg["gamma"]}}
         cfg["ddlib_params"] = {k: {**v, "preset": "vs_ddranking_preset.yaml (temporary; see settings.preset)"}
