@@ -76,6 +76,7 @@ def _timm():
 
         def embed(self, x: torch.Tensor) -> torch.Tensor:
             return self.forward_head(self.forward_features(x), pre_logits=True)
+
     return {"ResNet": ResNet, "BasicBlock": BasicBlock, "Bottleneck": Bottleneck}
 
 

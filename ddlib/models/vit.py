@@ -61,6 +61,7 @@ def _vit_class():
 
         def embed(self, x: torch.Tensor) -> torch.Tensor:
             return self.forward_head(self.forward_features(x), pre_logits=True)
+
     return ViT
 
 
