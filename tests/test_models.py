@@ -64,3 +64,49 @@ def test_registry_lists_and_refuses_unknown_names():
 def test_too_small_image_is_refused():
     with pytest.raises(ValueError, match="too small"):
         create_model("convnet_d4", 1, 10, 8)
+
+
+# ---------------------------------------------------------------- the ConvNet's 2x2 average pool
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 128, 32, 32), (7, 128, 16, 16), (300, 128, 8, 8), (5, 3, 7, 7), (2, 16, 2, 2)])
+def test_cpu_test_pass_pool_has_avg_pool2d_bits(dtype, shape):
+    """The depthwise-convolution path (taken without autograd) equals avg_pool2d bit for bit."""
+    import torch.nn.functional as F
+
+    from ddlib.models._pool import AvgPool2x2
+
+    g = torch.Generator().manual_seed(sum(shape))
+    for x in (torch.randn(shape, generator=g), torch.relu(torch.randn(shape, generator=g) * 40)):
+        x = x.to(dtype)
+        with torch.inference_mode():
+            fast = AvgPool2x2()(x)
+        assert fast.dtype == dtype and fast.shape == F.avg_pool2d(x, 2).shape
+        assert torch.equal(fast, F.avg_pool2d(x, 2))
+
+
+def test_convnet_takes_the_fast_pool_in_test_passes_only_and_keeps_its_outputs(monkeypatch):
+    """A ConvNet's logits under inference equal those of the same weights with nn.AvgPool2d, in
+    fp32 and under bf16 autocast; training (autograd on) keeps avg_pool2d."""
+    import copy
+
+    import torch.nn as nn
+
+    import ddlib.models._pool as pool
+
+    calls = []
+    conv2d = pool.F.conv2d
+    monkeypatch.setattr(pool.F, "conv2d", lambda *a, **k: calls.append(k.get("groups", 1)) or conv2d(*a, **k))
+    torch.manual_seed(0)
+    model = create_model("convnet", channels=3, num_classes=10, image_size=(32, 32)).eval()
+    plain = copy.deepcopy(model)
+    plain.features = nn.Sequential(*[nn.AvgPool2d(2, 2) if isinstance(m, pool.AvgPool2x2) else m for m in plain.features])
+    assert sum(isinstance(m, pool.AvgPool2x2) for m in model.features) == 3
+    x = torch.randn(64, 3, 32, 32)
+    for bf16 in (False, True):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            assert torch.equal(model(x), plain(x))
+    assert calls.count(128) == 6  # 3 pools x 2 passes (nn.Conv2d goes through F.conv2d too, groups 1)
+    model.train()(x).sum().backward()
+    assert calls.count(128) == 6

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ddlib.models._pool import AvgPool2x2
 from ddlib.models._registry import register_model
 
 
@@ -34,7 +35,7 @@ class ConvNet(nn.Module):
             pad = 3 if d == 0 and channels == 1 and tuple(image_size) == (28, 28) else 1
             layers += [nn.Conv2d(in_ch, width, kernel_size=3, padding=pad), _norm(norm, width), nn.ReLU(inplace=True)]
             h, w = h + 2 * pad - 2, w + 2 * pad - 2
-            layers.append(nn.AvgPool2d(kernel_size=2, stride=2))
+            layers.append(AvgPool2x2())
             h, w = h // 2, w // 2
             in_ch = width
         if h < 1 or w < 1:
