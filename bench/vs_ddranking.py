@@ -18,7 +18,9 @@ from ``../shared/data/cifar10-jpeg.tar.gz``, decoded by ddlib and written in tor
 The peer runs in its own virtual environment (``bench/.venv-ddranking``, created on first use,
 reused after) through ``bench/ddranking_wrapper.py``, which holds every workaround for the peer's
 defects. ddlib runs in this process against a scratch MLflow store (``DDLIB_MLRUNS`` in a temporary
-folder), one per protocol, so neither protocol reuses the other's trained models.
+folder), one for both protocols as users run them (``--store shared``): ARS then reuses the lr
+searches of LRS's soft-label sides, which train the same models (same numbers, fewer trainings).
+``--store separate`` gives each protocol its own store, so neither reuses the other's models.
 
 Writes ``bench/results/vs_ddranking.json`` and prints a comparison table.
 
@@ -240,7 +242,7 @@ def _child_trials(cell) -> list[dict]:
 
 
 def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, export_teacher: Path | None) -> dict:
-    """One ddlib cell in its own scratch store; the teacher is trained first (timed apart)."""
+    """One ddlib cell against the MLflow store ``store``; the teacher is trained first (timed apart)."""
     import torch
 
     os.environ["DDLIB_MLRUNS"] = str(store)
@@ -278,6 +280,9 @@ def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, exp
         "per_seed": result.per_seed.to_dict("records"),
         "summary": dict(result.summary),
         "lr_chosen": {k[:-3]: v for k, v in metrics.items() if k.endswith("_lr")},
+        # lr searches this cell ran and those it found in the store (a search is keyed by what it
+        # trains, so with one store ARS reuses the searches of LRS's soft-label sides)
+        "lr_searches": {"run": metrics.get("lr_searches_run"), "reused": metrics.get("lr_searches_reused")},
         "trials": _child_trials(cell),
         "open_seconds": round(t_open, 2), "evaluate_seconds": round(t_eval, 2),
         "wall_seconds": round(t_open + t_eval, 2),  # teacher excluded: the peer gets it as a file
@@ -614,6 +619,10 @@ def main(argv=None) -> int:
     ap.add_argument("--protocols", nargs="+", choices=["lrs", "ars"], default=["lrs", "ars"])
     ap.add_argument("--lr-select", choices=["test", "validation"], default="test",
                     help="ddlib's lr policy; 'test' mirrors the peer (the same workload), 'validation' is ddlib's default")
+    ap.add_argument("--store", choices=["shared", "separate"], default="shared",
+                    help="ddlib's MLflow store: 'shared' (default) is how users run it, one store for LRS and ARS, "
+                         "so ARS reuses the lr searches of LRS's soft-label sides (the same trainings, the same "
+                         "numbers); 'separate' gives each protocol its own store and reuses nothing")
     ap.add_argument("--no-probes", action="store_true", help="skip the peer's defect probes (a few seconds)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (MLflow stores, peer workdir)")
@@ -639,7 +648,8 @@ def main(argv=None) -> int:
                                "never decaying below 100 epochs), batch 256, same epochs",
            "teacher_recipe": {"epochs": base["teacher_epochs"], "batch_size": 256, "optimizer": "sgd", "lr": 0.01,
                               "momentum": 0.9, "weight_decay": 0.0005, "scheduler": "step"},
-           "threads": None, "peer_defaults": args.peer_defaults, "precision": args.precision}
+           "threads": None, "peer_defaults": args.peer_defaults, "precision": args.precision,
+           "store": args.store}
     for need in (ARCHIVE, DC_FILE):
         if not need.exists():
             print(f"missing {need}", file=sys.stderr)
@@ -708,11 +718,12 @@ def main(argv=None) -> int:
         ds = distilled = None
         for i, protocol in enumerate(args.protocols):
             print(f"ddlib {protocol} ...", flush=True)
-            out = run_ours(protocol, params[protocol], scratch / f"mlruns-{protocol}", cfg["teacher_recipe"],
-                           teacher_file if i == 0 else None)
+            store = scratch / ("mlruns" if cfg["store"] == "shared" else f"mlruns-{protocol}")
+            out = run_ours(protocol, params[protocol], store, cfg["teacher_recipe"], teacher_file if i == 0 else None)
             ds, distilled = out.pop("_cell_dataset"), out.pop("_distilled")
             results["ours"][protocol] = out
-            print(f"  {out['wall_seconds']:.0f} s (+ teacher {out['teacher']['seconds']:.0f} s)", flush=True)
+            print(f"  {out['wall_seconds']:.0f} s (+ teacher {out['teacher']['seconds']:.0f} s; lr searches run "
+                  f"{out['lr_searches']['run']}, reused {out['lr_searches']['reused']})", flush=True)
         digests = {results["ours"][p]["teacher"]["state_digest"] for p in args.protocols}
         results["teacher"] = {"arch": "convnet = ConvNet-3", "recipe": cfg["teacher_recipe"],
                               "same_weights_in_every_store": len(digests) == 1,
