@@ -81,7 +81,7 @@ def test_targeted_then_untargeted_reuses_the_pool_and_skips_what_cannot_target(m
     tags = tracking.client().get_run(cell_t.run_id).data.tags
     assert "no targeted mode" in tags["ddlib.skipped.deepfool"]
     for attack in ("fgsm", "pgd", "cw"):
-        assert 0 <= row[f"{attack}.asr_beard"] <= row[f"{attack}.asr"] <= row.clean_acc + 1e-9
+        assert 0 <= row[f"{attack}.asr_beard"] <= row[f"{attack}.asr"] + 1e-9 <= row.clean_acc + 2e-9
     assert row["fgsm.max_linf"] == pytest.approx(8 / 255, abs=1e-6)  # FGSM moves unclamped pixels by exactly ε
     assert 0.9 * 8 / 255 <= row["pgd.max_linf"] <= 8 / 255 + 1e-6
     accs = [100 * row[f"{a}.robust_acc"] for a in ("fgsm", "pgd", "cw")]
@@ -288,7 +288,7 @@ def _beard_checkpoint(path, seed: int) -> float:
     subset = random_subset(ds, 10, seed=seed)
     (result,) = train_and_evaluate("convnet", subset.images, subset.labels, ds.test_images, ds.test_labels,
                                    num_classes=ds.num_classes, mean=ds.mean, std=ds.std,
-                                   recipe=Recipe(epochs=30, batch_size=64), seeds=[seed], device="cpu",
+                                   recipe=Recipe(epochs=30, batch_size=64, precision="fp32"), seeds=[seed], device="cpu",
                                    keep_models=True)
     torch.save(result.model.state_dict(), path)
     return result.test_accuracy

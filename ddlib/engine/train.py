@@ -83,7 +83,7 @@ class Recipe:
     # How the arithmetic runs (not what is trained). In the recipe's key only where they change the
     # arithmetic (not fp32, not false), so every key made before these switches existed stays valid.
     # "auto": bf16 where the device computes it natively, else fp32 (resolve it before keying).
-    precision: str = "fp32"  # "fp32"; "bf16" autocast; "auto"
+    precision: str = "auto"  # "auto" (bf16 where native, else fp32); "fp32"; "bf16" autocast
     channels_last: bool = False  # channels-last memory format for the model and its inputs
     compile: bool = False  # torch.compile the model (forward and backward); sequential mode only
 

@@ -62,7 +62,7 @@ PROTOCOL = "adversarial"
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
 # 2: the space parameter; each attack paired with a clean pass timed in its own process (AE no
 # longer compares with a clean pass cached from another process or the other mode).
-REVISION = 2
+REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
 MODES = ("untargeted", "targeted")
 BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 

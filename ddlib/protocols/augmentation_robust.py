@@ -30,7 +30,7 @@ PROTOCOL = "augmentation_robust"
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
 # 2: per-seed random subsets, teacher labels for the random side of stored-soft-label presets,
 # learned lr, lr_policy, one real-data pool, ZCA-space sets, the preset's student model.
-REVISION = 2
+REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
 
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).
 PARAMS = {**SET_PARAMS, "gamma": 0.5, **PRESET_PARAMS, "preset": "dsa"}

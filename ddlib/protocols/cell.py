@@ -59,6 +59,7 @@ TRAIN_MODE_TAG = "ddlib.train_mode"  # sequential / batched: how the loop ran (n
 RESULT_KEY_TAG = "ddlib.result_key"
 CLASSES_TAG = "ddlib.num_classes"  # the cell's class count: what "near chance" means (leaderboards' sanity column)
 SANITY_TAG = "ddlib.sanity"  # set where an accuracy that must be well above chance is not (metrics.near_chance)
+PRECISION_TAG = "ddlib.precision"  # the precisions the cell's trainings ran in (fp32, bf16): Recipe.precision resolved
 # The seed of every cell's validation split: the real-data pool depends on the dataset and the
 # fraction only, never on the preset or method of a cell.
 VALIDATION_SEED = 0
@@ -172,6 +173,14 @@ class Cell:
                 cell.dataset, cell.validation = hold_out_validation(cell.dataset, val_fraction)
         return cell
 
+    def _note_precision(self, precision: str) -> None:
+        """Tag ``ddlib.precision`` on the cell run: the precisions its trainings ran in (``auto``, the
+        default, is bf16 where the device computes it natively: a deviation from the papers' fp32)."""
+        used = self.cache.setdefault("precisions", set())
+        if precision not in used:
+            used.add(precision)
+            self.tracker.set_tags(self.run_id, {PRECISION_TAG: ", ".join(sorted(used))})
+
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
         """Mark the run FAILED (never a result) if the body raises, then re-raise."""
@@ -268,6 +277,7 @@ class Cell:
         ds = self.dataset
         # "auto" precision means bf16 on some devices and fp32 on others: key what it resolves to here
         recipe = replace(recipe, precision=run_precision(recipe, self.device, objective is not None))
+        self._note_precision(recipe.precision)
         if eval_split == "val":
             if self.validation is None:
                 raise ValueError("this cell has no validation split (val_fraction is not set)")

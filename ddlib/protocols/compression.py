@@ -28,7 +28,8 @@ __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", 
 PROTOCOL = "compression"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 2  # 2: DSA (1000 epochs) by default, as DC-Bench's tables (was: no augmentation)
+REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
+# 2: DSA (1000 epochs) by default, as DC-Bench's tables (was: no augmentation)
 
 PARAMS = {
     **SET_PARAMS,

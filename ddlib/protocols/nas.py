@@ -42,7 +42,8 @@ __all__ = ["PROTOCOL", "PARAMS", "PATH_PARAMS", "validate", "open_cell", "obtain
 PROTOCOL = "nas"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 2  # 2: validation split, seed-averaged proxy, DC-Bench's proxy recipe, uniform sampling
+REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
+# 2: validation split, seed-averaged proxy, DC-Bench's proxy recipe, uniform sampling
 MODEL = "nasbench201"
 # DC-Bench's proxy training (darts-pt/nasbench201/train_search.py defaults): the base of ``recipe``.
 PROXY_RECIPE = Recipe(epochs=50, batch_size=64, optimizer="sgd", lr=0.025, momentum=0.9, weight_decay=3e-4,

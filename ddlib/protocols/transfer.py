@@ -32,7 +32,8 @@ __all__ = ["PROTOCOL", "PARAMS", "DCBENCH_TRANSFER_MODELS", "validate", "open_ce
 PROTOCOL = "transfer"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 2  # 2: DSA (1000 epochs) by default; DC-Bench's four-architecture Transfer average
+REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
+# 2: DSA (1000 epochs) by default; DC-Bench's four-architecture Transfer average
 
 PARAMS = {
     **SET_PARAMS,  # model: the reference architecture the set was distilled with
