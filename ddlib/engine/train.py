@@ -278,6 +278,25 @@ def _prepared(images: torch.Tensor, normalize: nn.Module, key, device: torch.dev
     return cache[full_key][0]
 
 
+def standard_layout(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with the row-major strides of its shape: a copy only where they differ. A 1-channel
+    batch may carry stride 1 on its channel axis (contiguous all the same); oneDNN's bf16 convolution
+    takes a path about 4x slower on that layout (digits training 11.3 s against 3.0 s). Applied to
+    bf16 work only: fp32 keeps the layout its numbers were measured with (see the README). Images
+    that are not a tensor (read from files on demand) pass through."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    expected, step = [], 1
+    for size in reversed(t.shape):
+        expected.append(step)
+        step *= max(size, 1)
+    if t.stride() == tuple(reversed(expected)):
+        return t
+    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
 def _largest_fitting(fn, n: int, batch: int, device: torch.device, memo_key) -> list:
     """``[fn(start, stop), ...]`` over ``range(n)`` in chunks. On CUDA the first chunk is the whole
     range (or the size that fitted before), halved on out-of-memory and remembered."""
@@ -304,7 +323,7 @@ def _confusion(forward, x: torch.Tensor, labels: torch.Tensor, num_classes: int,
 
     def chunk(i, j):
         with autocast(precision, device):
-            predicted = forward(x[i:j]).argmax(-1)
+            predicted = forward(standard_layout(x[i:j]) if precision == "bf16" else x[i:j]).argmax(-1)
         pairs = labels[i:j] * num_classes + predicted
         models = 1 if pairs.dim() == 1 else pairs.shape[0]
         if pairs.dim() == 2:  # model s counts in its own K x K block
@@ -333,6 +352,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, norma
 
 
 def _hits(model, x, y, precision, device) -> torch.Tensor:
+    x = standard_layout(x) if precision == "bf16" else x
     with autocast(precision, device):
         return (model(x).argmax(-1) == y).sum()
 
@@ -613,7 +633,9 @@ def train_and_evaluate(
     if preprocess is not None:
         normalize = nn.Sequential(normalize, preprocess.to(dev))
     bar = tqdm(total=len(seeds) * recipe.epochs, desc=desc, disable=not progress, leave=False)
-    loop = _Loop(model_name, train_images.to(dev), train_targets.to(dev), normalize, recipe, augment,
+    images = train_images.to(dev)
+    loop = _Loop(model_name, standard_layout(images) if precision == "bf16" else images, train_targets.to(dev),
+                 normalize, recipe, augment,
                  loss or cross_entropy_loss, objective, dev, model_kwargs, num_classes, precision, bar, desc)
     norm_key = ("normalize", tuple(map(float, mean)), tuple(map(float, std)), id(preprocess))
 
