@@ -93,6 +93,17 @@ def test_kcenter_subset(digits):
     assert a.provenance["indices"] != random_subset(digits, 3, seed=0).provenance["indices"]
 
 
+def test_kcenter_features_train_in_fp32_where_bf16_is_native(digits, monkeypatch):
+    """The set a method selects must not depend on the machine: the feature network ignores the
+    default ``precision: auto`` and trains in fp32 even where the device computes bf16."""
+    from ddlib.engine import device as device_mod
+
+    monkeypatch.setattr(device_mod, "bf16_supported", lambda d: True)
+    assert device_mod.resolve_precision("auto", torch.device("cpu")) == "bf16"
+    a = kcenter_subset(digits, 1, seed=0, device="cpu", epochs=2)
+    assert a.provenance["feature_precision"] == "fp32"
+
+
 def test_kcenter_greedy_is_a_source_of_its_own(digits):
     spec = resolve_source("kcenter_greedy")
     assert spec == {"kind": "kcenter_greedy"}

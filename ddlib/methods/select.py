@@ -107,10 +107,11 @@ def feature_model_name(dataset: Dataset) -> str:
 
 
 def _embeddings(dataset: Dataset, seed: int, model: str | None, device, epochs: int) -> tuple[torch.Tensor, dict]:
-    """Embeddings of every training image under a ConvNet trained ``epochs`` on the training set."""
+    """Embeddings of every training image under a ConvNet trained ``epochs`` on the training set.
+    In fp32 always: the set a method selects must not depend on whether the machine computes bf16."""
     dev = resolve_device(device)
     model = model or feature_model_name(dataset)
-    recipe = Recipe(epochs=epochs, batch_size=256, lr=0.01, scheduler="none")
+    recipe = Recipe(epochs=epochs, batch_size=256, lr=0.01, scheduler="none", precision="fp32")
     (trained,) = train_and_evaluate(
         model, dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels,
         num_classes=dataset.num_classes, mean=dataset.mean, std=dataset.std, recipe=recipe, seeds=[seed],
@@ -123,7 +124,7 @@ def _embeddings(dataset: Dataset, seed: int, model: str | None, device, epochs: 
             net.embed(normalize(as_pixels(dataset.train_images[i : i + 1024].to(dev)))).cpu()
             for i in range(0, len(dataset.train_labels), 1024)
         ])
-    return feats, {"feature_model": model, "feature_epochs": epochs,
+    return feats, {"feature_model": model, "feature_epochs": epochs, "feature_precision": trained.precision,
                    "feature_model_test_accuracy": trained.test_accuracy}
 
 
