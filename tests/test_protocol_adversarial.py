@@ -406,3 +406,18 @@ def test_pgd_adversarial_training_raises_pgd_robust_accuracy(mlflow_store):
         _, _, result = _run(**{**common, "training": training})
         robust[name] = result.per_seed.iloc[0]["pgd.robust_acc"]
     assert robust["pgd_at"] > robust["standard"] + 0.05, robust
+
+
+def test_models_train_in_fp32_unless_the_recipe_names_a_precision(mlflow_store, monkeypatch):
+    """bf16 (the default ``auto`` where native) was checked for clean accuracy, not robustness: the
+    pool trains in fp32 on a bf16 machine unless the recipe asks for another precision."""
+    from ddlib.engine import device as device_mod
+
+    monkeypatch.setattr(device_mod, "bf16_supported", lambda d: True)
+    for recipe, want in (({"epochs": 2, "batch_size": 64}, "fp32"),
+                         ({"epochs": 2, "batch_size": 64, "precision": "auto"}, "bf16")):
+        cell = adversarial.open_cell(**{**TINY, "recipe": recipe, "attacks": ["fgsm"]})
+        (model,) = adversarial.train_models(cell, adversarial.obtain(cell))
+        cell.close()
+        assert tracking.client().get_run(cell.run_id).data.tags["ddlib.precision"] == want
+        assert tracking.client().get_run(model.run_id).data.params.get("recipe.precision", "fp32") == want

@@ -8,6 +8,8 @@ the other mode, another attack list or a rerun attacks them without retraining. 
 joins the pool instead with ``source: {kind: checkpoint, path, model}`` (BEARD's own model pool is
 ConvNet state_dicts): loaded with ``weights_only=True``, checked to fit the architecture and data,
 scored on the test set and attacked like a trained one (``recipe``, ``augment`` do not apply).
+Models train in fp32 unless the recipe names a ``precision``: the default ``auto`` (bf16 where
+native) was checked to keep clean accuracy, never robustness, so BEARD's numbers stay fp32's.
 
 Each model is attacked on a seeded class-stratified subset of ``attack_size`` test images
 (default: the whole test set) by every attack of ``attacks``, in pixel space (``space: pixel``,
@@ -34,7 +36,7 @@ rerun recomputes nothing. References (a random subset, the full data) are other 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 import torch
@@ -62,7 +64,7 @@ PROTOCOL = "adversarial"
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
 # 2: the space parameter; each attack paired with a clean pass timed in its own process (AE no
 # longer compares with a clean pass cached from another process or the other mode).
-REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
+REVISION = 2
 MODES = ("untargeted", "targeted")
 BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 
@@ -252,8 +254,12 @@ def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]
         objective_name = objective_name if objective is not None else "none"  # plain training: the same key as
         # any other protocol's identical training (DC-Bench's DSA augmentation, say), so it is shared
         recipe = check_recipe(p, "recipe")
+        named = dict(p["recipe"] or {})
         if p["source"].get("kind") == "full":
             recipe = check_recipe(p, "real_recipe", base=recipe)
+            named.update(p["real_recipe"] or {})
+        if "precision" not in named:  # bf16 kept clean accuracy; robustness was never measured in it
+            recipe = replace(recipe, precision="fp32")
         return cell.train_eval("model", distilled.images, distilled.labels, recipe, p["seeds"],
                                augment=hook, augment_name=hook.name if hook is not None else "none",
                                objective=objective, objective_name=objective_name, keep_models=True)
