@@ -292,9 +292,7 @@ def standard_layout(t: torch.Tensor) -> torch.Tensor:
         step *= max(size, 1)
     if t.stride() == tuple(reversed(expected)):
         return t
-    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
+    return t.clone(memory_format=torch.contiguous_format)  # row-major strides, whatever t's were
 
 
 def _largest_fitting(fn, n: int, batch: int, device: torch.device, memo_key) -> list:
