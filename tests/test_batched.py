@@ -1,17 +1,20 @@
 """The training loop's batched mode: S models per step (``functional_call`` + ``vmap``) must train
 each model as the sequential mode does.
 
-Measured tolerance (digits, 8 seeds, CPU; the same sizes as the sequential mode's own differences
-between 1 and 2 intra-op threads, which change only the float summation order):
+Measured tolerance (``bench/batched_tolerance.py``: digits, IPC 10, 8 seeds, fp32, one thread, on one
+Zen 5 EPYC with its own AVX-512 kernels and with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``,
+the kernel paths of an AVX2-only CPU; numbers in bench/README.md):
 
 * after one epoch, every weight and running statistic within 1e-5 of the sequential model;
-* after training (ConvNet with instance norm, IPC 10, 30 epochs), accuracies differ by 0-5 of the
-  450 test images per model (1-thread vs 2-thread sequential: 0-6); with batch norm 0-1. The
-  instance-norm ConvNet on 8x8 digits normalises 2x2 maps, which amplifies rounding ~10x per
-  epoch: the models are equal up to float rounding, then diverge as any two runs with a different
-  summation order do. Tolerance here: each model within 2 points (9 images), the mean over seeds
-  within 1 point.
-* within the batched mode a seed's model is bit for bit the same whatever S and its companions.
+* after 30 epochs the models are the same up to float rounding that training amplified (weights
+  within 0.03 for the instance-norm ConvNet, which normalises 2x2 maps on 8x8 digits). What is
+  compared is continuous in the weights: each model's mean test cross-entropy differs by at most
+  3.7e-3 (AVX-512) / 2.5e-3 (AVX2); tolerance 0.015. Accuracy is not compared per model: a model
+  flips 0-5 of the 450 test images on AVX-512 and 0-12 on AVX2 (the 2-point tolerance once held
+  here failed on an AVX2 CPU). The mean accuracy over 5 seeds differs by at most 0.62 (AVX-512) /
+  0.0 (AVX2) points; tolerance 1.5 points, a guard against a batched mode that trains worse.
+* within the batched mode a seed's model is bit for bit the same whatever S and its companions
+  (exact, so asserted exactly).
 
 These tolerances were measured in fp32, so the recipes here say ``precision: fp32`` (the default,
 ``auto``, is bf16 on CPUs that compute it natively, where rounding differences are larger).
@@ -32,7 +35,7 @@ from ddlib.models import create_model
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 WEIGHT_TOL = 1e-5
-ACC_TOL_EACH, ACC_TOL_MEAN = 0.02, 0.01
+TEST_LOSS_TOL, ACC_TOL_MEAN = 0.015, 0.015
 
 
 @pytest.fixture(scope="module")
@@ -87,16 +90,25 @@ def test_batch_norm_running_statistics_are_per_model(digits):
     assert bn_bat[0][key].untyped_storage().data_ptr() != bn_bat[1][key].untyped_storage().data_ptr()
 
 
+def _test_loss(model, ds) -> float:
+    from ddlib.engine.train import Normalize
+
+    with torch.no_grad():
+        return F.cross_entropy(model.eval()(Normalize(ds.mean, ds.std)(ds.test_images.float())), ds.test_labels).item()
+
+
 @pytest.mark.parametrize("model", ["convnet", "convnet_bn"])
-def test_accuracies_equal_sequential_within_the_measured_tolerance(digits, model):
+def test_trained_models_equal_sequential_within_the_measured_tolerance(digits, model):
     subset = random_subset(digits, 10, seed=0)
     recipe = Recipe(precision="fp32", epochs=30, batch_size=32)
     seeds = [0, 1, 2, 3, 4]
-    seq = [r.test_accuracy for r in _train(digits, subset, seeds, False, model=model, recipe=recipe)]
-    bat = [r.test_accuracy for r in _train(digits, subset, seeds, True, model=model, recipe=recipe)]
-    assert max(abs(a - b) for a, b in zip(seq, bat)) <= ACC_TOL_EACH
-    assert abs(sum(seq) / len(seq) - sum(bat) / len(bat)) <= ACC_TOL_MEAN
-    assert min(seq) > 0.3  # the models learned something (chance is 0.1)
+    seq = _train(digits, subset, seeds, False, model=model, recipe=recipe)
+    bat = _train(digits, subset, seeds, True, model=model, recipe=recipe)
+    for s, b in zip(seq, bat):
+        assert abs(_test_loss(s.model, digits) - _test_loss(b.model, digits)) <= TEST_LOSS_TOL, s.seed
+    mean_seq = sum(r.test_accuracy for r in seq) / len(seq)
+    assert abs(mean_seq - sum(r.test_accuracy for r in bat) / len(bat)) <= ACC_TOL_MEAN
+    assert min(r.test_accuracy for r in seq) > 0.3  # the models learned something (chance is 0.1)
 
 
 def test_a_seed_trains_the_same_model_whatever_its_companions(digits):

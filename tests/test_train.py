@@ -212,6 +212,23 @@ def test_auto_precision_follows_native_bf16_support(monkeypatch):
     assert replace(auto, precision=run_precision(auto, cpu)).to_dict()["precision"] == "bf16"
 
 
+def test_kernels_capped_at_avx2_mean_no_native_bf16(monkeypatch):
+    """ATEN_CPU_CAPABILITY=avx2 / ONEDNN_MAX_CPU_ISA=AVX2 make an AVX-512 machine take an AVX2 CPU's
+    kernel paths; "auto" must then be fp32 there too, as on the AVX2 CPU it stands in for."""
+    from ddlib.engine import device as device_mod
+
+    cpu = torch.device("cpu")
+    for name, value in (("ONEDNN_MAX_CPU_ISA", "AVX2"), ("ONEDNN_MAX_CPU_ISA", "avx512_core"), ("ATEN_CPU_CAPABILITY", "avx2")):
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        monkeypatch.setenv(name, value)
+        assert not device_mod.bf16_supported(cpu), (name, value)
+        assert device_mod.resolve_precision("auto", cpu) == "fp32"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    assert device_mod._isa_allows_bf16()
+
+
 def test_bf16_runs_the_model_in_bf16_and_learns(digits, one_thread):
     seen = []
     subset = random_subset(digits, 10, seed=0)

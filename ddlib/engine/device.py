@@ -111,6 +111,19 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+# oneDNN's ISA caps (ONEDNN_MAX_CPU_ISA) under which its convolutions have no native bf16 path.
+_ISAS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
+
+
+def _isa_allows_bf16() -> bool:
+    """False where the kernels are capped below native bf16 (``ONEDNN_MAX_CPU_ISA=AVX2``, or
+    ``ATEN_CPU_CAPABILITY`` at avx2 or lower): an AVX-512 machine told to take the AVX2 paths then
+    behaves as an AVX2-only CPU does, ``precision: auto`` included."""
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    return onednn not in _ISAS_WITHOUT_BF16 and aten not in ("avx2", "default", "none")
+
+
 def bf16_supported(device: torch.device) -> bool:
     """Whether ``device`` runs bfloat16 matrix products natively: CUDA with bf16 support (Ampere and
     later), or a CPU with AVX-512 BF16 or AMX tiles (oneDNN then computes convolutions in bf16;
@@ -119,6 +132,8 @@ def bf16_supported(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if device.type == "cpu":
+        if not _isa_allows_bf16():
+            return False
         probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
         amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
         if probe is not None:

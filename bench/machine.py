@@ -1,0 +1,48 @@
+"""The machine a benchmark ran on, recorded beside its numbers: CPU model and the flags that pick
+PyTorch's kernels (AVX2, AVX-512, native bf16), the kernel path in use (``ATEN_CPU_CAPABILITY``,
+``ONEDNN_MAX_CPU_ISA`` can force AVX2 on an AVX-512 CPU), threads, GPU, and the load average.
+Speed is compared only as ratios within one run; these fields say which CPU a number belongs to."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import torch
+
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [f for f in ISA_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
+def machine_info(device: str | torch.device | None = None) -> dict:
+    """Everything needed to tell two runs' machines apart (call at the start; add a final load yourself)."""
+    info = {"platform": platform.platform(), "cpu_model": cpu_model(), "cpu_flags": cpu_flags(),
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "forced_isa": {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ},
+            "load_average_start": [round(v, 2) for v in os.getloadavg()]}
+    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
