@@ -11,6 +11,8 @@ import sys
 
 import pandas as pd
 
+from ddlib.shown import one_line
+
 
 def _cmd_run(args) -> int:
     from ddlib.runner import ExecutorError, GridError, GridInterrupted, run_grid
@@ -24,7 +26,7 @@ def _cmd_run(args) -> int:
         report = run_grid(args.params, workers=args.workers, force=args.force, dry_run=args.dry_run,
                           executor=args.executor, address=args.address, gpus=args.gpus, timeout=args.timeout)
     except (GridError, ExecutorError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except GridInterrupted:
         print("interrupted (SIGTERM): running cells marked KILLED; rerun the same command to finish the grid",
@@ -38,6 +40,8 @@ def _cmd_run(args) -> int:
     reaped = f", {len(report.reaped)} dead run(s) marked KILLED" if report.reaped else ""
     print(f"{verb} {len(report.finished)}, skipped {len(report.skipped)} already finished, "
           f"failed {len(report.failed)}{elsewhere}{reaped} ({report.seconds:.1f} s)")
+    for name, flag in report.flags:
+        print(f"warning: {name}: {flag}", file=sys.stderr)
     for name, error in report.failed:
         print(f"FAILED {name}: {error}", file=sys.stderr)
     return 0 if report.ok else 1
@@ -139,7 +143,7 @@ def _cmd_server(args) -> int:
         return serve(args.backend_store_uri, args.artifacts_destination, host=args.host, port=args.port,
                      workers=args.workers)
     except ServerError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
 
 

@@ -6,10 +6,11 @@ command line of :mod:`ddlib.cli`."""
 from __future__ import annotations
 
 import shlex
-import subprocess
 import sys
 
 import pandas as pd
+
+from ddlib.shown import one_line, shown
 
 __all__ = ["register", "UI_HOST", "UI_PORT", "ui_argv"]
 
@@ -20,20 +21,28 @@ UI_PORT = 5000
 # --------------------------------------------------------------------------- score
 
 
-def _value(text: str):
-    """``--param key=value``: the value as YAML reads it (numbers, lists, mappings, null)."""
+def _value(key: str, text: str):
+    """``--param key=value``: the value as YAML reads it (numbers, lists, mappings, null); a
+    ValueError naming the option and the key otherwise."""
     import yaml
 
-    return yaml.safe_load(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"--param {key}: the value holds bytes that are not UTF-8") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"--param {key}: not a YAML value ({one_line(e, 200)})") from None
 
 
 def _score_params(args) -> dict:
     params = {}
     for item in args.param or []:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--param takes key=value, got {item!r}")
-        params[key.strip()] = _value(value)
+        if not sep or not key.strip():
+            raise ValueError(f"--param takes key=value, got {shown(item)}")
+        params[key.strip()] = _value(key.strip(), value)
     if args.seeds is not None:
         params["seeds"] = args.seeds
     if args.preset is not None:
@@ -54,9 +63,9 @@ def _cmd_score(args) -> int:
     options = {k: v for k, v in options.items() if v not in (None, False)}
     try:
         grid = score_grid(args.set, args.dataset, args.protocol, method=args.method, ipc=args.ipc,
-                          file_options=options, **_score_params(args))
+                          file_options=options, dry_run=args.dry_run, **_score_params(args))
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     path = write_grid(grid)
     print(f"params file: {path}")
@@ -68,7 +77,7 @@ def _cmd_score(args) -> int:
         report = run_grid(path, workers=1, force=args.force, progress=not args.quiet)
         protocol, experiment, cell = resolve_cell(grid)
     except GridError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     for name, error in report.failed:
         print(f"FAILED {name}: {error}", file=sys.stderr)
@@ -85,20 +94,22 @@ def _cmd_score(args) -> int:
         print(result.per_seed.to_string(index=False))
         print()
         print(result.table().to_string())
-    _warn_near_chance(result, cell)
+    _print_flags(result)
     return 0
 
 
-def _warn_near_chance(result, cell) -> None:
-    from ddlib.data.datasets import load_dataset
-    from ddlib.metrics import near_chance
+def _print_flags(result) -> None:
+    """The cell's ``ddlib.sanity`` flags (near-chance accuracies, a suspicious checkpoint), whether
+    the cell ran now or was reused."""
+    from ddlib.protocols.cell import SANITY_TAG
+    from ddlib.tracking import client
 
     try:
-        classes = load_dataset(cell["dataset"], cell.get("data_root")).num_classes
+        flag = client().get_run(result.run_id).data.tags.get(SANITY_TAG)
     except Exception:  # noqa: BLE001 - the flag is advice; the result stands
         return
-    for note in near_chance({k[:-5]: v for k, v in result.summary.items() if k.endswith("_mean")}, classes):
-        print(f"warning: {note}: a smoke-run number, not a result", file=sys.stderr)
+    if flag:
+        print(f"warning: {flag}", file=sys.stderr)
 
 
 def _add_score_parser(sub) -> None:
@@ -156,7 +167,7 @@ def _cmd_export(args) -> int:
         tables = export_tables(load_boards(w=args.w, gamma=args.gamma, alpha=args.alpha), args.board,
                                formatted=args.format != "csv")
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     if not tables:
         print("no finished runs yet: nothing to export (python -m ddlib run params/demo.yaml)", file=sys.stderr)
@@ -198,6 +209,7 @@ def ui_argv(port: int = UI_PORT, host: str = UI_HOST) -> list[str]:
 
 def _cmd_ui(args) -> int:
     from ddlib.report.ui import ui_urls
+    from ddlib.server import ServerError, run_foreground
     from ddlib.tracking import init_store
 
     argv = ui_argv(args.port)
@@ -205,13 +217,14 @@ def _cmd_ui(args) -> int:
         print(shlex.join(argv))
         return 0
     init_store()
-    for name, url in ui_urls(f"http://{UI_HOST}:{args.port}").items():
-        print(f"runs of {name}: {url}")
-    print(f"MLflow UI on http://{UI_HOST}:{args.port} (Ctrl-C stops it)", flush=True)
+    base = f"http://{UI_HOST}:{args.port}"
+    pages = "".join(f"runs of {name}: {url}\n" for name, url in ui_urls(base).items())
+    print(f"starting MLflow's UI on {base} ...", flush=True)
     try:
-        return subprocess.call(argv)
-    except KeyboardInterrupt:
-        return 0
+        return run_foreground(argv, None, base, f"{pages}MLflow UI on {base} (Ctrl-C stops it)")
+    except ServerError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 1
 
 
 def _add_ui_parser(sub) -> None:

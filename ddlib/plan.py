@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ddlib.protocols.cell import cell_tags, run_name
+from ddlib.shown import one_line
 from ddlib.tracking import TAG, Tracker, client
 
 __all__ = ["CellPlan", "GridPlan", "plan_grid", "print_plan", "SHARED_ROLES"]
@@ -53,33 +54,13 @@ class GridPlan:
     experiment: str
     cells: list[CellPlan]
     data: list[str]  # the data roots checked, with what they hold
+    notes: list[str] = field(default_factory=list)  # input files a dry run did not load, and why
 
     def minutes(self, workers: int = 1) -> float | None:
         todo = [c for c in self.cells if c.action == "run"]
         if not todo or any(c.minutes is None for c in todo):
             return None
         return sum(c.minutes for c in todo) / max(1, min(workers, len(todo)))
-
-
-def _check_data(spec, cells) -> list[str]:
-    """Load each distinct (dataset, data_root) once: a missing root or unreadable file fails here."""
-    from ddlib.data.datasets import load_dataset
-    from ddlib.runner import GridError
-
-    seen, out = {}, []
-    for cell in cells:
-        key = (cell["dataset"], cell.get("data_root"))
-        if key in seen:
-            continue
-        try:
-            ds = load_dataset(*key)
-        except (ValueError, OSError) as e:
-            raise GridError(f"{spec.path}: cell {run_name(spec.protocol, cell)}: dataset {key[0]!r}"
-                            + (f" at {key[1]}" if key[1] else "") + f": {e}") from None
-        seen[key] = ds
-        out.append(f"{ds.label}: {len(ds.train_labels)} train / {len(ds.test_labels)} test images, "
-                   f"{ds.num_classes} classes, from {ds.source}")
-    return out
 
 
 def _cells_with(tracker: Tracker, tag: str, value: str) -> list:
@@ -146,12 +127,12 @@ def _evaluations(tracker: Tracker, tags: dict, params: dict) -> tuple[list[str],
 
 def plan_grid(path: str | os.PathLike, force: bool = False) -> GridPlan:
     """Validate, check every data root and input file, and plan each cell (see the module docstring)."""
-    from ddlib.runner import check_cell_inputs, expand, load_grid
+    from ddlib.runner import check_cell_inputs, check_data, expand, load_grid
 
     spec = load_grid(path)
     cells = expand(spec)
-    data = _check_data(spec, cells)
-    check_cell_inputs(spec, cells)  # the runner's own check: every set, preset, checkpoint, ground truth
+    data = check_data(spec, cells)  # the runner's own checks: every data root, set, preset, checkpoint, ground truth
+    notes = check_cell_inputs(spec, cells, run_code=False)  # a dry run unpickles nothing (trusted: true)
     tracker = _read_only_tracker(spec.experiment)
     plans = []
     for params in cells:
@@ -165,7 +146,7 @@ def plan_grid(path: str | os.PathLike, force: bool = False) -> GridPlan:
         elif plan.action == "run":
             plan.train, plan.basis = ["every model (empty store)"], "no earlier run of this recipe"
         plans.append(plan)
-    return GridPlan(str(path), spec.protocol, spec.experiment, plans, data)
+    return GridPlan(str(path), spec.protocol, spec.experiment, plans, data, notes)
 
 
 class _Reader(Tracker):
@@ -202,14 +183,17 @@ def print_plan(path: str | os.PathLike, workers: int = 1, force: bool = False, o
     try:
         plan = plan_grid(path, force=force)
     except GridError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         print("dry run: stopped before anything ran", file=sys.stderr)
         return 2
     print(f"dry run of {plan.path}: protocol {plan.protocol}, experiment {plan.experiment!r}, "
           f"{len(plan.cells)} cell(s); nothing runs", file=out)
     for line in plan.data:
         print(f"data ok: {line}", file=out)
-    print("input files ok (every set, preset, checkpoint and ground truth loaded)", file=out)
+    for note in plan.notes:
+        print(f"input file {note}", file=out)
+    print("input files ok (every set, preset, checkpoint and ground truth loaded"
+          + (", but those above)" if plan.notes else ")"), file=out)
     for cell in plan.cells:
         if cell.action == "skip":
             print(f"\n[skip] {cell.name}: already FINISHED (--force reruns it)", file=out)

@@ -44,9 +44,10 @@ from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.protocols.cell import cell_tags, run_name
 from ddlib.tracking import (PROJECT_ROOT, TAG, Tracker, config_hash, default_tags, init_store, is_server_uri,
                             owner_is_gone, store_environment, tracking_uri)
+from ddlib.shown import shown
 from ddlib.yamlfile import YamlFileError, load_yaml
 
-__all__ = ["GridSpec", "load_grid", "expand", "check_cell_inputs", "run_grid", "RunReport", "GridError",
+__all__ = ["GridSpec", "load_grid", "expand", "check_data", "check_cell_inputs", "run_grid", "RunReport", "GridError",
            "GridInterrupted", "ExecutorError", "notebooks_dir", "reap_stale_runs", "parse_gpus"]
 
 TOP_LEVEL_KEYS = {"protocol", "experiment", "description", "params", "grid", "methods", "gpus_per_cell",
@@ -80,6 +81,7 @@ class RunReport:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (cell name, error)
     elsewhere: list[str] = field(default_factory=list)  # being computed by another live runner
     reaped: list[str] = field(default_factory=list)  # run ids of dead RUNNING cells marked KILLED
+    flags: list[tuple[str, str]] = field(default_factory=list)  # (cell name, what its numbers must be read with)
     seconds: float = 0.0
 
     @property
@@ -98,20 +100,20 @@ def load_grid(path: str | os.PathLike) -> GridSpec:
     except YamlFileError as e:
         raise GridError(str(e)) from None
     if not isinstance(raw, dict):
-        raise GridError(f"{path}: expected a mapping at the top level")
-    unknown = sorted(set(raw) - TOP_LEVEL_KEYS)
+        raise GridError(f"{path}: expected a mapping at the top level, got {shown(raw)}")
+    unknown = sorted(map(str, set(raw) - TOP_LEVEL_KEYS))
     if unknown:
         raise GridError(f"{path}: unknown top-level key(s) {unknown}; allowed: {sorted(TOP_LEVEL_KEYS)}")
     protocol = raw.get("protocol")
     if protocol not in PROTOCOLS:
-        raise GridError(f"{path}: protocol must be one of {sorted(PROTOCOLS)}, got {protocol!r}")
+        raise GridError(f"{path}: protocol must be one of {sorted(PROTOCOLS)}, got {shown(protocol)}")
     experiment = raw.get("experiment") or protocol
     if not isinstance(experiment, str):
-        raise GridError(f"{path}: experiment must be a name, got {experiment!r}")
+        raise GridError(f"{path}: experiment must be a name, got {shown(experiment)}")
     for key, default in (("gpus_per_cell", 0), ("cpus_per_cell", 1)):
         value = raw.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise GridError(f"{path}: {key} must be a non-negative number, got {value!r}")
+            raise GridError(f"{path}: {key} must be a non-negative number, got {shown(value)}")
     if raw.get("cpus_per_cell", 1) == 0:
         raise GridError(f"{path}: cpus_per_cell must be positive, got 0")
     grids = raw.get("grid") or {}
@@ -120,14 +122,24 @@ def load_grid(path: str | os.PathLike) -> GridSpec:
                     raw.get("gpus_per_cell", 0), raw.get("cpus_per_cell", 1))
     for key in ("params", "methods"):
         if not isinstance(getattr(spec, key), dict):
-            raise GridError(f"{path}: '{key}' must be a mapping")
+            raise GridError(f"{path}: '{key}' must be a mapping, got {shown(getattr(spec, key))}")
+    from ddlib.methods.sources import validate_source
+
+    for method, source in spec.methods.items():
+        try:
+            validate_source(method, source)
+        except ValueError as e:
+            raise GridError(f"{path}: methods.{method}: {e}") from None
     for i, grid in enumerate(spec.grid):
         where = "grid" if len(spec.grid) == 1 else f"grid[{i}]"
         if not isinstance(grid, dict):
             raise GridError(f"{path}: '{where}' must be a mapping (or 'grid' a list of mappings)")
         for key, values in grid.items():
             if not isinstance(values, list) or not values:
-                raise GridError(f"{path}: {where}.{key} must be a non-empty list, got {values!r}")
+                raise GridError(f"{path}: {where}.{key} must be a non-empty list, got {shown(values)}")
+            if key == "method" and not all(isinstance(v, str) and v for v in values):
+                bad = next(v for v in values if not isinstance(v, str) or not v)
+                raise GridError(f"{path}: {where}.method: each method must be a name, got {shown(bad)}")
         overlap = sorted(set(grid) & set(spec.params))
         if overlap:
             raise GridError(f"{path}: {overlap} appear in both params and {where}")
@@ -145,7 +157,7 @@ def expand(spec: GridSpec) -> list[dict]:
     cells = []
     for combo in combos:
         cell = {**spec.params, **combo}
-        unknown = sorted(set(cell) - set(module.PARAMS))
+        unknown = sorted(map(str, set(cell) - set(module.PARAMS)))
         if unknown:
             raise GridError(f"{spec.path}: unknown parameter(s) {unknown} for protocol {spec.protocol}; "
                             f"known: {sorted(module.PARAMS)}")
@@ -178,12 +190,35 @@ def expand(spec: GridSpec) -> list[dict]:
     return cells
 
 
-def check_cell_inputs(spec: GridSpec, cells: list[dict]) -> None:
+def check_data(spec: GridSpec, cells: list[dict]) -> list[str]:
+    """Load each distinct (dataset, data_root) once: a missing root or unreadable file fails here."""
+    from ddlib.data.datasets import load_dataset
+
+    seen, out = {}, []
+    for cell in cells:
+        key = (cell["dataset"], cell.get("data_root"))
+        if key in seen:
+            continue
+        try:
+            ds = load_dataset(*key)
+        except (ValueError, OSError) as e:
+            raise GridError(f"{spec.path}: cell {run_name(spec.protocol, cell)}: dataset {key[0]!r}"
+                            + (f" at {key[1]}" if key[1] else "") + f": {e}") from None
+        seen[key] = ds
+        out.append(f"{ds.label}: {len(ds.train_labels)} train / {len(ds.test_labels)} test images, "
+                   f"{ds.num_classes} classes, from {ds.source}")
+    return out
+
+
+def check_cell_inputs(spec: GridSpec, cells: list[dict], run_code: bool = True) -> list[str]:
     """Load and check every input file of every cell (:func:`ddlib.protocols.inputs.check_inputs`),
-    each distinct one once, before anything runs; a :class:`GridError` names the cell and the file."""
+    each distinct one once, before anything runs; a :class:`GridError` names the cell and the file.
+    ``run_code=False`` (a dry run) leaves out files that only full unpickling reads (``trusted:
+    true``); the returned notes say which."""
     from ddlib.protocols.inputs import check_inputs, input_files
 
     checked: set[str] = set()
+    notes: list[str] = []
     for cell in cells:
         if not input_files(cell):
             continue
@@ -192,10 +227,11 @@ def check_cell_inputs(spec: GridSpec, cells: list[dict]) -> None:
         if key in checked:
             continue
         try:
-            check_inputs(cell)
+            notes += [f"cell {run_name(spec.protocol, cell)}: {note}" for note in check_inputs(cell, run_code=run_code)]
         except ValueError as e:
             raise GridError(f"{spec.path}: cell {run_name(spec.protocol, cell)}: {e}") from None
         checked.add(key)
+    return notes
 
 
 def parse_gpus(gpus: str | None) -> list[str] | None:
@@ -243,6 +279,7 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
         raise ExecutorError(f"--timeout must be a positive number of seconds, got {timeout!r}")
     spec = load_grid(path)
     cells = expand(spec)
+    check_data(spec, cells)
     check_cell_inputs(spec, cells)
     gpu_ids = parse_gpus(gpus) if executor == "local" else None
     if executor == "ray":
@@ -295,6 +332,9 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     def record(job: CellJob, outcome: CellOutcome) -> None:
         if outcome.status == "finished":
             report.finished.append(job.name)
+            if outcome.run_id and (flag := _sanity_flag(tracker, outcome.run_id)):
+                report.flags.append((job.name, flag))
+                bar.write(f"warning: {job.name}: {flag}")
         elif outcome.status == "skipped":
             report.skipped.append(job.name)
         elif outcome.status == "elsewhere":
@@ -316,6 +356,16 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     _settle(tracker, runner_id, "FAILED", "its worker process died")
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _sanity_flag(tracker: Tracker, run_id: str) -> str | None:
+    """The ``ddlib.sanity`` tag of a finished cell (near-chance accuracies, a suspicious checkpoint)."""
+    from ddlib.protocols.cell import SANITY_TAG
+
+    try:
+        return tracker.client.get_run(run_id).data.tags.get(SANITY_TAG)
+    except Exception:  # noqa: BLE001 - a warning must not fail the grid
+        return None
 
 
 def _handle_sigterm():

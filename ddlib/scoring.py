@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ddlib.shown import shown
 from ddlib.tracking import TAG, Tracker, config_hash, mlruns_dir
 
 __all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", "FILE_OPTIONS", "save_arrays"]
@@ -47,8 +48,13 @@ def _file_source(path: str | os.PathLike, options: dict) -> dict:
     unknown = sorted(set(options) - set(FILE_OPTIONS))
     if unknown:
         raise ValueError(f"unknown file option(s) {unknown}; known: {list(FILE_OPTIONS)}")
-    return {"kind": "file", "path": str(Path(path).expanduser().absolute()),
-            **{k: v for k, v in options.items() if v is not None}}
+    path = str(Path(path).expanduser().absolute())
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{shown(path)}: the file name holds bytes that are not UTF-8; rename it (MLflow records "
+                         "paths as UTF-8 text)") from None
+    return {"kind": "file", "path": path, **{k: v for k, v in options.items() if v is not None}}
 
 
 def set_ipc(path: str | os.PathLike, dataset: str, data_root: str | None = None, **options) -> int:
@@ -61,12 +67,13 @@ def set_ipc(path: str | os.PathLike, dataset: str, data_root: str | None = None,
 
 def score_grid(path: str | os.PathLike, dataset: str, protocol: str = "label_robust", method: str | None = None,
                ipc: int | None = None, file_options: dict | None = None, experiment: str | None = None,
-               **params) -> dict:
+               dry_run: bool = False, **params) -> dict:
     """The one-cell params grid (a params-file mapping) that scores the set at ``path``.
 
     ``ipc`` is read from the file when not given; ``file_options`` are the file source's keys
     (``normalized``, ``allow_unequal``, ``experiment``, ``zca_space``, ``trusted``); ``params`` are the
-    protocol's parameters (``seeds``, ``preset``, ``recipe``, ...)."""
+    protocol's parameters (``seeds``, ``preset``, ``recipe``, ...). ``dry_run``: nothing that runs a
+    file's code is read (a ``trusted`` file only full unpickling reads needs ``ipc``)."""
     if protocol not in SET_PROTOCOLS:
         raise ValueError(f"protocol must be one of {list(SET_PROTOCOLS)}, got {protocol!r}")
     options = dict(file_options or {})
@@ -74,6 +81,12 @@ def score_grid(path: str | os.PathLike, dataset: str, protocol: str = "label_rob
     if not Path(source["path"]).exists():
         raise ValueError(f"{source['path']}: no such file or folder")
     method = method or method_name(path)
+    if ipc is None and dry_run and options.get("trusted"):
+        from ddlib.data.distilled import needs_unpickling
+
+        if needs_unpickling(source["path"]):
+            raise ValueError(f"{source['path']}: a dry run does not unpickle a file (trusted: only full unpickling reads "
+                             "it, which runs its code); give --ipc to plan the cell without reading it")
     if ipc is None:
         ipc = set_ipc(path, dataset, params.get("data_root"), **{k: v for k, v in options.items() if v is not None})
     grid = {"protocol": protocol, "params": {"dataset": dataset, **params},

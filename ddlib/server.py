@@ -22,7 +22,8 @@ from typing import IO
 
 from ddlib.tracking import artifact_root, is_server_uri, tracking_uri
 
-__all__ = ["ServerError", "server_command", "start_server", "stop_server", "wait_healthy", "serve", "LOOPBACK"]
+__all__ = ["ServerError", "server_command", "start_server", "stop_server", "wait_healthy", "serve", "run_foreground",
+           "LOOPBACK"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -114,28 +115,36 @@ def serve(backend_store_uri: str | None = None, artifacts_destination: str | os.
     if host not in (LOOPBACK, "localhost", "::1"):
         print(f"warning: binding to {host}: anyone who can reach this port can read and write every run "
               "(MLflow's server has no authentication)", file=sys.stderr)
-    # Its own process group, stopped as a whole (MLflow's server runs uvicorn workers under it) on
-    # Ctrl-C and on SIGTERM: killing `ddlib server` must not leave the server listening.
-    process = subprocess.Popen(command, env=env, start_new_session=True)
     url = f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{port}"
+    return run_foreground(command, env, url, f"MLflow server at {url} (store {_redact(backend)}, artifacts "
+                                             f"{destination})\npoint runs at it:  export MLFLOW_TRACKING_URI={url}")
 
-    def stop_on_sigterm(signum, frame):
+
+def run_foreground(command: list[str], env: dict[str, str] | None, url: str, ready: str) -> int:
+    """Run an MLflow server command (``mlflow server`` or ``mlflow ui``) until it exits or this
+    process is told to stop. It runs in its own process group, stopped as a whole (MLflow runs
+    uvicorn and job workers under it) on Ctrl-C, SIGTERM and SIGHUP: stopping ``ddlib server`` or
+    ``ddlib ui`` must not leave a server listening. ``ready`` is printed once ``url/health`` answers,
+    not before (the first start can take a minute under load)."""
+    process = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def stop_on_signal(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop_on_sigterm)
+    previous = {sig: signal.signal(sig, stop_on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         wait_healthy(url, process)
-        print(f"MLflow server at {url} (store {_redact(backend)}, artifacts {destination})\n"
-              f"point runs at it:  export MLFLOW_TRACKING_URI={url}", flush=True)
+        print(ready, flush=True)
         return process.wait()
     except KeyboardInterrupt:
         stop_server(process)
-        return process.returncode
-    except ServerError:
+        return 0
+    except BaseException:
         stop_server(process)
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _redact(uri: str) -> str:

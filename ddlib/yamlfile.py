@@ -13,6 +13,11 @@ import yaml
 __all__ = ["YamlFileError", "load_yaml"]
 
 
+# More values than any params file or preset holds (the shipped ones: a few hundred): a document that
+# expands beyond this through its aliases is refused before it is built.
+MAX_VALUES = 100_000
+
+
 class YamlFileError(ValueError):
     """A YAML file is unreadable, not UTF-8, not YAML, or gives a key twice; names the file."""
 
@@ -55,7 +60,43 @@ def load_yaml(path: str | os.PathLike) -> Any:
         line = data[: error.start].count(b"\n") + 1
         raise YamlFileError(f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} on line {line}); "
                             "save it as UTF-8") from None
+    loader = _StrictLoader(text)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_size(node, {}, set())
+        if size > MAX_VALUES:
+            raise YamlFileError(f"{path}: the document expands to {'over ' if size >= 10 * MAX_VALUES else ''}{size:,} values through its aliases (*name), more "
+                                f"than a params file holds ({MAX_VALUES:,}); is it an alias bomb?")
+        return loader.construct_document(node)
     except yaml.YAMLError as error:
-        raise YamlFileError(f"{path}: not valid YAML ({' '.join(str(error).split())})") from None
+        raise YamlFileError(f"{path}: not valid YAML ({_short(' '.join(str(error).split()))})") from None
+    except RecursionError:
+        raise YamlFileError(f"{path}: nested too deeply to read") from None
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
+    """How many values the node becomes once every alias is expanded (an alias is the same node
+    object as its anchor, so this is counted once per node, in time linear in the file)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        raise yaml.YAMLError("an alias refers to a node that contains it (a recursive document)")
+    open_.add(key)
+    if isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(child, sizes, open_) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, sizes, open_) + _expanded_size(v, sizes, open_) for k, v in node.value)
+    else:
+        size = 1
+    open_.discard(key)
+    sizes[key] = min(size, 10 * MAX_VALUES)  # capped, so the sums stay small numbers
+    return sizes[key]
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

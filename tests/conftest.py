@@ -91,6 +91,8 @@ values = {seed: {"acc_syn_hard": 0.5 + ipc / 100 + seed / 1000, "acc_real_hard":
                  "lrs": 100 * w * ipc / 10 + seed} for seed in seeds}
 tracker._log(run_id, [(k, v, seed) for seed, row in values.items() for k, v in row.items()])  # per seed, batched
 tracker.log_metrics(run_id, {f"{k}_mean": sum(row[k] for row in values.values()) / len(values) for k in values[seeds[0]]})
+if os.environ.get("DDLIB_PROBE_FLAG"):  # a cell whose numbers must be read with a caveat (Cell.flag)
+    tracker.set_tags(run_id, {"ddlib.sanity": os.environ["DDLIB_PROBE_FLAG"]})
 """
 
 
@@ -100,7 +102,7 @@ def probe_notebooks(tmp_path_factory) -> Path:
     (``PROBE_PER_SEED``, step = seed) through ddlib's tracking layer as the protocol notebooks do,
     without importing torch or training: a kernel start costs ~3 CPU-s instead of ~10, so tests of
     the runner and the stores can run dozens of cells. ``DDLIB_PROBE_SLEEP`` (seconds) makes each
-    cell last that long (kill and timeout tests)."""
+    cell last that long (kill and timeout tests); ``DDLIB_PROBE_FLAG`` sets the cell's ``ddlib.sanity`` tag."""
     import nbformat
 
     folder = tmp_path_factory.mktemp("probe_notebooks")

@@ -204,6 +204,7 @@ def test_imagefolder_with_class_names(tmp_path, cifar10):
     assert torch.equal(ds.labels, labels)
     assert torch.equal(ds.images, expected)  # PNG is lossless
     assert ds.method == "grid" and ds.provenance["format"] == "imagefolder"
+    assert ds.provenance["ignored_files"] == ["airplane/notes.txt"]  # not an image: skipped, and said
 
 
 def test_imagefolder_with_indices_grayscale(tmp_path, mnist):

@@ -261,7 +261,11 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_ui_starts_mlflow_on_localhost(tmp_path, monkeypatch, capsys):
+def test_ui_prints_its_address_once_it_answers_and_sigterm_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    """`ddlib ui` says where the UI is only once /health answers, and a SIGTERM to the ddlib process
+    alone (not its group) stops MLflow's UI with its uvicorn and job workers: the port is free again."""
+    import psutil
+
     use_store(monkeypatch, tmp_path / "store")
     assert cli_main(["ui", "--print"]) == 0
     command = capsys.readouterr().out
@@ -269,18 +273,30 @@ def test_ui_starts_mlflow_on_localhost(tmp_path, monkeypatch, capsys):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "ddlib", "ui", "--port", str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    tree = []
     try:
-        deadline, status = time.time() + 90, None
-        while time.time() < deadline and status is None:
-            try:
-                status = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status
-            except OSError:
-                assert proc.poll() is None, proc.stdout.read()
-                time.sleep(0.5)
-        assert status == 200
+        lines = []
+        while not any(line.startswith("MLflow UI on") for line in lines) and len(lines) < 300 and proc.poll() is None:
+            lines.append(proc.stdout.readline().strip())
+        assert any(line == f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)" for line in lines), lines
+        # the address is printed after the server answers, not before
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status == 200
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        assert tree  # MLflow's UI and its workers
+        proc.send_signal(signal.SIGTERM)  # the ddlib process only, as `kill <pid>` does
+        assert proc.wait(timeout=60) == 0
+        gone, alive = psutil.wait_procs(tree, timeout=30)
+        assert not alive, [p.cmdline() for p in alive]
+        with socket.socket() as s:  # nothing listens on the port any more
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        for leftover in tree:
+            if leftover.is_running():
+                leftover.kill()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
 
 
 def test_export_formats_on_the_command_line_are_the_exporters():

@@ -357,6 +357,38 @@ def test_bad_checkpoints_are_named(mlflow_store, tmp_path):
     with pytest.warns(UserWarning, match="near chance"):
         cell = adversarial.open_cell(**{**TINY, "method": "pool", "source": {"kind": "checkpoint", "path": str(untrained)}})
         adversarial.train_models(cell, None)
+    assert "untrained.pth: clean accuracy" in tracking.client().get_run(cell.run_id).data.tags["ddlib.sanity"]
+
+
+def test_a_checkpoint_that_misses_its_expected_accuracy_fails_the_cell(mlflow_store, tmp_path):
+    """Shapes are all the load check sees: a model trained on other data (or for another layer
+    variant) loads without error. The clean accuracy it must reach (given, or BEARD's ``_0.6995``
+    at the end of its file name) is what tells; beyond the tolerance the cell fails, named."""
+    from ddlib.protocols.teachers import CheckpointError
+
+    accuracy = _beard_checkpoint(tmp_path / "good.pth", 0)
+    (tmp_path / f"BACON_ConvNet_digits_10_None_{accuracy:.4f}.pth").write_bytes((tmp_path / "good.pth").read_bytes())
+    (tmp_path / "BACON_ConvNet_digits_10_None_0.9900.pth").write_bytes((tmp_path / "good.pth").read_bytes())
+
+    def attack(path, **extra):
+        source = {"kind": "checkpoint", "path": str(tmp_path / path), **extra}
+        cell = adversarial.open_cell(**{**TINY, "method": "pool", "source": source})
+        models = adversarial.train_models(cell, None)
+        return cell, models
+
+    cell, _ = attack(f"BACON_ConvNet_digits_10_None_{accuracy:.4f}.pth")  # the name's figure: met
+    assert "its file name" in tracking.client().get_run(cell.run_id).data.tags["ddlib.checkpoint_accuracy.seed0"]
+    attack("good.pth", expected_accuracy=round(accuracy - 0.03, 4))  # within the default 4 points
+    with pytest.raises(CheckpointError, match=r"0\.9900\.pth: clean accuracy .* but 99\.00 % is expected \(its file "
+                                              r"name; tolerance 4 points\)"):
+        attack("BACON_ConvNet_digits_10_None_0.9900.pth")
+    with pytest.raises(CheckpointError, match=r"good\.pth: clean accuracy .* \(expected_accuracy; tolerance 1 points\)"):
+        attack("good.pth", expected_accuracy=round(accuracy - 0.03, 4), accuracy_tolerance=0.01)
+    failed = tracking.runs("adversarial", kind="cell", status="FAILED")
+    assert len(failed) == 2
+    with pytest.raises(ValueError, match=r"expected_accuracy must be a fraction in \(0, 1\] \(0\.6995 for 69\.95 %\), got 69\.95"):
+        adversarial.validate({**TINY, "method": "pool", "source": {"kind": "checkpoint", "path": "m.pth",
+                                                                  "expected_accuracy": 69.95}})
 
 
 def test_a_grid_names_checkpoints_relative_to_where_it_runs(tmp_path, monkeypatch):

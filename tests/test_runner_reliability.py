@@ -176,6 +176,19 @@ def test_gpus_give_each_worker_its_own_device(mlflow_store, tmp_path, probe_note
         assert set().union(*device_of.values()) == {"0", "1"}
 
 
+def test_a_flagged_cell_is_said_on_the_console(mlflow_store, tmp_path, probe_notebooks, monkeypatch, capsys):
+    """What a cell flags (near-chance accuracies, a checkpoint with no expected accuracy) is on its
+    run (``ddlib.sanity``) and on the console of the runner, not only inside the notebook."""
+    from ddlib.cli import main as cli_main
+
+    monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
+    monkeypatch.setenv("DDLIB_PROBE_FLAG", "released.pth: clean accuracy 11.1 % is near chance")
+    grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}}
+    assert cli_main(["run", str(write_grid(tmp_path, grid))]) == 0
+    err = capsys.readouterr().err
+    assert "warning: random-ipc1-convnet: released.pth: clean accuracy 11.1 % is near chance" in err, err
+
+
 # --------------------------------------------------------------------------- end to end (papermill)
 
 

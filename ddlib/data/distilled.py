@@ -15,8 +15,9 @@ Formats :func:`load` reads (detected from the path and the file's contents):
   provenance]}``, the format :func:`save` writes. Pixels unless ``normalized`` is true.
 * ``.npz`` with ``images``, ``labels`` (optionally ``soft_labels``, ``lr``, ``normalized``,
   ``zca_space``); uint8 or float pixels, NCHW, NHWC or N x H x W.
-* An ImageFolder tree of PNG/JPEG files, ``<path>/<class>/<file>``, class folders named by the
-  dataset's class names or by indices ``0..C-1``.
+* An ImageFolder tree of image files (PNG, JPEG, BMP, TIFF, WebP, PPM/PGM), ``<path>/<class>/<file>``,
+  class folders named by the dataset's class names or by indices ``0..C-1`` (ASCII digits); a class
+  folder holding anything else (a dangling link, a text file) is refused, hidden files are skipped.
 
 ZCA space: MTT and DATM run with ``--zca`` save their images *whitened* (ZCA of the normalised
 images). Such a set is read with ``zca_space=True`` (the caller's flag, or ``zca_space`` stored in
@@ -49,10 +50,9 @@ import torch
 if TYPE_CHECKING:  # ddlib.data.datasets imports the file-backed loaders; keep this module light to import
     from ddlib.data.datasets import Dataset
 
-__all__ = ["DistilledSet", "DistilledSetError", "load", "save", "validate", "image_grid", "grid_tensor", "IMAGE_EXTENSIONS",
+__all__ = ["DistilledSet", "DistilledSetError", "load", "save", "validate", "image_grid", "grid_tensor", "needs_unpickling",
            "NUMPY_SAFE_GLOBALS", "NORMALIZED_RANGE"]
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 # Values a set read as pixels may reach before we suspect it was really stored normalised.
 PIXEL_RANGE_SLACK = (-0.5, 1.5)
 # Pixels a set de-normalised by its format's default may reach before we suspect the guess (or the
@@ -135,15 +135,19 @@ def load(
     the file's own ``zca_space`` flag, else false) says the images are ZCA-whitened: they are kept as
     stored and the set is marked so (see the module docstring).
 
-    When the normalisation was only guessed from the format (neither the caller nor the file
-    said), values far outside [0, 1] (after de-normalising) are refused rather than trained on:
-    the guess, or the file, is wrong. ``uint8`` images are pixels whatever the format says.
+    Pixels far outside [0, 1] (after de-normalising) are refused rather than trained on, whether
+    the normalisation was declared (by the caller or the file) or guessed from the format; a guess
+    is held to a tighter range, where a wrong guess shows. ``uint8`` images are pixels whatever the
+    format says. Flags (``normalized``, ``zca_space``) are booleans: a string is refused.
 
     ``trusted=True`` allows full unpickling of a ``.pt`` file the safe loader refuses (it can run
     arbitrary code: only for files you trust). Raises :class:`DistilledSetError` (message starting
     with ``path``) for anything unreadable or inconsistent with ``dataset``.
     """
     path = Path(path)
+    for key, value in (("normalized", normalized), ("zca_space", zca_space), ("trusted", trusted)):
+        if value is not None and not isinstance(value, bool):
+            raise DistilledSetError(f"{path}: {key} must be true, false or None, got {value!r}")
     if not path.exists():
         raise DistilledSetError(f"{path}: no such file or directory")
     raw = _read(path, dataset, experiment, trusted)
@@ -193,23 +197,35 @@ def load(
     ds.labels = ds.labels.long()
     ds.images = ds.images.contiguous()
 
-    if explicit is None and not whitened:
-        lo, hi = float(ds.images.min()), float(ds.images.max())
-        if not is_normalized and (lo < PIXEL_RANGE_SLACK[0] or hi > PIXEL_RANGE_SLACK[1]):
-            raise DistilledSetError(
-                f"{path}: read as pixels but values span [{lo:.3g}, {hi:.3g}], far outside [0, 1]; "
-                "if the images are normalised with the dataset's mean/std pass normalized=True, "
-                "if they really are pixels pass normalized=False"
-                + ("; 0-255 values must be stored as uint8 (or divided by 255)" if hi > 20 else "")
-            )
-        if is_normalized and (lo < NORMALIZED_RANGE[0] or hi > NORMALIZED_RANGE[1]):
-            raise DistilledSetError(
-                f"{path}: de-normalised with {dataset.name}'s mean/std (the {raw['format']} format's default), "
-                f"the images span [{lo:.3g}, {hi:.3g}] in pixels, far outside [0, 1]: the file holds something "
-                "else than normalised images; if they really are pixels pass normalized=False "
-                "(normalized: false in the source spec)"
-            )
+    if not whitened:
+        _check_range(ds.images, path, dataset.name, raw["format"], is_normalized, explicit is not None)
     return ds
+
+
+def _check_range(images: torch.Tensor, path: Path, dataset: str, fmt: str, normalized: bool, declared: bool) -> None:
+    """Refuse pixels that no image holds, whatever the flag said: a flag picks the transform
+    (de-normalise or not), never whether the result is checked. Read as pixels by the format's guess,
+    the bound is tight (:data:`PIXEL_RANGE_SLACK`: a wrong guess shows there); otherwise it is
+    :data:`NORMALIZED_RANGE`, wide enough for the pixels of published DC sets ([-1.4, 2.6])."""
+    if images.dtype == torch.uint8 or images.numel() == 0:
+        return
+    lo, hi = float(images.min()), float(images.max())
+    bound = NORMALIZED_RANGE if normalized or declared else PIXEL_RANGE_SLACK
+    if bound[0] <= lo and hi <= bound[1]:
+        return
+    said = "declared" if declared else f"the {fmt} format's default"
+    if normalized:
+        raise DistilledSetError(
+            f"{path}: de-normalised with {dataset}'s mean/std ({said}), the images span [{lo:.3g}, {hi:.3g}] in "
+            "pixels, far outside [0, 1]: the file holds something else than normalised images"
+            + ("; if they really are pixels pass normalized=False (normalized: false in the source spec)"
+               if not declared else ""))
+    advice = ("if the images are normalised with the dataset's mean/std pass normalized=True, "
+              "if they really are pixels pass normalized=False") if not declared else \
+        "pixels (normalized: false) must lie near [0, 1]"
+    raise DistilledSetError(
+        f"{path}: read as pixels ({said}) but values span [{lo:.3g}, {hi:.3g}], far outside [0, 1]; {advice}"
+        + ("; 0-255 values must be stored as uint8 (or divided by 255)" if hi > 20 else ""))
 
 
 def validate(ds: DistilledSet, dataset: Dataset, path: str | os.PathLike, allow_unequal: bool = False) -> None:
@@ -373,6 +389,27 @@ def _torch_load(path: Path, trusted: bool = False) -> tuple[Any, bool]:
         raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {_short(exc)})") from exc
 
 
+def needs_unpickling(path: str | os.PathLike) -> bool:
+    """Whether only full unpickling reads the set at ``path`` (``trusted=True``): the safe loader
+    refuses one of its ``.pt`` files. Runs none of the files' code (a dry run asks this)."""
+    path = Path(path)
+    files = [path]
+    if path.is_dir():
+        files = [path / name for name in ("images_best.pt", "labels_best.pt", "lr_best.pt")]
+    elif (match := _MTT_IMAGES.match(path.name)) is not None:
+        files = [path, path.parent / f"labels_{match['tag']}.pt", path.parent / f"lr_{match['tag']}.pt"]
+    for file in files:
+        if file.is_file() and file.suffix.lower() in (".pt", ".pth"):
+            try:
+                with torch.serialization.safe_globals(NUMPY_SAFE_GLOBALS):
+                    torch.load(file, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError:
+                return True
+            except Exception:  # noqa: BLE001 - unreadable: the real load says why
+                return False
+    return False
+
+
 def _read_pt(path: Path, experiment: int, trusted: bool = False) -> dict:
     obj, _ = _torch_load(path, trusted)
     if not isinstance(obj, dict):
@@ -390,8 +427,8 @@ def _read_pt(path: Path, experiment: int, trusted: bool = False) -> dict:
             "labels": obj["labels"],
             "soft_labels": obj.get("soft_labels"),
             "lr": obj.get("lr"),
-            "normalized": _flag(obj.get("normalized")),
-            "zca_space": _flag(obj.get("zca_space")),
+            "normalized": _flag(obj.get("normalized"), path, "normalized"),
+            "zca_space": _flag(obj.get("zca_space"), path, "zca_space"),
             "method": obj.get("method") or None,
             "provenance": _plain(provenance) if isinstance(provenance, dict) else None,
             "format": "pt",
@@ -470,8 +507,8 @@ def _read_npz(path: Path) -> dict:
         "labels": arrays["labels"],
         "soft_labels": arrays.get("soft_labels"),
         "lr": lr,
-        "normalized": _flag(arrays.get("normalized")),
-        "zca_space": _flag(arrays.get("zca_space")),
+        "normalized": _flag(arrays.get("normalized"), path, "normalized"),
+        "zca_space": _flag(arrays.get("zca_space"), path, "zca_space"),
         "format": "npz",
         "default_normalized": False,
         "stem": path.stem,
@@ -481,17 +518,17 @@ def _read_npz(path: Path) -> dict:
 def _read_imagefolder(path: Path, dataset: Dataset) -> dict:
     from PIL import Image
 
-    from ddlib.data.loaders import image_array
+    from ddlib.data.loaders import IMAGE_EXTENSIONS, image_array
 
     folders = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
     names = [p.name for p in folders]
     index_of = {n: i for i, n in enumerate(dataset.class_names)}
     if all(n in index_of for n in names):
         classes = [index_of[n] for n in names]
-    elif all(n.isdigit() and int(n) < dataset.num_classes for n in names):
-        classes = [int(n) for n in names]
+    elif all(_class_index(n, dataset.num_classes) is not None for n in names):
+        classes = [_class_index(n, dataset.num_classes) for n in names]
     else:
-        unknown = [n for n in names if n not in index_of and not (n.isdigit() and int(n) < dataset.num_classes)]
+        unknown = [n for n in names if n not in index_of and _class_index(n, dataset.num_classes) is None]
         raise DistilledSetError(
             f"{path}: class folders not recognised: {', '.join(unknown) or ', '.join(names)}; expected the class names "
             f"of {dataset.name} ({', '.join(dataset.class_names[:10])}{', ...' if dataset.num_classes > 10 else ''}) "
@@ -502,9 +539,9 @@ def _read_imagefolder(path: Path, dataset: Dataset) -> dict:
     mode = {1: "L", 3: "RGB"}.get(dataset.channels)
     if mode is None:
         raise DistilledSetError(f"{path}: cannot read images for a {dataset.channels}-channel dataset")
-    images, labels = [], []
+    images, labels, ignored = [], [], []
     for folder, c in sorted(zip(folders, classes), key=lambda fc: fc[1]):
-        for file in sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS):
+        for file in _image_files(path, folder, ignored):
             try:
                 with Image.open(file) as img:
                     arr = image_array(img, mode, full_range=True)  # float pixels: 16-bit PNGs keep their depth
@@ -528,7 +565,44 @@ def _read_imagefolder(path: Path, dataset: Dataset) -> dict:
         "format": "imagefolder",
         "default_normalized": False,
         "stem": path.name,
+        "provenance": {"ignored_files": ignored[:20] + ([f"... {len(ignored) - 20} more"] if len(ignored) > 20 else [])}
+        if ignored else None,
     }
+
+
+def _class_index(name: str, num_classes: int) -> int | None:
+    """A class folder named by its index: ASCII digits only (``"²".isdigit()`` is true, ``int("²")`` fails)."""
+    if re.fullmatch(r"[0-9]+", name) and int(name) < num_classes:
+        return int(name)
+    return None
+
+
+def _image_files(root: Path, folder: Path, ignored: list[str]) -> list[Path]:
+    """The images of one class folder, sorted. A file that is no image (notes, metadata) is skipped
+    and listed in ``ignored``; an image this reader cannot take (``.gif``), a dangling link or a
+    subfolder is refused rather than dropped without a word: the set would silently lose images."""
+    from PIL import Image
+
+    from ddlib.data.loaders import IMAGE_EXTENSIONS
+
+    files = []
+    for f in sorted(folder.iterdir()):
+        if f.name.startswith("."):
+            continue
+        where = f.relative_to(root)
+        if f.is_symlink() and not f.exists():
+            raise DistilledSetError(f"{root}: {where} is a dangling link (its target does not exist)")
+        if not f.is_file():
+            raise DistilledSetError(f"{root}: {where} is not an image file (class folders hold images only)")
+        suffix = f.suffix.lower()
+        if suffix in IMAGE_EXTENSIONS:
+            files.append(f)
+        elif suffix in Image.registered_extensions():
+            raise DistilledSetError(f"{root}: {where} is an image format this reader does not take ({suffix}); save it "
+                                    f"as one of {', '.join(IMAGE_EXTENSIONS)} (PNG keeps every pixel)")
+        else:
+            ignored.append(str(where))
+    return files
 
 
 # --------------------------------------------------------------------------- helpers
@@ -576,12 +650,25 @@ def _layout(images: torch.Tensor, channels: int) -> torch.Tensor:
     return images
 
 
-def _flag(value: Any) -> bool | None:
+def _flag(value: Any, path: Path, key: str) -> bool | None:
+    """A flag stored in a file: a boolean (or 0/1), else refused. ``bool("False")`` is true, so a
+    string flag read loosely would de-normalise pixels that were never normalised."""
     if value is None:
         return None
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        return bool(value.item())
-    return bool(value)
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise DistilledSetError(f"{path}: {key} must be true or false (a boolean), got an array of shape "
+                                    f"{value.shape}")
+        value = value.reshape(-1)[0]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    shown = repr(value.item() if isinstance(value, np.generic) else value)
+    raise DistilledSetError(f"{path}: {key} must be true or false (a boolean), got {shown[:60]}"
+                            f"{' (a string)' if isinstance(value, (str, np.str_)) else ''}")
 
 
 def _plain(value: Any) -> Any:

@@ -63,6 +63,10 @@ LossHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Objective = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]
 
 
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1  # YAML's `true` is an int
+
+
 @dataclass(frozen=True)
 class Recipe:
     """How a model is trained on a (distilled) set. Defaults are the DC/DSA/DM evaluation recipe,
@@ -89,11 +93,11 @@ class Recipe:
 
     def __post_init__(self):
         problems = []
-        if not isinstance(self.epochs, int) or self.epochs < 1:
+        if not _positive_int(self.epochs):
             problems.append(f"epochs must be a positive integer, got {self.epochs!r}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if not _positive_int(self.batch_size):
             problems.append(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        if not isinstance(self.eval_batch_size, int) or self.eval_batch_size < 1:
+        if not _positive_int(self.eval_batch_size):
             problems.append(f"eval_batch_size must be a positive integer, got {self.eval_batch_size!r}")
         if self.optimizer not in OPTIMIZERS:
             problems.append(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")

@@ -17,6 +17,11 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
 * ``{kind: checkpoint, path: "model_pool/BACON_ConvNet_CIFAR10_{ipc}_seed{seed}.pth", model: convnet}``:
   not a set but a released trained model (a state_dict), attacked by the ``adversarial`` protocol
   only (``{seed}`` in the path gives one model per seed; ``model`` defaults to the cell's).
+  ``expected_accuracy`` (a fraction; default: the ``_0.6995`` that ends BEARD's file names, where the
+  name has one) and ``accuracy_tolerance`` (default 0.04) say what clean test accuracy the model
+  must reach on the cell's data: weights that load into the wrong architecture (max for average
+  pooling, another normalisation layer) or were trained on other data pass every shape check, and
+  only their accuracy shows it.
 
 The names ``random``, ``kcenter``, ``kcenter_greedy``, ``dm`` and ``full`` work without a spec.
 """
@@ -27,6 +32,7 @@ from pathlib import Path
 
 from ddlib.data.datasets import Dataset
 from ddlib.data.distilled import DistilledSet, DistilledSetError, load
+from ddlib.shown import shown
 
 __all__ = ["SOURCE_KINDS", "MODEL_KINDS", "BUILTIN_SOURCES", "resolve_source", "validate_source", "obtain_set", "full_set",
            "source_path", "load_file_source"]
@@ -41,7 +47,7 @@ SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
     "file": {"path": str, "normalized": (bool, type(None)), "allow_unequal": bool, "experiment": int,
              "zca_space": (bool, type(None)), "trusted": bool},
     "full": {},
-    "checkpoint": {"path": str, "model": str},
+    "checkpoint": {"path": str, "model": str, "expected_accuracy": (int, float), "accuracy_tolerance": (int, float)},
 }
 MODEL_KINDS = ("checkpoint",)  # sources that are trained models, not sets: no set to obtain
 BUILTIN_SOURCES = {"random": {"kind": "random"}, "kcenter": {"kind": "kcenter"},
@@ -50,8 +56,11 @@ BUILTIN_SOURCES = {"random": {"kind": "random"}, "kcenter": {"kind": "kcenter"},
 
 def validate_source(method: str, spec: dict) -> dict:
     """Check a source spec, naming the method and the offending key."""
+    if not isinstance(method, str) or not method:
+        raise ValueError(f"a method must be a name (a string), got {shown(method)}")
     if not isinstance(spec, dict):
-        raise ValueError(f"method {method!r}: source must be a mapping with a 'kind', got {spec!r}")
+        raise ValueError(f"method {method!r}: source must be a mapping with a 'kind' (e.g. {{kind: file, path: set.pt}}), "
+                         f"got {shown(spec)}")
     kind = spec.get("kind")
     if kind not in SOURCE_KINDS:
         raise ValueError(f"method {method!r}: kind must be one of {sorted(SOURCE_KINDS)}, got {kind!r}")
@@ -64,15 +73,23 @@ def validate_source(method: str, spec: dict) -> dict:
         if isinstance(value, bool) and allowed[key] is not bool and bool not in (allowed[key] if isinstance(allowed[key], tuple) else ()):
             raise ValueError(f"method {method!r}: {key} must be {allowed[key]}, got {value!r}")
         if not isinstance(value, allowed[key]):
-            raise ValueError(f"method {method!r}: {key} has the wrong type: {value!r}")
+            raise ValueError(f"method {method!r}: {key} has the wrong type: {shown(value)}")
     if kind in ("file", "checkpoint") and "path" not in spec:
         raise ValueError(f"method {method!r}: kind {kind!r} needs a 'path'")
+    if "path" in spec:
+        try:
+            spec["path"].encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"method {method!r}: path {shown(spec['path'])} holds bytes that are not UTF-8; "
+                             "rename the file (MLflow records paths as UTF-8 text)") from None
     return spec
 
 
 def resolve_source(method: str, methods: dict | None = None) -> dict:
     """The source spec for ``method``: from the grid's ``methods`` section, else a built-in."""
     methods = methods or {}
+    if not isinstance(method, str) or not method:
+        raise ValueError(f"a method must be a name (a string), got {shown(method)}")
     if method in methods:
         return validate_source(method, dict(methods[method]))
     if method in BUILTIN_SOURCES:

@@ -142,6 +142,7 @@ class Cell:
     unsplit: Dataset | None = field(default=None, repr=False)  # the data before the validation split
     closed: bool = field(default=False, repr=False)
     cache: dict = field(default_factory=dict, repr=False)  # per-cell reuse (teachers, ZCA)
+    flags: list = field(default_factory=list, repr=False)  # what the numbers must be read with (flag())
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -232,11 +233,15 @@ class Cell:
         means = {k[: -len("_mean")]: v for k, v in summary.items() if k.endswith("_mean")}
         notes = near_chance(means, self.dataset.num_classes)
         if notes:
-            text = "; ".join(notes)
-            warnings.warn(f"sanity: {text}: the scores of this cell are not a result (too few epochs or "
-                          "images?)", UserWarning, stacklevel=3)
-            self.tracker.set_tags(self.run_id, {SANITY_TAG: text})
+            self.flag(f"{'; '.join(notes)}: the scores of this cell are not a result (too few epochs or images?)")
         return notes
+
+    def flag(self, note: str) -> None:
+        """Something the cell's numbers must be read with: a warning in the notebook, and a line of
+        the run's ``ddlib.sanity`` tag, which the runner and ``ddlib score`` print on the console."""
+        warnings.warn(f"sanity: {note}", UserWarning, stacklevel=3)
+        self.flags.append(note)
+        self.tracker.set_tags(self.run_id, {SANITY_TAG: " | ".join(self.flags)[:5000]})
 
     # ------------------------------------------------------------------ trained evaluations
 
@@ -389,10 +394,6 @@ class Cell:
                     start = time.perf_counter()
                     accuracy = evaluate(net, ds.test_images, ds.test_labels, Normalize(ds.mean, ds.std).to(self.device))
                     seconds = time.perf_counter() - start
-                    if accuracy <= 1.5 / ds.num_classes:
-                        warnings.warn(f"{path}: test accuracy {100 * accuracy:.1f} % is near chance for "
-                                      f"{ds.num_classes} classes: was it trained on {ds.name}, normalised with "
-                                      f"mean {ds.mean} and std {ds.std}?", UserWarning, stacklevel=2)
                     run_id = self.tracker.start_run(
                         f"{role}-seed{seed}",
                         params={"role": role, "seed": seed, "model": model, "model_kwargs": model_kwargs or {},

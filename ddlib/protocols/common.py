@@ -14,6 +14,7 @@ from ddlib.protocols.cell import VALIDATION_SEED, Cell
 from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SEARCHES, LR_SELECT, resolve_preset
 from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source
 from ddlib.engine.train import Recipe
+from ddlib.shown import shown
 
 # Which set, compared with which random subset, on which data and model.
 SET_PARAMS = {
@@ -50,6 +51,7 @@ PRESET_PARAMS = {
 POOL_TAG = "ddlib.pool"
 
 
+MAX_SEED = 2**32 - 1  # NumPy's RandomState takes no more; torch's generators take up to 2**64 - 1
 FULL_IPC = 0  # the ipc of a ``full`` cell: all images (shown as "all" in leaderboards)
 
 
@@ -111,7 +113,10 @@ def validate_set_params(protocol: str, defaults: dict, params: dict, trained_mod
         raise ValueError(f"ipc must be a positive integer, got {p['ipc']!r}")
     seeds = p["seeds"]
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise ValueError(f"seeds must be a non-empty list of integers, got {seeds!r}")
+        raise ValueError(f"seeds must be a non-empty list of integers, got {shown(seeds)}")
+    if not all(0 <= s <= MAX_SEED for s in seeds):
+        bad = next(s for s in seeds if not 0 <= s <= MAX_SEED)
+        raise ValueError(f"seeds must lie in 0..{MAX_SEED} (2**32 - 1, what every generator takes), got {shown(bad)}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must not repeat, got {seeds!r}")
     for key in ("train_per_class", "test_size"):

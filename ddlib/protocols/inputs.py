@@ -50,16 +50,25 @@ def input_digests(params: dict) -> dict[str, list[str]]:
     return {key: [file_digest(path) for path in paths] for key, paths in input_files(params).items()}
 
 
-def check_inputs(params: dict) -> None:
+def check_inputs(params: dict, run_code: bool = True) -> list[str]:
     """Load every input file of a validated cell as its notebook will, without training anything;
-    a ``ValueError`` names the file and the problem."""
+    a ``ValueError`` names the file and the problem. ``run_code=False`` (a dry run) does not load a
+    set marked ``trusted: true`` where the safe loader refuses it (full unpickling runs the file's
+    code): the returned notes say what it would load."""
     from ddlib.data.datasets import load_dataset
+    from ddlib.data.distilled import needs_unpickling
 
+    notes = []
     files = input_files(params)
     needs_data = bool({"source", "checkpoint", "teacher_checkpoints"} & set(files))
     dataset = load_dataset(params["dataset"], params.get("data_root")) if needs_data else None
     if "source" in files:
-        load_file_source(params["method"], params["source"], dataset, params["ipc"])
+        path = files["source"][0]
+        if not run_code and params["source"].get("trusted") and needs_unpickling(path):
+            notes.append(f"{path}: not loaded (trusted: true, and only full unpickling reads it, which runs the "
+                         "file's code); the run loads it")
+        else:
+            load_file_source(params["method"], params["source"], dataset, params["ipc"])
     if "checkpoint" in files:  # weights_only, and they must fit the cell's model and data
         from ddlib.protocols.teachers import load_teacher
 
@@ -69,6 +78,7 @@ def check_inputs(params: dict) -> None:
         _check_teachers(params, files["teacher_checkpoints"], dataset)
     if "ground_truth" in files:
         _check_ground_truth(params, files["ground_truth"][0])
+    return notes
 
 
 def _check_teachers(params: dict, checkpoints: list[Path], dataset) -> None:
