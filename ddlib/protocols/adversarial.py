@@ -21,22 +21,50 @@ of the leaderboard row, and the run is tagged ``ddlib.attack_space``.
 
 Per attack: robust accuracy, ASR as the BEARD paper defines it and as its code computes it
 (clean - robust), the synchronised wall time of the attack pass and per sample. An attack that
-cannot target is recorded as skipped in targeted mode (never as a clean accuracy). Timing
-provenance: each attack is preceded by a clean pass timed in the same process, on the same
+cannot target is recorded as skipped in targeted mode (never as a clean accuracy). Targets:
+``next`` ((y + 1) mod C), ``random`` (a seeded other class) or ``next_mod10`` (BEARD's (y + 1) mod
+10 whatever C); ``space: beard_compat`` with ``target: next`` on other than 10 classes is refused
+(BEARD never ran those targets: ``next_mod10`` is its).
+
+Timing provenance: each attack is preceded by a clean pass timed in the same process, on the same
 device (its name is part of every cached result's key and logged with it), and AE compares the
 attack times with those clean times (their mean is the seed's ``clean_seconds``), never with a
 clean time taken in another process or the other mode: BEARD's published tables use each mode's
 own clean time (its metric toolkit's minimum of the two modes is the report's
-``clean_time="min_of_modes"``). Per seed, from the attacks that ran: BEARD's RR, AE and CREI and
-the monotone robust-to-clean ratio RCR; an optional robust-accuracy-versus-epsilon curve. Each
+``clean_time="min_of_modes"``). Each result also records the process that timed it
+(``timing_process``, a random id drawn once per Python process). Attack results are cached, so a
+seed's attacks can come from several processes (a rerun of an interrupted cell, or a second grid
+whose attack list overlaps the first's) whose loads differ: their times are not comparable (AE
+47.06 from two processes that alone give 66.67 each). Such a seed keeps its accuracies and RR,
+but its ``clean_seconds``, AE and CREI are NaN, and the cell is flagged (``ddlib.sanity``, and
+``ddlib.timing_mixed.seed<n>`` names the attacks of each process): we chose this over re-timing,
+which would rerun every cached attack (the point of caching). To get AE, delete the older result
+runs (tag ``ddlib.result_key``) and rerun the cell in one process.
+
+Per seed, from the attacks that ran: BEARD's RR, its toolkit's ``rome`` and ``rome+`` variants
+(``rr_rome``, ``rr_rome_plus``: BEARD's Table 15 reports ``rome``), AE and CREI, and the monotone
+robust-to-clean ratio RCR; an optional robust-accuracy-versus-epsilon curve. RR, AE and CREI
+compare the attacks with each other, so with fewer than two that ran (a targeted cell of
+``[fgsm, deepfool]``, say) they would be 0, 100 and 50 whatever the model: they are NaN there and
+the cell is flagged. The paper's AST (time to fool a sample, conditional on success) is computed by
+neither BEARD's code nor ddlib: every time here is the whole attack pass over all N images. Each
 attack result is cached in MLflow by (model, attack, mode, space, test subset, seed, device), so a
 rerun recomputes nothing. References (a random subset, the full data) are other rows of the grid:
 ``method: [dc, random, full]``.
+
+BEARD's training differs from this recipe in two ways (``Code/train_model.py`` with its released
+``train_config.json``, ``eva_utils.epoch``): it applies ``number_sign_augment`` to the set before
+training (each image's four quadrants, bilinearly upsampled to full size: 4x the images, labels
+repeated), which ``number_sign: true`` applies here too; and its "+AT" is untargeted
+``torchattacks.PGD`` (ε 8/255, step 2/225, 10 steps, no random start) on the *normalised*,
+DSA-augmented batch, clamped to [0, 1] in normalised units, training on the adversarial batch
+only: ``training: beard_at`` (:mod:`ddlib.engine.adversarial_training`), never a pixel-space PGD-AT.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -59,14 +87,19 @@ from ddlib.protocols.dcbench import check_augment
 from ddlib.tracking import config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
-           "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key"]
+           "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key", "check_targets", "TIMING_PROCESS"]
 
 PROTOCOL = "adversarial"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
 # 2: the space parameter; each attack paired with a clean pass timed in its own process (AE no
 # longer compares with a clean pass cached from another process or the other mode).
-REVISION = 2
+# 3: each result records its timing process (AE/CREI NaN for a seed timed in several); RR, AE and
+# CREI NaN with fewer than two attacks; RR variants rome and rome+; target kind next_mod10.
+REVISION = 3
+# The process that times attacks here: a random 52-bit id (exact as an MLflow metric, a float).
+TIMING_PROCESS = float(uuid.uuid4().int & ((1 << 52) - 1))
+TIMING_MIXED_TAG = "ddlib.timing_mixed"
 MODES = ("untargeted", "targeted")
 BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 
@@ -79,7 +112,7 @@ PARAMS = {
     "training": "standard",  # or an adversarial-training objective: pgd_at, trades, mart (ddlib.engine.adversarial_training)
     "attacks": list(BEARD_ATTACKS),  # ddlib.protocols.attacks specs: names or {name: {params}}
     "mode": "untargeted",  # untargeted | targeted
-    "target": "next",  # targeted mode: next ((y + 1) mod C) | random (a seeded other class)
+    "target": "next",  # targeted mode: next ((y + 1) mod C) | random (a seeded other class) | next_mod10 (BEARD's)
     "attack_size": None,  # a seeded, class-stratified test subset of this many images; null = the whole test set
     "attack_seed": 0,  # the subset, random targets and random starts
     "attack_batch_size": 256,  # BEARD's test batch size (timings depend on it)
@@ -242,7 +275,7 @@ def curve_key(spec: AttackSpec) -> str:
 
 @dataclass
 class AdversarialResult:
-    per_seed: pd.DataFrame  # one row per seed: clean and per-attack measurements, RR, AE, CREI, RCR
+    per_seed: pd.DataFrame  # one row per seed: clean and per-attack measurements, RR (3 variants), AE, CREI, RCR
     summary: dict[str, float]
     attacks: pd.DataFrame  # one row per (seed, attack): measurements, or skipped with the reason
     cell: dict = field(default_factory=dict)  # dataset, method, ipc, training, mode: what the curve is of
@@ -269,7 +302,7 @@ class AdversarialResult:
                                      "attack_seconds": "attack s"})
 
     def scores(self) -> pd.DataFrame:
-        keys = ["clean_acc", "rr", "ae", "crei", "rcr"]
+        keys = ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "rcr"]
         return pd.DataFrame({"mean": [self.summary[f"{k}_mean"] for k in keys],
                              "std": [self.summary[f"{k}_std"] for k in keys]}, index=keys)
 
@@ -331,6 +364,8 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
     p, ds = cell.params, cell.dataset
     targeted = p["mode"] == "targeted"
     with cell.guard():
+        if targeted:
+            check_targets(p["space"], p["target"], ds.num_classes)
         models = models if models is not None else train_models(cell, distilled)
         images, labels = attack_subset(cell)
         test_id = f"{ds.name}:{ds.source}:{tensor_digest(images, labels)}"
@@ -341,7 +376,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
         pair = {k: v for k, v in group_params(p, PROTOCOL).items() if k not in ("mode", "target")}
         cell.tracker.set_tags(cell.run_id, {SPACE_TAG: p["space"],
                                             MODE_PAIR_TAG: config_hash({"revision": REVISION, **pair})})
-        rows, attack_rows, skipped = [], [], {}
+        rows, attack_rows, skipped, few, mixed = [], [], {}, {}, {}
         for evaluation in models:
             net = PixelModel(evaluation.model, ds.mean, ds.std).to(cell.device).eval()
             # timings are results too: they are cached per device (GPU model, CPU thread count)
@@ -351,7 +386,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
             # time of a clean pass run right before it, in the process that timed the attack
             clean = clean_pass(net, images, labels, p["attack_batch_size"], cell.device)
             row = {"seed": evaluation.seed, "clean_acc": clean.accuracy}
-            accs, times, clean_times = [], [], []
+            accs, times, clean_times, processes = [], [], [], {}
             for spec in attacks:
                 if targeted and (reason := targeted_skip_reason(spec)):
                     skipped[spec.name] = reason
@@ -364,23 +399,55 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
                 accs.append(100 * result["robust_acc"])
                 times.append(result["attack_seconds"])
                 clean_times.append(result["clean_seconds"])
+                processes.setdefault(result["timing_process"], []).append(spec.name)
                 attack_rows.append({"seed": evaluation.seed, "attack": spec.name, "status": "ran", **result})
-            clean_pct = 100 * row["clean_acc"]
-            row["clean_seconds"] = metrics.mean_std(clean_times)[0]
-            row["rr"] = metrics.rr(clean_pct, accs)
-            row["ae"] = metrics.ae(row["clean_seconds"], times)
-            row["crei"] = metrics.crei(row["rr"], row["ae"], p["alpha"])
-            row["rcr"] = metrics.rcr(clean_pct, accs) if clean_pct > 0 else float("nan")
+            # AE compares times of one process only (see the module docstring)
+            row["clean_seconds"] = metrics.mean_std(clean_times)[0] if len(processes) == 1 else float("nan")
+            if len(processes) > 1:
+                mixed[evaluation.seed] = processes
+            if len(accs) < metrics.MIN_ATTACKS:
+                few[evaluation.seed] = [a.name for a in attacks if a.name not in skipped]
+            row.update(metrics.beard_scores(100 * row["clean_acc"], accs, row["clean_seconds"], times, p["alpha"]))
             for spec in curve:
                 row[curve_key(spec)] = _attack(cell, net, spec, images, labels, identity, evaluation.seed, targeted,
                                                run)["robust_acc"]
             rows.append(row)
         if skipped:
             cell.tracker.set_tags(cell.run_id, {f"ddlib.skipped.{name}": reason for name, reason in skipped.items()})
+        _flag_scores(cell, few, mixed, skipped)
         per_seed, summary = cell.record_per_seed(rows)
     label = {"dataset": p["dataset"], "method": p["method"], "ipc": p["ipc"], "mode": p["mode"], "space": p["space"],
              "training": p["training"] if isinstance(p["training"], str) else str(p["training"])}
     return AdversarialResult(per_seed, summary, pd.DataFrame(attack_rows), label)
+
+
+def check_targets(space: str, target: str, num_classes: int) -> None:
+    """Targets the data can take, and in ``beard_compat`` space the ones BEARD ran: its
+    ``(y + 1) % 10`` is ``next`` on 10 classes only, ``next_mod10`` on any."""
+    if target == "next_mod10" and num_classes < 10:
+        raise ValueError(f"target 'next_mod10' ((y + 1) mod 10, BEARD's) needs at least 10 classes, got {num_classes}")
+    if space == "beard_compat" and target == "next" and num_classes != 10:
+        raise ValueError(f"space 'beard_compat', target 'next': on {num_classes} classes that is (y + 1) mod "
+                         f"{num_classes}, but BEARD targets (y + 1) mod 10 whatever the classes; use target "
+                         "next_mod10 (BEARD's) or space pixel")
+
+
+def _flag_scores(cell: Cell, few: dict[int, list[str]], mixed: dict[int, dict[float, list[str]]],
+                 skipped: dict[str, str]) -> None:
+    """Flag the seeds whose RR, AE and CREI are NaN: fewer than two attacks ran, or their times come
+    from several processes (cached results of another run)."""
+    if few:
+        ran = next(iter(few.values()))
+        cell.flag(f"only {len(ran)} attack{'s' if len(ran) != 1 else ''} ran ({', '.join(ran) or 'none'}"
+                  + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else "") + "): RR, AE and CREI compare "
+                  f"attacks with each other (one gives RR 0, AE 100, CREI 50 whatever the model), so they are NaN; "
+                  f"list at least {metrics.MIN_ATTACKS} attacks that run in this mode")
+    for seed, processes in mixed.items():
+        parts = [f"process {int(pid):x}: {', '.join(names)}" for pid, names in processes.items()]
+        cell.tracker.set_tags(cell.run_id, {f"{TIMING_MIXED_TAG}.seed{seed}": "; ".join(parts)})
+        cell.flag(f"seed {seed}: the attack times come from {len(processes)} processes ({'; '.join(parts)}; cached "
+                  "results of an earlier run), whose loads differ: AE, CREI and clean_seconds are NaN for it "
+                  "(accuracies and RR stand); delete the older result runs and rerun the cell to time them together")
 
 
 def _attack(cell: Cell, net, spec: AttackSpec, images, labels, identity: dict, seed: int, targeted: bool,
@@ -394,7 +461,7 @@ def _attack(cell: Cell, net, spec: AttackSpec, images, labels, identity: dict, s
     def compute():
         outcome = run_attack(spec, net, images, labels, targeted=targeted, targets=p["target"] if targeted else None,
                              progress=cell.progress, **run)
-        return {k: v for k, v in outcome.metrics().items() if k != "clean_acc"}
+        return {**{k: v for k, v in outcome.metrics().items() if k != "clean_acc"}, "timing_process": TIMING_PROCESS}
 
     result, _ = cell.cached_result(f"{spec.describe()} {p['mode']} seed{seed}", key, compute,
                                    params={"attack": spec.describe(), "mode": p["mode"], "space": p["space"],
