@@ -149,6 +149,36 @@ def test_adversarial_training_is_a_different_pool_entry(mlflow_store):
     assert sorted(board.training) == ["standard", '{"pgd_at": {"steps": 2}}']  # nested params read back whole
 
 
+def test_number_sign_is_beards_quadrant_upsampling():
+    """Hand-derived from BEARD's number_sign_augment (eva_utils.py): blocks of top-left, bottom-left,
+    top-right, bottom-right quadrants, each upsampled x2 bilinearly with align_corners=False, so a
+    2-pixel row [a, b] becomes [a, (3a + b) / 4, (a + 3b) / 4, b]; labels repeated per block."""
+    x = torch.zeros(2, 1, 4, 4)
+    x[0, 0, :2, :2] = torch.tensor([[0.0, 0.1], [0.2, 0.3]])
+    x[:, 0, 2:, :2], x[:, 0, :2, 2:], x[:, 0, 2:, 2:] = 0.4, 0.6, 0.8
+    images, labels = adversarial.number_sign(x, torch.tensor([3, 7]))
+    assert images.shape == (8, 1, 4, 4) and labels.tolist() == [3, 7] * 4
+    row = torch.tensor([0.0, 0.025, 0.075, 0.1])
+    torch.testing.assert_close(images[0, 0], torch.stack([row, row + 0.05, row + 0.15, row + 0.2]))
+    for block, value in ((1, 0.4), (2, 0.6), (3, 0.8)):
+        assert torch.allclose(images[2 * block:2 * block + 2], torch.full((2, 1, 4, 4), value))
+    uint8, _ = adversarial.number_sign((255 * x).round().to(torch.uint8), torch.tensor([3, 7]))
+    torch.testing.assert_close(uint8, images, atol=1 / 255, rtol=0)
+    with pytest.raises(ValueError, match="square images of even size"):
+        adversarial.number_sign(torch.zeros(1, 1, 5, 5), torch.tensor([0]))
+
+
+def test_beards_training_is_a_named_option(mlflow_store):
+    """number_sign (BEARD's released config) trains on 4x the images; beard_at is BEARD's "+AT"."""
+    params = dict(attacks=["fgsm", "pgd"], recipe={"epochs": 2, "batch_size": 64})
+    _, plain, _ = _run(**params)
+    _, signed, _ = _run(**params, number_sign=True, training={"beard_at": {"steps": 2}})
+    assert signed[0].run_id != plain[0].run_id
+    run = tracking.client().get_run(signed[0].run_id).data.params
+    assert run["train_size"] == "200" and run["objective"].startswith("beard_at(eps=8/255")  # ipc 5 x 10 classes x 4
+    with pytest.raises(ValueError, match="number_sign must be true or false"):
+        adversarial.validate({"dataset": "digits", "number_sign": "yes"})
+
 def test_the_leaderboard_row_ignores_spelling_and_what_the_summary_recomputes():
     from ddlib.protocols.cell import cell_tags
     from ddlib.tracking import TAG

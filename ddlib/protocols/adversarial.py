@@ -3,7 +3,7 @@
 Per cell: one set (``method``, ``ipc``), one architecture (``model``), one attack ``mode``. The
 set trains one model per seed with BEARD's recipe (ConvNet, SGD 0.01, momentum 0.9, weight decay
 5e-4, 1000 epochs, lr x 0.1 at half, batch 256, DSA), or with an adversarial-training objective
-(``training``: pgd_at, trades, mart). The trained models are stored in MLflow (the model pool), so
+(``training``: pgd_at, trades, mart, beard_at). The trained models are stored in MLflow (the model pool), so
 the other mode, another attack list or a rerun attacks them without retraining. A released model
 joins the pool instead with ``source: {kind: checkpoint, path, model}`` (BEARD's own model pool is
 ConvNet state_dicts): loaded with ``weights_only=True``, checked to fit the architecture and data,
@@ -70,6 +70,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
 from ddlib import metrics
 from ddlib.engine.adversarial_training import create_objective
@@ -79,6 +80,7 @@ from ddlib.engine.augment import create_augment
 from ddlib.data.datasets import stratified_subset
 from ddlib.data.distilled import DistilledSet
 from ddlib.data.digest import tensor_digest
+from ddlib.engine.train import as_pixels
 from ddlib.models import list_models
 from ddlib.protocols.cell import Cell, Evaluation, device_name, group_params
 from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, validate_set_params
@@ -87,7 +89,8 @@ from ddlib.protocols.dcbench import check_augment
 from ddlib.tracking import config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
-           "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key", "check_targets", "TIMING_PROCESS"]
+           "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key", "check_targets", "TIMING_PROCESS",
+           "number_sign"]
 
 PROTOCOL = "adversarial"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
@@ -109,7 +112,8 @@ PARAMS = {
     "recipe": {"epochs": 1000},  # BEARD: SGD 0.01, momentum 0.9, wd 5e-4, 1000 epochs, lr x0.1 at half, batch 256
     "real_recipe": {},  # overrides for method full (the full-size reference), e.g. {epochs: 200}
     "augment": "dsa",  # BEARD trains with DSA
-    "training": "standard",  # or an adversarial-training objective: pgd_at, trades, mart (ddlib.engine.adversarial_training)
+    "number_sign": False,  # BEARD's released training config: the set's quadrants upsampled (4x images) before training
+    "training": "standard",  # or an adversarial-training objective: pgd_at, trades, mart, beard_at (ddlib.engine.adversarial_training)
     "attacks": list(BEARD_ATTACKS),  # ddlib.protocols.attacks specs: names or {name: {params}}
     "mode": "untargeted",  # untargeted | targeted
     "target": "next",  # targeted mode: next ((y + 1) mod C) | random (a seeded other class) | next_mod10 (BEARD's)
@@ -132,6 +136,8 @@ def validate(params: dict) -> dict:
         raise ValueError(f"space must be one of {SPACES}, got {p['space']!r}")
     check_recipe(p, "real_recipe", base=check_recipe(p, "recipe"))
     check_augment(p["augment"], "augment")
+    if not isinstance(p["number_sign"], bool):
+        raise ValueError(f"number_sign must be true or false, got {p['number_sign']!r}")
     check_weight(p, "alpha")
     try:
         create_objective(p["training"], mean=(0.5,), std=(0.5,), num_classes=10)
@@ -251,15 +257,19 @@ def group_identity(params: dict) -> dict:
     """The leaderboard row of a cell: attacks by their resolved description (``fgsm`` and
     ``{fgsm: {eps: 8/255}}`` are one attack), without what the summary recomputes or only adds
     (``alpha``, ``eps_curve``), without ``target`` in untargeted mode, and without the training
-    recipe of a checkpoint (nothing is trained). ``space`` stays: a ``beard_compat`` row is never
-    pooled with a pixel-space one."""
+    recipe (``recipe``, ``augment``, ``number_sign``) of a checkpoint (nothing is trained), nor
+    ``number_sign`` for ``full`` (never applied to the whole training set, as in BEARD, whose
+    ``src_dataset`` training reads the data loader). ``space`` stays: a ``beard_compat`` row is
+    never pooled with a pixel-space one."""
     out = {k: v for k, v in params.items() if k not in ("alpha", "eps_curve")}
     out["attacks"] = [a.describe() for a in parse_attacks(params["attacks"])]
     if params.get("mode") != "targeted":
         out.pop("target", None)
     if (params.get("source") or {}).get("kind") == "checkpoint":
-        for key in ("recipe", "real_recipe", "augment"):
+        for key in ("recipe", "real_recipe", "augment", "number_sign"):
             out.pop(key, None)
+    if (params.get("source") or {}).get("kind") == "full":
+        out.pop("number_sign", None)
     return out
 
 
@@ -318,6 +328,22 @@ def obtain(cell: Cell) -> DistilledSet | None:
     return obtain_set(cell)
 
 
+def number_sign(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """BEARD's ``number_sign_augment`` (``eva_utils.py``, applied by ``train_model.py`` when its
+    config says ``aug: true``, as the released ``train_config.json`` does): each image's four
+    quadrants (top-left, bottom-left, top-right, bottom-right, in that order of blocks), each
+    upsampled bilinearly (``align_corners=False``) to the full size; labels repeated. BEARD does it
+    on normalised tensors, here on pixels: bilinear weights sum to 1, so it commutes with the
+    per-channel normalisation. Float pixels out (uint8 in is read as pixels / 255)."""
+    if images.dim() != 4 or images.shape[2] != images.shape[3] or images.shape[2] % 2:
+        raise ValueError(f"number_sign needs square images of even size, got shape {tuple(images.shape)}")
+    x = as_pixels(images)
+    h = x.shape[2] // 2
+    quadrants = [x[:, :, :h, :h], x[:, :, h:, :h], x[:, :, :h, h:], x[:, :, h:, h:]]
+    up = [F.interpolate(q, scale_factor=2, mode="bilinear", align_corners=False) for q in quadrants]
+    return torch.cat(up), labels.repeat(4, *[1] * (labels.dim() - 1))
+
+
 def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]:
     """One model per seed trained on the set (or found in the model pool), with its weights; for a
     checkpoint source, the seeds' released models, put into the pool (``distilled`` is None)."""
@@ -343,7 +369,9 @@ def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]
             named.update(p["real_recipe"] or {})
         if "precision" not in named:  # bf16 kept clean accuracy; robustness was never measured in it
             recipe = replace(recipe, precision="fp32")
-        return cell.train_eval("model", distilled.images, distilled.labels, recipe, p["seeds"],
+        images, labels = (number_sign(distilled.images, distilled.labels)
+                          if p["number_sign"] and p["source"].get("kind") != "full" else (distilled.images, distilled.labels))
+        return cell.train_eval("model", images, labels, recipe, p["seeds"],
                                augment=hook, augment_name=hook.name if hook is not None else "none",
                                objective=objective, objective_name=objective_name, keep_models=True)
 
