@@ -319,7 +319,8 @@ _NAN = float("nan")
 
 
 def beard_scores(clean_acc: float, attack_accs: Sequence[float | None], clean_time: float,
-                 attack_times: Sequence[float | None], alpha: float = 0.5, rr_variant: str = "beard") -> dict[str, float]:
+                 attack_times: Sequence[float | None], alpha: float = 0.5,
+                 rr_variant: str = "beard") -> dict[str, float]:
     """One model's scores, as the protocol logs them and the leaderboard recomputes them (percent,
     seconds; None entries are skipped attacks): ``rr`` (BEARD's), ``rr_rome``, ``rr_rome_plus``
     (:func:`rr` variants), ``ae``, ``crei`` (alpha on the ``rr_variant`` RR and AE) and ``rcr``.

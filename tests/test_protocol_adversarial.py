@@ -361,9 +361,17 @@ def test_min_of_modes_pairs_the_untargeted_row_with_beards_target_kind(mlflow_st
     assert board.loc[("targeted", "random"), "ae_mean"] == pytest.approx(100 * (6 - 2) / (8 - 2))
 
 
-def test_beard_compat_targets_are_beards():
+def test_beard_compat_targets_are_beards(mlflow_store):
     """BEARD targets (y + 1) mod 10 on every dataset: in beard_compat space ``next`` on other than 10
-    classes is refused (``next_mod10`` is BEARD's); ``next_mod10`` needs 10 classes at least."""
+    classes is refused (``next_mod10`` is BEARD's), before the set is made; ``next_mod10`` needs 10
+    classes at least."""
+    from dataclasses import replace
+
+    cell = adversarial.open_cell(**{**TINY, "mode": "targeted", "space": "beard_compat"})
+    cell.dataset = replace(cell.dataset, class_names=tuple(map(str, range(100))))  # as if CIFAR-100
+    with pytest.raises(ValueError, match="BEARD targets"):
+        adversarial.obtain(cell)
+    assert tracking.client().get_run(cell.run_id).info.status == "FAILED"
     adversarial.check_targets("beard_compat", "next", 10)
     adversarial.check_targets("beard_compat", "next_mod10", 100)
     adversarial.check_targets("pixel", "next", 100)
@@ -371,7 +379,8 @@ def test_beard_compat_targets_are_beards():
         adversarial.check_targets("beard_compat", "next", 100)
     with pytest.raises(ValueError, match="needs at least 10 classes, got 4"):
         adversarial.check_targets("pixel", "next_mod10", 4)
-    assert adversarial.validate({"dataset": "digits", "mode": "targeted", "target": "next_mod10"})["target"] == "next_mod10"
+    assert adversarial.validate({"dataset": "digits", "mode": "targeted", "target": "next_mod10"})["target"] == \
+        "next_mod10"
 
 def test_min_of_modes_needs_the_other_mode(mlflow_store):
     _run(attacks=["fgsm", "pgd"])

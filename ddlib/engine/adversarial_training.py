@@ -17,8 +17,8 @@ name or a one-key mapping ``{name: {param: value}}`` (numbers may be strings suc
 Defaults: eps 8/255, alpha (step) 2/255, 10 steps; β = 6 for TRADES and MART. The objective
 gets the batch ``x`` normalised with ``mean``/``std`` (after any augmentation) and int labels.
 
-Except ``beard_at`` (BEARD's pipeline, on purpose), perturbations live in pixel space, as in the papers: ε bounds |x_adv − x| in pixels, the
-perturbation δ is added as ``x + δ / std``. The inner loop keeps each pixel in the box
+Except in ``beard_at`` (BEARD's pipeline, on purpose), perturbations live in pixel space, as in the
+papers: ε bounds |x_adv − x| in pixels, the perturbation δ is added as ``x + δ / std``. The inner loop keeps each pixel in the box
 [min(x, 0), max(x, 1)]: for real images that is exactly the official clamp to [0, 1], while a
 synthetic (distilled) pixel outside [0, 1] is never clipped back beyond where the clean image
 already is (a pixel at 1.3 may stay at 1.3 or move down; one at −0.2 may stay or move up).

@@ -113,7 +113,7 @@ PARAMS = {
     "real_recipe": {},  # overrides for method full (the full-size reference), e.g. {epochs: 200}
     "augment": "dsa",  # BEARD trains with DSA
     "number_sign": False,  # BEARD's released training config: the set's quadrants upsampled (4x images) before training
-    "training": "standard",  # or an adversarial-training objective: pgd_at, trades, mart, beard_at (ddlib.engine.adversarial_training)
+    "training": "standard",  # or an objective (ddlib.engine.adversarial_training): pgd_at, trades, mart, beard_at
     "attacks": list(BEARD_ATTACKS),  # ddlib.protocols.attacks specs: names or {name: {params}}
     "mode": "untargeted",  # untargeted | targeted
     "target": "next",  # targeted mode: next ((y + 1) mod C) | random (a seeded other class) | next_mod10 (BEARD's)
@@ -323,6 +323,8 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
 
 def obtain(cell: Cell) -> DistilledSet | None:
     """The cell's set (made or loaded, logged as an image grid), or None for a checkpoint source."""
+    with cell.guard():
+        _check_cell_targets(cell)
     if cell.params["source"]["kind"] == "checkpoint":
         return None
     return obtain_set(cell)
@@ -348,6 +350,8 @@ def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]
     """One model per seed trained on the set (or found in the model pool), with its weights; for a
     checkpoint source, the seeds' released models, put into the pool (``distilled`` is None)."""
     p, ds = cell.params, cell.dataset
+    with cell.guard():
+        _check_cell_targets(cell)
     if p["source"]["kind"] == "checkpoint":
         with cell.guard():
             paths = {seed: checkpoint_path(p, ds.name, seed) for seed in p["seeds"]}
@@ -369,8 +373,9 @@ def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]
             named.update(p["real_recipe"] or {})
         if "precision" not in named:  # bf16 kept clean accuracy; robustness was never measured in it
             recipe = replace(recipe, precision="fp32")
-        images, labels = (number_sign(distilled.images, distilled.labels)
-                          if p["number_sign"] and p["source"].get("kind") != "full" else (distilled.images, distilled.labels))
+        images, labels = distilled.images, distilled.labels
+        if p["number_sign"] and p["source"].get("kind") != "full":
+            images, labels = number_sign(images, labels)
         return cell.train_eval("model", images, labels, recipe, p["seeds"],
                                augment=hook, augment_name=hook.name if hook is not None else "none",
                                objective=objective, objective_name=objective_name, keep_models=True)
@@ -392,8 +397,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
     p, ds = cell.params, cell.dataset
     targeted = p["mode"] == "targeted"
     with cell.guard():
-        if targeted:
-            check_targets(p["space"], p["target"], ds.num_classes)
+        _check_cell_targets(cell)
         models = models if models is not None else train_models(cell, distilled)
         images, labels = attack_subset(cell)
         test_id = f"{ds.name}:{ds.source}:{tensor_digest(images, labels)}"
@@ -447,6 +451,13 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
     label = {"dataset": p["dataset"], "method": p["method"], "ipc": p["ipc"], "mode": p["mode"], "space": p["space"],
              "training": p["training"] if isinstance(p["training"], str) else str(p["training"])}
     return AdversarialResult(per_seed, summary, pd.DataFrame(attack_rows), label)
+
+
+def _check_cell_targets(cell: Cell) -> None:
+    """:func:`check_targets` for a targeted cell, once its data (the class count) is known: before
+    the set is made and the models are trained, so a refused cell costs nothing."""
+    if cell.params["mode"] == "targeted":
+        check_targets(cell.params["space"], cell.params["target"], cell.dataset.num_classes)
 
 
 def check_targets(space: str, target: str, num_classes: int) -> None:
