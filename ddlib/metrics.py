@@ -29,6 +29,7 @@ import numpy as np
 __all__ = [
     "hlr", "ior", "lrs", "ars", "normalized_exp_score", "mean_std",
     "rr", "ae", "crei", "rr_multi", "ae_multi", "rcr", "rcr_multi", "CLEAN_TIMES", "beard_clean_time",
+    "RR_VARIANTS", "MIN_ATTACKS", "beard_scores", "beard_scores_multi",
     "SANITY_VALUES", "CHANCE_MARGIN", "near_chance",
 ]
 
@@ -107,6 +108,10 @@ def mean_std(values: Iterable[float]) -> tuple[float, float]:
 # own; its metric toolkit (evaluate_metrics.py, and the example in its white_box/README.md: AE
 # 29.70 at IPC 1, AEM 29.83) uses the smaller of the two in both modes. In BEARD's logs the
 # targeted clean pass ran first in the process, so it carries the start-up cost and is the larger.
+#
+# AST. The paper defines an average success time (the time an attack needs to fool the model,
+# conditional on success); neither BEARD's code nor ddlib computes it: AE and every logged time are
+# the wall time of the whole attack pass over all N images, successful or not.
 CLEAN_TIMES = ("mode", "min_of_modes")
 
 
@@ -171,14 +176,32 @@ def _warn_if_fractions(clean: list[float], attack: list[float]) -> None:
         )
 
 
-def _rr(clean: list[float], attack: list[float], what: str) -> float:
+RR_VARIANTS = ("beard", "rome", "rome+")
+
+
+def _check_variant(variant: str) -> str:
+    if variant not in RR_VARIANTS:
+        raise ValueError(f"RR variant must be one of {RR_VARIANTS}, got {variant!r}")
+    return variant
+
+
+def _rr(clean: list[float], attack: list[float], what: str, variant: str = "beard") -> float:
+    _check_variant(variant)
     if not attack:
         raise ValueError(f"every attack accuracy is None (all attacks skipped): cannot compute {what}")
     _warn_if_fractions(clean, attack)
     avg_clean, avg_attack, min_attack = float(np.mean(clean)), float(np.mean(attack)), min(attack)
-    if avg_clean == min_attack:  # BEARD: avoid dividing by zero
+    if avg_clean == min_attack:  # BEARD: avoid dividing by zero (checked before any variant, as its toolkit)
         return 0.0
-    return 100.0 * (1.0 - (avg_clean - avg_attack) / (avg_clean - min_attack))
+    if variant == "beard":
+        return 100.0 * (1.0 - (avg_clean - avg_attack) / (avg_clean - min_attack))
+    if avg_clean == 0.0:  # an attack raised accuracy above a clean 0: the toolkit divides by zero
+        return float("nan")
+    if variant == "rome":
+        return 100.0 * (1.0 - (avg_clean - avg_attack) * (avg_clean - min_attack) / avg_clean ** 2)
+    asr = avg_clean - np.asarray(attack, dtype=float)  # rome+: ASR per attack, against the mean clean accuracy
+    penalty = float(np.mean(np.where(asr < 0, -asr, 0.0)))  # attacks that raised accuracy, in points
+    return 100.0 * (1.0 - float(np.mean(asr)) * float(np.max(asr)) / avg_clean ** 2 - 0.01 * penalty)
 
 
 def _ae(clean: list[float], attack: list[float], what: str) -> float:
@@ -190,18 +213,33 @@ def _ae(clean: list[float], attack: list[float], what: str) -> float:
     return 100.0 * (avg_attack - avg_clean) / (max_attack - avg_clean)
 
 
-def rr(clean_acc: float, attack_accs: Sequence[float | None]) -> float:
+def rr(clean_acc: float, attack_accs: Sequence[float | None], variant: str = "beard") -> float:
     """BEARD's Robustness Ratio, in percent. INPUTS IN PERCENT (0-100), not fractions.
 
     RR = 100 * (1 - (clean - mean(attack_accs)) / (clean - min(attack_accs))), i.e. 1 - mean ASR /
     max ASR with ASR = clean - attack accuracy. None entries (skipped attacks) are dropped; all
     None raises ValueError; clean == min(attack_accs) gives 0 (BEARD's guard). Higher is better.
 
+    ``variant``: BEARD's metric toolkit (``Code/metrics/white_box/auto_metrics.py``,
+    ``calculate_rr(..., metrics_type)``) has three, and BEARD's Table 15 reports ``rome``:
+
+    * ``"beard"`` (default): the formula above (the paper's RR, its main tables);
+    * ``"rome"``: 100 * (1 - (clean - mean) * (clean - min) / clean²), mean ASR times max ASR over
+      clean² (the I-RR of Zhou et al.'s ROME);
+    * ``"rome+"``: ``rome`` with ASR_i = clean - acc_i and a penalty for attacks that *raise*
+      accuracy: 100 * (1 - mean(ASR) * max(ASR) / clean² - 0.01 * mean(max(-ASR_i, 0))) (the
+      penalty is in points, scaled by 0.01 whatever the clean accuracy, as the toolkit does);
+      equal to ``rome`` when no attack raises accuracy.
+
+    All three return 0 when clean == min(attack_accs), the toolkit's guard, checked before the
+    variant (so ``rome`` of a model no attack hurts is 0, not the formula's 100); ``rome`` and
+    ``rome+`` are NaN for a clean accuracy of 0 below an attack's (the toolkit divides by zero).
+
     RR is *not monotone* in robustness: it only measures how evenly the attacks succeed. With clean
     70, attack accuracies [60, 60, 60], [70, 70, 70] and [0, 0, 0] all give RR 0, and a model that
     no attack hurts scores the same as one every attack destroys. Read it next to :func:`rcr`.
     """
-    return _rr([_percent("clean_acc", clean_acc)], _present("attack_accs", attack_accs, _percent), "RR")
+    return _rr([_percent("clean_acc", clean_acc)], _present("attack_accs", attack_accs, _percent), "RR", variant)
 
 
 def ae(clean_time: float, attack_times: Sequence[float | None]) -> float:
@@ -225,15 +263,17 @@ def crei(rr_value: float, ae_value: float, alpha: float = 0.5) -> float:
     return alpha * float(rr_value) + (1.0 - alpha) * float(ae_value)
 
 
-def rr_multi(clean_accs: Sequence[float], attack_accs: Sequence[Sequence[float | None]]) -> float:
+def rr_multi(clean_accs: Sequence[float], attack_accs: Sequence[Sequence[float | None]],
+             variant: str = "beard") -> float:
     """BEARD's multi-model RR (RRM), in percent. INPUTS IN PERCENT (0-100).
 
     ``clean_accs``: one clean accuracy per model (e.g. per IPC); ``attack_accs``: one list per
     model. As BEARD: the *mean* clean accuracy over models against the attack accuracies *pooled*
-    over all models and attacks (mean and min), with RR's formula and edge cases.
+    over all models and attacks (mean and min), with RR's formula (``variant``: see :func:`rr`)
+    and edge cases.
     """
     clean, pooled = _per_model("clean_accs", clean_accs, "attack_accs", attack_accs, _percent)
-    return _rr(clean, pooled, "RRM")
+    return _rr(clean, pooled, "RRM", variant)
 
 
 def ae_multi(clean_times: Sequence[float], attack_times: Sequence[Sequence[float | None]]) -> float:
@@ -270,6 +310,53 @@ def rcr_multi(clean_accs: Sequence[float], attack_accs: Sequence[Sequence[float 
     """Multi-model RCR, pooled as BEARD pools RRM: 100 * mean(pooled attack accs) / mean(clean accs)."""
     clean, pooled = _per_model("clean_accs", clean_accs, "attack_accs", attack_accs, _percent)
     return _rcr(clean, pooled, "RCR (multi)")
+
+
+# At least this many attacks must have run for RR, AE and CREI: they compare the attacks with each
+# other (mean against worst), so one attack gives RR 0, AE 100 and CREI 50 whatever the model.
+MIN_ATTACKS = 2
+_NAN = float("nan")
+
+
+def beard_scores(clean_acc: float, attack_accs: Sequence[float | None], clean_time: float,
+                 attack_times: Sequence[float | None], alpha: float = 0.5,
+                 rr_variant: str = "beard") -> dict[str, float]:
+    """One model's scores, as the protocol logs them and the leaderboard recomputes them (percent,
+    seconds; None entries are skipped attacks): ``rr`` (BEARD's), ``rr_rome``, ``rr_rome_plus``
+    (:func:`rr` variants), ``ae``, ``crei`` (alpha on the ``rr_variant`` RR and AE) and ``rcr``.
+
+    NaN, never a number that means nothing: RR, AE and CREI when fewer than :data:`MIN_ATTACKS`
+    attacks ran (one attack gives RR 0, AE 100, CREI 50 by construction); AE and CREI when
+    ``clean_time`` is NaN (no clean time from the attacks' process, see the protocol); RCR when the
+    clean accuracy is 0."""
+    _check_variant(rr_variant)
+    accs = _present("attack_accs", attack_accs, _percent)
+    times = _present("attack_times", attack_times, _seconds)
+    clean = _percent("clean_acc", clean_acc)
+    out = {"rcr": rcr(clean, accs) if clean > 0 and accs else _NAN}
+    if len(accs) < MIN_ATTACKS:
+        return {"rr": _NAN, "rr_rome": _NAN, "rr_rome_plus": _NAN, "ae": _NAN, "crei": _NAN, **out}
+    rrs = {name: rr(clean, accs, v) for name, v in (("rr", "beard"), ("rr_rome", "rome"), ("rr_rome_plus", "rome+"))}
+    ae_value = _NAN if math.isnan(float(clean_time)) else ae(clean_time, times)
+    rr_used = rrs[{"beard": "rr", "rome": "rr_rome", "rome+": "rr_rome_plus"}[rr_variant]]
+    return {**rrs, "ae": ae_value, "crei": _NAN if math.isnan(ae_value) else crei(rr_used, ae_value, alpha), **out}
+
+
+def beard_scores_multi(clean_accs: Sequence[float], attack_accs: Sequence[Sequence[float | None]],
+                       clean_times: Sequence[float], attack_times: Sequence[Sequence[float | None]],
+                       alpha: float = 0.5, rr_variant: str = "beard") -> dict[str, float]:
+    """The multi-model scores (one model per IPC), with :func:`beard_scores`' NaN rules on the
+    pooled attacks: ``rrm``, ``rrm_rome``, ``rrm_rome_plus``, ``aem``, ``creim``, ``rcrm``."""
+    _check_variant(rr_variant)
+    clean, pooled = _per_model("clean_accs", clean_accs, "attack_accs", attack_accs, _percent)
+    out = {"rcrm": rcr_multi(clean_accs, attack_accs) if min(clean) > 0 and pooled else _NAN}
+    if len(pooled) < MIN_ATTACKS:
+        return {"rrm": _NAN, "rrm_rome": _NAN, "rrm_rome_plus": _NAN, "aem": _NAN, "creim": _NAN, **out}
+    rrs = {name: rr_multi(clean_accs, attack_accs, v)
+           for name, v in (("rrm", "beard"), ("rrm_rome", "rome"), ("rrm_rome_plus", "rome+"))}
+    aem = _NAN if any(math.isnan(float(t)) for t in clean_times) else ae_multi(clean_times, attack_times)
+    rr_used = rrs[{"beard": "rrm", "rome": "rrm_rome", "rome+": "rrm_rome_plus"}[rr_variant]]
+    return {**rrs, "aem": aem, "creim": _NAN if math.isnan(aem) else crei(rr_used, aem, alpha), **out}
 
 
 # --------------------------------------------------------------------------- sanity flags

@@ -247,3 +247,34 @@ def test_train_and_evaluate_with_each_objective(digits, name):
     assert len(a.epoch_losses) == 3 and all(math.isfinite(v) for v in a.epoch_losses)
     assert a.epoch_losses == b.epoch_losses  # bit for bit on the CPU
     assert 0.0 <= a.test_accuracy <= 1.0
+
+
+@pytest.mark.parametrize("targeted", [False, True], ids=["untargeted", "targeted"])
+def test_beard_at_is_beards_training_attack(digits, targeted):
+    """BEARD's eva_utils.epoch with train_attack='PGD', written out: torchattacks.PGD(net, eps=8/255,
+    alpha=2/225, steps=10, random_start=False) on the normalised batch (targets (lab + 1) % 10 when
+    targeted), then criterion(net(img), lab) in train mode. ``beard_at`` gives the same loss and
+    gradients (BatchNorm ConvNet: crafting in train mode would show)."""
+    import torchattacks
+
+    _, x, y = _batch(digits)
+    ours, theirs = _model("convnet_bn"), _model("convnet_bn")
+    atk = torchattacks.PGD(theirs, eps=8 / 255, alpha=2 / 225, steps=10, random_start=False)
+    if targeted:
+        atk.set_mode_targeted_by_label(quiet=True)
+    img = atk(x, (y + 1) % 10 if targeted else y)
+    assert theirs.training
+    loss_ref = nn.CrossEntropyLoss()(theirs(img), y)
+    loss_ref.backward()
+    objective, name = create_objective({"beard_at": {"targeted": targeted}}, mean=digits.mean, std=digits.std,
+                                       num_classes=10)
+    rng = torch.get_rng_state()
+    loss = objective(ours, x, y, generator(0))
+    loss.backward()
+    assert loss.item() == pytest.approx(loss_ref.item(), rel=1e-6) and ours.training
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
+    assert torch.equal(torch.get_rng_state(), rng)  # no random start: nothing drawn
+    assert name == f"beard_at(eps=8/255, alpha={2 / 225!r}, steps=10, targeted={targeted})"
+    with pytest.raises(ValueError, match="needs at least 10 classes, got 4"):
+        create_objective({"beard_at": {"targeted": True}}, mean=digits.mean, std=digits.std, num_classes=4)

@@ -354,6 +354,33 @@ def test_beard_compat_space_is_beards_pipeline_exactly(setup, attack, targeted):
         run_attack(name, model, x, y, num_classes=C, device="cpu", space="normalised")
 
 
+
+def test_beard_compat_reproduces_beards_targets_on_100_classes(setup):
+    """BEARD's eva_utils targets (lab + 1) % 10 on every dataset (CIFAR-100 too). Written out on a
+    100-class network: ``targets="next_mod10"`` in beard_compat space gives BEARD's adversarial
+    images; ``next`` ((y + 1) mod 100) gives others."""
+    _, _, x, y = setup
+    torch.manual_seed(3)
+    net = create_model("convnet", 3, 100, 16, width=8, depth=2).eval()
+    model = PixelModel(net, MEAN, STD)
+    y100 = y * 10 + 5  # classes 5, 15, ..., 95: (y + 1) mod 10 is 6 for all, (y + 1) mod 100 is y + 1
+    mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
+    atk = torchattacks.PGD(net, eps=8 / 255, alpha=2 / 225, steps=10, random_start=False)
+    atk.set_mode_targeted_by_label(quiet=True)
+    beard_adv = atk((x - mean) / std, (y100 + 1) % 10)
+    spec = {"pgd": {"alpha": "2/225"}}
+    ours = run_attack(spec, model, x, y100, num_classes=100, targeted=True, targets="next_mod10", batch_size=16,
+                      device="cpu", return_adv=True, space="beard_compat")
+    assert torch.allclose(ours.adv, beard_adv * std + mean, atol=1e-6)
+    other = run_attack(spec, model, x, y100, num_classes=100, targeted=True, targets="next", batch_size=16,
+                       device="cpu", return_adv=True, space="beard_compat")
+    assert not torch.allclose(other.adv, ours.adv, atol=1e-4)
+    assert target_labels(y100, 100, "next_mod10").tolist() == [6] * len(y)
+    assert torch.equal(target_labels(y, 10, "next_mod10"), target_labels(y, 10, "next"))
+    with pytest.raises(ValueError, match="'next_mod10' .* needs at least 10 classes, got 4"):
+        target_labels(torch.tensor([0, 1]), 4, "next_mod10")
+
+
 # --------------------------------------------------------------------------- measurements
 
 

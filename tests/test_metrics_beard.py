@@ -20,7 +20,8 @@ import math
 
 import pytest
 
-from ddlib.metrics import ae, ae_multi, beard_clean_time, crei, rcr, rcr_multi, rr, rr_multi
+from ddlib.metrics import (ae, ae_multi, beard_clean_time, beard_scores, beard_scores_multi, crei, rcr, rcr_multi, rr,
+                           rr_multi)
 
 # ipc: (clean acc, clean time targeted, clean time untargeted, untargeted [(acc, s)], targeted [(acc, s)])
 LOGS = {
@@ -235,3 +236,63 @@ def test_bad_inputs_are_refused(call, match):
 def test_fractions_warn():
     with pytest.warns(UserWarning, match="PERCENT"):
         rr(0.6995, [0.3816, 0.0831])
+
+
+# BEARD's toolkit's other RR variants (its Table 15 reports ``rome``): the values below are what
+# BEARD's own Code/metrics/white_box/auto_metrics.py, calculate_rr(..., metrics_type), returns on the
+# logs above (run from a clone of zhouzhengqd/BEARD at 1e70313; each mode with its own clean time).
+# No attack raises accuracy there, so rome+ equals rome on these logs.
+EXPECTED_ROME = {  # (mode, ipc): (rome RR, CREI with it)
+    ("untargeted", 1): (59.18453619004843, 42.21), ("untargeted", 10): (53.126844119192064, 39.53),
+    ("untargeted", 50): (47.86910627302288, 35.99),
+    ("targeted", 1): (90.6323501208239, 60.05), ("targeted", 10): (88.33108097167766, 58.52),
+    ("targeted", 50): (87.86209132327237, 59.53),
+}
+EXPECTED_ROME_MULTI = {"untargeted": 50.48550127651933, "targeted": 84.37013437803436}
+# inputs where an attack raises accuracy (no such log exists), through the same BEARD function:
+# (clean, attack accs) -> (beard, rome, rome+)
+EXPECTED_VARIANTS = [((40, [45, 10, 38]), (70.0, 83.125, 81.45833333333333)),
+                     ((50, [60, 40]), (100.0, 100.0, 95.0))]
+# multi-model: [{'clean_acc': 50, 'attack_accs': [62, 30]}, {'clean_acc': 70, 'attack_accs': [65, None]}]
+EXPECTED_VARIANTS_MULTI = (74.44444444444444, 93.61111111111111, 91.27777777777779)
+
+
+@pytest.mark.parametrize("mode,ipc", sorted(EXPECTED_ROME))
+def test_rome_and_rome_plus_are_beards_toolkit_variants(mode, ipc):
+    clean, clean_time, accs, times = _inputs(ipc, mode)
+    want_rr, want_crei = EXPECTED_ROME[(mode, ipc)]
+    for variant in ("rome", "rome+"):
+        assert rr(clean, accs, variant) == pytest.approx(want_rr, abs=1e-9)
+    scores = beard_scores(clean, accs, clean_time, times, rr_variant="rome")
+    assert scores["rr_rome"] == pytest.approx(want_rr, abs=1e-9) and abs(scores["crei"] - want_crei) <= TOL
+    assert scores["rr"] == pytest.approx(rr(clean, accs)) and abs(scores["ae"] - EXPECTED[(mode, ipc)][1]) <= TOL
+    inputs = [_inputs(i, mode) for i in (1, 10, 50)]
+    assert rr_multi([i[0] for i in inputs], [i[2] for i in inputs], "rome") == pytest.approx(
+        EXPECTED_ROME_MULTI[mode], abs=1e-9)
+
+
+def test_rome_plus_penalises_attacks_that_raise_accuracy():
+    for (clean, accs), want in EXPECTED_VARIANTS:
+        assert [rr(clean, accs, v) for v in ("beard", "rome", "rome+")] == pytest.approx(list(want), abs=1e-9)
+    got = [rr_multi([50, 70], [[62, 30], [65, None]], v) for v in ("beard", "rome", "rome+")]
+    assert got == pytest.approx(list(EXPECTED_VARIANTS_MULTI), abs=1e-9)
+    assert rr(70, [70, 80], "rome") == 0.0 and rr(70, [70, 80], "rome+") == 0.0  # the toolkit's guard comes first
+    with pytest.raises(ValueError, match="RR variant must be one of"):
+        rr(70, [10, 20], "i-rr")
+
+
+def test_one_attack_gives_no_rr_ae_crei():
+    """BEARD's formulas compare attacks with each other: one attack gives RR 0, AE 100, CREI 50 for
+    any model, so the scores are NaN with fewer than two (the protocol flags the cell)."""
+    assert rr(70, [10]) == 0.0 and ae(1.0, [5.0]) == 100.0  # the degenerate values
+    one = beard_scores(70, [10, None], 1.0, [5.0, None])
+    assert all(math.isnan(one[k]) for k in ("rr", "rr_rome", "rr_rome_plus", "ae", "crei"))
+    assert one["rcr"] == pytest.approx(100 * 10 / 70)
+    two = beard_scores(70, [10, 40], 1.0, [5.0, 3.0])
+    assert two["rr"] == pytest.approx(rr(70, [10, 40])) and two["crei"] == pytest.approx(crei(two["rr"], two["ae"]))
+    no_time = beard_scores(70, [10, 40], math.nan, [5.0, 3.0])
+    assert math.isnan(no_time["ae"]) and math.isnan(no_time["crei"]) and no_time["rr"] == two["rr"]
+    multi = beard_scores_multi([70], [[10]], [1.0], [[5.0]])
+    assert math.isnan(multi["rrm"]) and math.isnan(multi["creim"])
+    pooled = beard_scores_multi([70, 60], [[10], [20]], [1.0, 1.0], [[5.0], [3.0]])
+    assert pooled["rrm"] == pytest.approx(rr_multi([70, 60], [[10], [20]]))

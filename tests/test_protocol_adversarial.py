@@ -3,6 +3,7 @@ attacks, skips, spaces, scores, timing provenance, caching."""
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -148,6 +149,36 @@ def test_adversarial_training_is_a_different_pool_entry(mlflow_store):
     assert sorted(board.training) == ["standard", '{"pgd_at": {"steps": 2}}']  # nested params read back whole
 
 
+def test_number_sign_is_beards_quadrant_upsampling():
+    """Hand-derived from BEARD's number_sign_augment (eva_utils.py): blocks of top-left, bottom-left,
+    top-right, bottom-right quadrants, each upsampled x2 bilinearly with align_corners=False, so a
+    2-pixel row [a, b] becomes [a, (3a + b) / 4, (a + 3b) / 4, b]; labels repeated per block."""
+    x = torch.zeros(2, 1, 4, 4)
+    x[0, 0, :2, :2] = torch.tensor([[0.0, 0.1], [0.2, 0.3]])
+    x[:, 0, 2:, :2], x[:, 0, :2, 2:], x[:, 0, 2:, 2:] = 0.4, 0.6, 0.8
+    images, labels = adversarial.number_sign(x, torch.tensor([3, 7]))
+    assert images.shape == (8, 1, 4, 4) and labels.tolist() == [3, 7] * 4
+    row = torch.tensor([0.0, 0.025, 0.075, 0.1])
+    torch.testing.assert_close(images[0, 0], torch.stack([row, row + 0.05, row + 0.15, row + 0.2]))
+    for block, value in ((1, 0.4), (2, 0.6), (3, 0.8)):
+        assert torch.allclose(images[2 * block:2 * block + 2], torch.full((2, 1, 4, 4), value))
+    uint8, _ = adversarial.number_sign((255 * x).round().to(torch.uint8), torch.tensor([3, 7]))
+    torch.testing.assert_close(uint8, images, atol=1 / 255, rtol=0)
+    with pytest.raises(ValueError, match="square images of even size"):
+        adversarial.number_sign(torch.zeros(1, 1, 5, 5), torch.tensor([0]))
+
+
+def test_beards_training_is_a_named_option(mlflow_store):
+    """number_sign (BEARD's released config) trains on 4x the images; beard_at is BEARD's "+AT"."""
+    params = dict(attacks=["fgsm", "pgd"], recipe={"epochs": 2, "batch_size": 64})
+    _, plain, _ = _run(**params)
+    _, signed, _ = _run(**params, number_sign=True, training={"beard_at": {"steps": 2}})
+    assert signed[0].run_id != plain[0].run_id
+    run = tracking.client().get_run(signed[0].run_id).data.params
+    assert run["train_size"] == "200" and run["objective"].startswith("beard_at(eps=8/255")  # ipc 5 x 10 classes x 4
+    with pytest.raises(ValueError, match="number_sign must be true or false"):
+        adversarial.validate({"dataset": "digits", "number_sign": "yes"})
+
 def test_the_leaderboard_row_ignores_spelling_and_what_the_summary_recomputes():
     from ddlib.protocols.cell import cell_tags
     from ddlib.tracking import TAG
@@ -253,6 +284,103 @@ def test_ae_compares_each_attack_with_a_clean_pass_timed_in_its_own_process(mlfl
     with pytest.raises(ValueError, match="clean_time must be one of"):
         report.robustness_leaderboard(clean_time="min")
 
+
+
+def test_a_seed_timed_in_two_processes_has_no_ae(mlflow_store, monkeypatch):
+    """Attack results are cached, so a seed's attacks can come from two processes: an interrupted
+    cell rerun, or a second grid whose attack list overlaps the first's. Process A (a forward pass
+    costs 1) timed FGSM: clean 2, attack 4. Process B (cost 5) times PGD: clean 10, attack 40. Alone,
+    either gives AE 100 (6 - 2) / (8 - 2) = 66.67; mixed, the old mean clean time (6) gave
+    100 (22 - 6) / (40 - 6) = 47.06. Now AE, CREI and the seed's clean time are NaN, and flagged."""
+    clock = ForwardClock()
+    monkeypatch.setattr(attacks_module, "_clock", clock)
+    monkeypatch.setattr(adversarial, "TIMING_PROCESS", 1.0, raising=False)
+    _run_timed(clock, 1.0, attacks=["fgsm"])  # process A stops after FGSM
+    monkeypatch.setattr(adversarial, "TIMING_PROCESS", 2.0, raising=False)
+    row = _run_timed(clock, 5.0, attacks=["fgsm", {"pgd": {"steps": 3}}])  # process B: FGSM from A's cache
+    assert (row["fgsm.clean_seconds"], row["fgsm.attack_seconds"]) == (2, 4)
+    assert (row["pgd.clean_seconds"], row["pgd.attack_seconds"]) == (10, 40)
+    assert metrics.ae(6.0, [4.0, 40.0]) == pytest.approx(100 * 16 / 34)  # the mixed number (47.06) ...
+    assert pd.isna(row.ae) and pd.isna(row.crei) and pd.isna(row.clean_seconds)  # ... is not reported
+    assert row.rr == pytest.approx(metrics.rr(100 * row.clean_acc, [100 * row["fgsm.robust_acc"],
+                                                                   100 * row["pgd.robust_acc"]]))
+    cell = tracking.runs("adversarial", kind="cell").iloc[0]  # the newest
+    assert "seed 0: the attack times come from 2 processes" in cell["tags.ddlib.sanity"]
+    assert cell["tags.ddlib.timing_mixed.seed0"] == "process 1: fgsm; process 2: pgd"
+    board = report.robustness_leaderboard()
+    mixed = board[board.attacks == "fgsm,pgd"].iloc[0]
+    assert pd.isna(mixed.ae_mean) and pd.isna(mixed.crei_mean) and mixed.rr_mean == pytest.approx(row.rr)
+    assert pd.isna(report.robustness_leaderboard(clean_time="min_of_modes").set_index("attacks").loc["fgsm,pgd",
+                                                                                                     "ae_mean"])
+    # one process, one row: the same attacks on another test subset, all timed in B
+    alone = _run_timed(clock, 5.0, attacks=["fgsm", {"pgd": {"steps": 3}}], attack_size=40)
+    assert alone.ae == pytest.approx(100 * (6 - 2) / (8 - 2))
+
+
+def test_a_targeted_row_with_one_runnable_attack_has_no_rr_ae_crei(mlflow_store):
+    """Targeted DeepFool cannot run, so [fgsm, deepfool] leaves one attack: RR, AE and CREI would
+    be 0, 100 and 50 whatever the model. They are NaN, the cell flagged; RCR stands."""
+    cell, _, result = _run(mode="targeted", attacks=["fgsm", "deepfool"])
+    row = result.per_seed.iloc[0]
+    assert pd.isna(row.rr) and pd.isna(row.ae) and pd.isna(row.crei) and pd.isna(row.rr_rome)
+    assert row.rcr == pytest.approx(100 * row["fgsm.robust_acc"] / row.clean_acc)
+    assert "only 1 attack ran (fgsm; skipped: deepfool)" in tracking.client().get_run(cell.run_id).data.tags[
+        "ddlib.sanity"]
+    board = report.robustness_leaderboard().iloc[0]
+    assert pd.isna(board.rr_mean) and pd.isna(board.ae_mean) and pd.isna(board.crei_mean)
+    assert pd.isna(report.unified_leaderboard().iloc[0].rrm_mean)
+
+
+def test_rome_variants_are_logged_and_crei_can_use_them(mlflow_store):
+    _, _, result = _run(attacks=["fgsm", {"pgd": {"steps": 3}}])
+    row = result.per_seed.iloc[0]
+    accs = [100 * row["fgsm.robust_acc"], 100 * row["pgd.robust_acc"]]
+    assert row.rr_rome == pytest.approx(metrics.rr(100 * row.clean_acc, accs, "rome"))
+    assert row.rr_rome_plus == pytest.approx(metrics.rr(100 * row.clean_acc, accs, "rome+"))
+    board = report.robustness_leaderboard(rr_variant="rome").iloc[0]
+    assert board.rr_rome_mean == pytest.approx(row.rr_rome) and board.rr_mean == pytest.approx(row.rr)
+    assert board.crei_mean == pytest.approx(0.5 * row.rr_rome + 0.5 * row.ae)
+    assert report.unified_leaderboard(rr_variant="rome").iloc[0].rrm_rome_mean == pytest.approx(row.rr_rome)
+
+
+def test_min_of_modes_pairs_the_untargeted_row_with_beards_target_kind(mlflow_store, monkeypatch):
+    """Three rows of one model: untargeted (a forward pass costs 3: clean 6), targeted next (cost 2:
+    clean 4) and targeted random (cost 1: clean 2), run last. The untargeted row pairs with BEARD's
+    targets (next): min(6, 4) = 4, not the random row's 2; each targeted row pairs with the
+    untargeted one; the two targeted rows are two rows, told apart by ``target``."""
+    clock = ForwardClock()
+    monkeypatch.setattr(attacks_module, "_clock", clock)
+    attacks = ["fgsm", {"pgd": {"steps": 3}}]
+    _run_timed(clock, 3.0, attacks=attacks)
+    _run_timed(clock, 2.0, attacks=attacks, mode="targeted")
+    _run_timed(clock, 1.0, attacks=attacks, mode="targeted", target="random")
+    board = report.robustness_leaderboard(clean_time="min_of_modes").set_index(["mode", "target"])
+    assert sorted(board.index) == [("targeted", "next"), ("targeted", "random"), ("untargeted", "")]
+    assert board.loc[("untargeted", ""), "ae_mean"] == pytest.approx(100 * (18 - 4) / (24 - 4))  # random: 72.7
+    assert board.loc[("targeted", "next"), "ae_mean"] == pytest.approx(100 * (12 - 4) / (16 - 4))
+    assert board.loc[("targeted", "random"), "ae_mean"] == pytest.approx(100 * (6 - 2) / (8 - 2))
+
+
+def test_beard_compat_targets_are_beards(mlflow_store):
+    """BEARD targets (y + 1) mod 10 on every dataset: in beard_compat space ``next`` on other than 10
+    classes is refused (``next_mod10`` is BEARD's), before the set is made; ``next_mod10`` needs 10
+    classes at least."""
+    from dataclasses import replace
+
+    cell = adversarial.open_cell(**{**TINY, "mode": "targeted", "space": "beard_compat"})
+    cell.dataset = replace(cell.dataset, class_names=tuple(map(str, range(100))))  # as if CIFAR-100
+    with pytest.raises(ValueError, match="BEARD targets"):
+        adversarial.obtain(cell)
+    assert tracking.client().get_run(cell.run_id).info.status == "FAILED"
+    adversarial.check_targets("beard_compat", "next", 10)
+    adversarial.check_targets("beard_compat", "next_mod10", 100)
+    adversarial.check_targets("pixel", "next", 100)
+    with pytest.raises(ValueError, match=r"on 100 classes that is \(y \+ 1\) mod 100.*use target next_mod10"):
+        adversarial.check_targets("beard_compat", "next", 100)
+    with pytest.raises(ValueError, match="needs at least 10 classes, got 4"):
+        adversarial.check_targets("pixel", "next_mod10", 4)
+    assert adversarial.validate({"dataset": "digits", "mode": "targeted", "target": "next_mod10"})["target"] == \
+        "next_mod10"
 
 def test_min_of_modes_needs_the_other_mode(mlflow_store):
     _run(attacks=["fgsm", "pgd"])

@@ -7,12 +7,18 @@ name or a one-key mapping ``{name: {param: value}}`` (numbers may be strings suc
 - ``pgd_at`` (Madry et al. 2018, MadryLab/cifar10_challenge): mean CE on PGD-L∞ examples only.
 - ``trades`` (Zhang et al. 2019, yaodongyu/TRADES ``trades.py``): CE(f(x), y) + β·KL(f(x) ‖ f(x_adv)).
 - ``mart`` (Wang et al. 2020, YisenWang/MART ``mart.py``): boosted CE on f(x_adv) + β·KL·(1 − p_y(x)).
+- ``beard_at``: BEARD's "+AT" as its code runs it (``eva_utils.epoch`` with ``train_attack='PGD'``),
+  not a pixel-space PGD-AT: ``torchattacks.PGD`` (ε 8/255, step 2/225, 10 steps, no random start)
+  on the *normalised* (DSA-augmented) batch, so ε and the step are in normalised units and
+  torchattacks' [0, 1] clamp acts on normalised values; untargeted unless ``targeted: true``
+  (then towards (y + 1) mod 10, BEARD's); mean CE on the adversarial batch only, the attack
+  crafted in eval mode (torchattacks' default), the loss in train mode.
 
 Defaults: eps 8/255, alpha (step) 2/255, 10 steps; β = 6 for TRADES and MART. The objective
 gets the batch ``x`` normalised with ``mean``/``std`` (after any augmentation) and int labels.
 
-Perturbations live in pixel space, as in the papers: ε bounds |x_adv − x| in pixels, the
-perturbation δ is added as ``x + δ / std``. The inner loop keeps each pixel in the box
+Except in ``beard_at`` (BEARD's pipeline, on purpose), perturbations live in pixel space, as in the
+papers: ε bounds |x_adv − x| in pixels, the perturbation δ is added as ``x + δ / std``. The inner loop keeps each pixel in the box
 [min(x, 0), max(x, 1)]: for real images that is exactly the official clamp to [0, 1], while a
 synthetic (distilled) pixel outside [0, 1] is never clipped back beyond where the clean image
 already is (a pixel at 1.3 may stay at 1.3 or move down; one at −0.2 may stay or move up).
@@ -45,6 +51,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torchattacks
 
 from ddlib.engine.train import Objective
 
@@ -163,11 +170,24 @@ def mart(model, x, y, generator, *, pixels, beta, eps, alpha, steps):
     return loss_adv + beta * (kl * (1.0000001 - true_probs)).mean()
 
 
+def beard_at(model, x, y, generator, *, pixels, eps, alpha, steps, targeted):
+    """BEARD's "+AT": torchattacks' PGD on the normalised batch ``x`` as BEARD's ``eva_utils.epoch``
+    calls it (no random start: ``generator`` is unused), then CE on the adversarial batch."""
+    _int_labels(y)
+    atk = torchattacks.PGD(model, eps=eps, alpha=alpha, steps=steps, random_start=False)
+    labels = y
+    if targeted:
+        atk.set_mode_targeted_by_label(quiet=True)
+        labels = (y + 1) % 10
+    return F.cross_entropy(model(atk(x, labels)), y)
+
+
 # name -> (function, defaults); parameter order is the order of the canonical name.
 OBJECTIVES: dict[str, tuple[Callable, dict]] = {
     "pgd_at": (pgd_at, {"eps": EPS, "alpha": ALPHA, "steps": 10, "random_start": True}),
     "trades": (trades, {"beta": 6.0, "eps": EPS, "alpha": ALPHA, "steps": 10}),
     "mart": (mart, {"beta": 6.0, "eps": EPS, "alpha": ALPHA, "steps": 10}),
+    "beard_at": (beard_at, {"eps": EPS, "alpha": 2 / 225, "steps": 10, "targeted": False}),  # BEARD's step typo 2/225
 }
 
 
@@ -194,9 +214,9 @@ def _resolve(name: str, key: str, value):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"adversarial objective {name!r}: steps must be a non-negative integer, got {value!r}")
         return value
-    if key == "random_start":
+    if key in ("random_start", "targeted"):
         if not isinstance(value, bool):
-            raise ValueError(f"adversarial objective {name!r}: random_start must be true or false, got {value!r}")
+            raise ValueError(f"adversarial objective {name!r}: {key} must be true or false, got {value!r}")
         return value
     return _number(name, key, value)
 
@@ -243,5 +263,8 @@ def create_objective(
     if spec == "mart" and num_classes < 2:
         raise ValueError(f"adversarial objective 'mart' needs at least 2 classes, got {num_classes}")
     resolved = {k: _resolve(spec, k, params.get(k, v)) for k, v in defaults.items()}
+    if spec == "beard_at" and resolved["targeted"] and num_classes < 10:
+        raise ValueError(f"adversarial objective 'beard_at': targeted targets (y + 1) mod 10 (BEARD's), which needs at "
+                         f"least 10 classes, got {num_classes}")
     name = f"{spec}(" + ", ".join(f"{k}={_show(k, v)}" for k, v in resolved.items()) + ")"
     return partial(fn, pixels=PixelSpace(mean, std), **resolved), name

@@ -3,7 +3,7 @@
 Per cell: one set (``method``, ``ipc``), one architecture (``model``), one attack ``mode``. The
 set trains one model per seed with BEARD's recipe (ConvNet, SGD 0.01, momentum 0.9, weight decay
 5e-4, 1000 epochs, lr x 0.1 at half, batch 256, DSA), or with an adversarial-training objective
-(``training``: pgd_at, trades, mart). The trained models are stored in MLflow (the model pool), so
+(``training``: pgd_at, trades, mart, beard_at). The trained models are stored in MLflow (the model pool), so
 the other mode, another attack list or a rerun attacks them without retraining. A released model
 joins the pool instead with ``source: {kind: checkpoint, path, model}`` (BEARD's own model pool is
 ConvNet state_dicts): loaded with ``weights_only=True``, checked to fit the architecture and data,
@@ -21,27 +21,56 @@ of the leaderboard row, and the run is tagged ``ddlib.attack_space``.
 
 Per attack: robust accuracy, ASR as the BEARD paper defines it and as its code computes it
 (clean - robust), the synchronised wall time of the attack pass and per sample. An attack that
-cannot target is recorded as skipped in targeted mode (never as a clean accuracy). Timing
-provenance: each attack is preceded by a clean pass timed in the same process, on the same
+cannot target is recorded as skipped in targeted mode (never as a clean accuracy). Targets:
+``next`` ((y + 1) mod C), ``random`` (a seeded other class) or ``next_mod10`` (BEARD's (y + 1) mod
+10 whatever C); ``space: beard_compat`` with ``target: next`` on other than 10 classes is refused
+(BEARD never ran those targets: ``next_mod10`` is its).
+
+Timing provenance: each attack is preceded by a clean pass timed in the same process, on the same
 device (its name is part of every cached result's key and logged with it), and AE compares the
 attack times with those clean times (their mean is the seed's ``clean_seconds``), never with a
 clean time taken in another process or the other mode: BEARD's published tables use each mode's
 own clean time (its metric toolkit's minimum of the two modes is the report's
-``clean_time="min_of_modes"``). Per seed, from the attacks that ran: BEARD's RR, AE and CREI and
-the monotone robust-to-clean ratio RCR; an optional robust-accuracy-versus-epsilon curve. Each
+``clean_time="min_of_modes"``). Each result also records the process that timed it
+(``timing_process``, a random id drawn once per Python process). Attack results are cached, so a
+seed's attacks can come from several processes (a rerun of an interrupted cell, or a second grid
+whose attack list overlaps the first's) whose loads differ: their times are not comparable (AE
+47.06 from two processes that alone give 66.67 each). Such a seed keeps its accuracies and RR,
+but its ``clean_seconds``, AE and CREI are NaN, and the cell is flagged (``ddlib.sanity``, and
+``ddlib.timing_mixed.seed<n>`` names the attacks of each process): we chose this over re-timing,
+which would rerun every cached attack (the point of caching). To get AE, delete the older result
+runs (tag ``ddlib.result_key``) and rerun the cell in one process.
+
+Per seed, from the attacks that ran: BEARD's RR, its toolkit's ``rome`` and ``rome+`` variants
+(``rr_rome``, ``rr_rome_plus``: BEARD's Table 15 reports ``rome``), AE and CREI, and the monotone
+robust-to-clean ratio RCR; an optional robust-accuracy-versus-epsilon curve. RR, AE and CREI
+compare the attacks with each other, so with fewer than two that ran (a targeted cell of
+``[fgsm, deepfool]``, say) they would be 0, 100 and 50 whatever the model: they are NaN there and
+the cell is flagged. The paper's AST (time to fool a sample, conditional on success) is computed by
+neither BEARD's code nor ddlib: every time here is the whole attack pass over all N images. Each
 attack result is cached in MLflow by (model, attack, mode, space, test subset, seed, device), so a
 rerun recomputes nothing. References (a random subset, the full data) are other rows of the grid:
 ``method: [dc, random, full]``.
+
+BEARD's training differs from this recipe in two ways (``Code/train_model.py`` with its released
+``train_config.json``, ``eva_utils.epoch``): it applies ``number_sign_augment`` to the set before
+training (each image's four quadrants, bilinearly upsampled to full size: 4x the images, labels
+repeated), which ``number_sign: true`` applies here too; and its "+AT" is untargeted
+``torchattacks.PGD`` (ε 8/255, step 2/225, 10 steps, no random start) on the *normalised*,
+DSA-augmented batch, clamped to [0, 1] in normalised units, training on the adversarial batch
+only: ``training: beard_at`` (:mod:`ddlib.engine.adversarial_training`), never a pixel-space PGD-AT.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
 from ddlib import metrics
 from ddlib.engine.adversarial_training import create_objective
@@ -51,6 +80,7 @@ from ddlib.engine.augment import create_augment
 from ddlib.data.datasets import stratified_subset
 from ddlib.data.distilled import DistilledSet
 from ddlib.data.digest import tensor_digest
+from ddlib.engine.train import as_pixels
 from ddlib.models import list_models
 from ddlib.protocols.cell import Cell, Evaluation, device_name, group_params
 from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, validate_set_params
@@ -59,14 +89,20 @@ from ddlib.protocols.dcbench import check_augment
 from ddlib.tracking import config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
-           "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key"]
+           "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key", "check_targets", "TIMING_PROCESS",
+           "number_sign"]
 
 PROTOCOL = "adversarial"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
 # 2: the space parameter; each attack paired with a clean pass timed in its own process (AE no
 # longer compares with a clean pass cached from another process or the other mode).
-REVISION = 2
+# 3: each result records its timing process (AE/CREI NaN for a seed timed in several); RR, AE and
+# CREI NaN with fewer than two attacks; RR variants rome and rome+; target kind next_mod10.
+REVISION = 3
+# The process that times attacks here: a random 52-bit id (exact as an MLflow metric, a float).
+TIMING_PROCESS = float(uuid.uuid4().int & ((1 << 52) - 1))
+TIMING_MIXED_TAG = "ddlib.timing_mixed"
 MODES = ("untargeted", "targeted")
 BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 
@@ -76,10 +112,11 @@ PARAMS = {
     "recipe": {"epochs": 1000},  # BEARD: SGD 0.01, momentum 0.9, wd 5e-4, 1000 epochs, lr x0.1 at half, batch 256
     "real_recipe": {},  # overrides for method full (the full-size reference), e.g. {epochs: 200}
     "augment": "dsa",  # BEARD trains with DSA
-    "training": "standard",  # or an adversarial-training objective: pgd_at, trades, mart (ddlib.engine.adversarial_training)
+    "number_sign": False,  # BEARD's released training config: the set's quadrants upsampled (4x images) before training
+    "training": "standard",  # or an objective (ddlib.engine.adversarial_training): pgd_at, trades, mart, beard_at
     "attacks": list(BEARD_ATTACKS),  # ddlib.protocols.attacks specs: names or {name: {params}}
     "mode": "untargeted",  # untargeted | targeted
-    "target": "next",  # targeted mode: next ((y + 1) mod C) | random (a seeded other class)
+    "target": "next",  # targeted mode: next ((y + 1) mod C) | random (a seeded other class) | next_mod10 (BEARD's)
     "attack_size": None,  # a seeded, class-stratified test subset of this many images; null = the whole test set
     "attack_seed": 0,  # the subset, random targets and random starts
     "attack_batch_size": 256,  # BEARD's test batch size (timings depend on it)
@@ -99,6 +136,8 @@ def validate(params: dict) -> dict:
         raise ValueError(f"space must be one of {SPACES}, got {p['space']!r}")
     check_recipe(p, "real_recipe", base=check_recipe(p, "recipe"))
     check_augment(p["augment"], "augment")
+    if not isinstance(p["number_sign"], bool):
+        raise ValueError(f"number_sign must be true or false, got {p['number_sign']!r}")
     check_weight(p, "alpha")
     try:
         create_objective(p["training"], mean=(0.5,), std=(0.5,), num_classes=10)
@@ -218,15 +257,19 @@ def group_identity(params: dict) -> dict:
     """The leaderboard row of a cell: attacks by their resolved description (``fgsm`` and
     ``{fgsm: {eps: 8/255}}`` are one attack), without what the summary recomputes or only adds
     (``alpha``, ``eps_curve``), without ``target`` in untargeted mode, and without the training
-    recipe of a checkpoint (nothing is trained). ``space`` stays: a ``beard_compat`` row is never
-    pooled with a pixel-space one."""
+    recipe (``recipe``, ``augment``, ``number_sign``) of a checkpoint (nothing is trained), nor
+    ``number_sign`` for ``full`` (never applied to the whole training set, as in BEARD, whose
+    ``src_dataset`` training reads the data loader). ``space`` stays: a ``beard_compat`` row is
+    never pooled with a pixel-space one."""
     out = {k: v for k, v in params.items() if k not in ("alpha", "eps_curve")}
     out["attacks"] = [a.describe() for a in parse_attacks(params["attacks"])]
     if params.get("mode") != "targeted":
         out.pop("target", None)
     if (params.get("source") or {}).get("kind") == "checkpoint":
-        for key in ("recipe", "real_recipe", "augment"):
+        for key in ("recipe", "real_recipe", "augment", "number_sign"):
             out.pop(key, None)
+    if (params.get("source") or {}).get("kind") == "full":
+        out.pop("number_sign", None)
     return out
 
 
@@ -242,7 +285,7 @@ def curve_key(spec: AttackSpec) -> str:
 
 @dataclass
 class AdversarialResult:
-    per_seed: pd.DataFrame  # one row per seed: clean and per-attack measurements, RR, AE, CREI, RCR
+    per_seed: pd.DataFrame  # one row per seed: clean and per-attack measurements, RR (3 variants), AE, CREI, RCR
     summary: dict[str, float]
     attacks: pd.DataFrame  # one row per (seed, attack): measurements, or skipped with the reason
     cell: dict = field(default_factory=dict)  # dataset, method, ipc, training, mode: what the curve is of
@@ -269,7 +312,7 @@ class AdversarialResult:
                                      "attack_seconds": "attack s"})
 
     def scores(self) -> pd.DataFrame:
-        keys = ["clean_acc", "rr", "ae", "crei", "rcr"]
+        keys = ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "rcr"]
         return pd.DataFrame({"mean": [self.summary[f"{k}_mean"] for k in keys],
                              "std": [self.summary[f"{k}_std"] for k in keys]}, index=keys)
 
@@ -280,15 +323,35 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
 
 def obtain(cell: Cell) -> DistilledSet | None:
     """The cell's set (made or loaded, logged as an image grid), or None for a checkpoint source."""
+    with cell.guard():
+        _check_cell_targets(cell)
     if cell.params["source"]["kind"] == "checkpoint":
         return None
     return obtain_set(cell)
+
+
+def number_sign(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """BEARD's ``number_sign_augment`` (``eva_utils.py``, applied by ``train_model.py`` when its
+    config says ``aug: true``, as the released ``train_config.json`` does): each image's four
+    quadrants (top-left, bottom-left, top-right, bottom-right, in that order of blocks), each
+    upsampled bilinearly (``align_corners=False``) to the full size; labels repeated. BEARD does it
+    on normalised tensors, here on pixels: bilinear weights sum to 1, so it commutes with the
+    per-channel normalisation. Float pixels out (uint8 in is read as pixels / 255)."""
+    if images.dim() != 4 or images.shape[2] != images.shape[3] or images.shape[2] % 2:
+        raise ValueError(f"number_sign needs square images of even size, got shape {tuple(images.shape)}")
+    x = as_pixels(images)
+    h = x.shape[2] // 2
+    quadrants = [x[:, :, :h, :h], x[:, :, h:, :h], x[:, :, :h, h:], x[:, :, h:, h:]]
+    up = [F.interpolate(q, scale_factor=2, mode="bilinear", align_corners=False) for q in quadrants]
+    return torch.cat(up), labels.repeat(4, *[1] * (labels.dim() - 1))
 
 
 def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]:
     """One model per seed trained on the set (or found in the model pool), with its weights; for a
     checkpoint source, the seeds' released models, put into the pool (``distilled`` is None)."""
     p, ds = cell.params, cell.dataset
+    with cell.guard():
+        _check_cell_targets(cell)
     if p["source"]["kind"] == "checkpoint":
         with cell.guard():
             paths = {seed: checkpoint_path(p, ds.name, seed) for seed in p["seeds"]}
@@ -310,7 +373,10 @@ def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]
             named.update(p["real_recipe"] or {})
         if "precision" not in named:  # bf16 kept clean accuracy; robustness was never measured in it
             recipe = replace(recipe, precision="fp32")
-        return cell.train_eval("model", distilled.images, distilled.labels, recipe, p["seeds"],
+        images, labels = distilled.images, distilled.labels
+        if p["number_sign"] and p["source"].get("kind") != "full":
+            images, labels = number_sign(images, labels)
+        return cell.train_eval("model", images, labels, recipe, p["seeds"],
                                augment=hook, augment_name=hook.name if hook is not None else "none",
                                objective=objective, objective_name=objective_name, keep_models=True)
 
@@ -331,6 +397,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
     p, ds = cell.params, cell.dataset
     targeted = p["mode"] == "targeted"
     with cell.guard():
+        _check_cell_targets(cell)
         models = models if models is not None else train_models(cell, distilled)
         images, labels = attack_subset(cell)
         test_id = f"{ds.name}:{ds.source}:{tensor_digest(images, labels)}"
@@ -341,7 +408,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
         pair = {k: v for k, v in group_params(p, PROTOCOL).items() if k not in ("mode", "target")}
         cell.tracker.set_tags(cell.run_id, {SPACE_TAG: p["space"],
                                             MODE_PAIR_TAG: config_hash({"revision": REVISION, **pair})})
-        rows, attack_rows, skipped = [], [], {}
+        rows, attack_rows, skipped, few, mixed = [], [], {}, {}, {}
         for evaluation in models:
             net = PixelModel(evaluation.model, ds.mean, ds.std).to(cell.device).eval()
             # timings are results too: they are cached per device (GPU model, CPU thread count)
@@ -351,7 +418,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
             # time of a clean pass run right before it, in the process that timed the attack
             clean = clean_pass(net, images, labels, p["attack_batch_size"], cell.device)
             row = {"seed": evaluation.seed, "clean_acc": clean.accuracy}
-            accs, times, clean_times = [], [], []
+            accs, times, clean_times, processes = [], [], [], {}
             for spec in attacks:
                 if targeted and (reason := targeted_skip_reason(spec)):
                     skipped[spec.name] = reason
@@ -364,23 +431,62 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
                 accs.append(100 * result["robust_acc"])
                 times.append(result["attack_seconds"])
                 clean_times.append(result["clean_seconds"])
+                processes.setdefault(result["timing_process"], []).append(spec.name)
                 attack_rows.append({"seed": evaluation.seed, "attack": spec.name, "status": "ran", **result})
-            clean_pct = 100 * row["clean_acc"]
-            row["clean_seconds"] = metrics.mean_std(clean_times)[0]
-            row["rr"] = metrics.rr(clean_pct, accs)
-            row["ae"] = metrics.ae(row["clean_seconds"], times)
-            row["crei"] = metrics.crei(row["rr"], row["ae"], p["alpha"])
-            row["rcr"] = metrics.rcr(clean_pct, accs) if clean_pct > 0 else float("nan")
+            # AE compares times of one process only (see the module docstring)
+            row["clean_seconds"] = metrics.mean_std(clean_times)[0] if len(processes) == 1 else float("nan")
+            if len(processes) > 1:
+                mixed[evaluation.seed] = processes
+            if len(accs) < metrics.MIN_ATTACKS:
+                few[evaluation.seed] = [a.name for a in attacks if a.name not in skipped]
+            row.update(metrics.beard_scores(100 * row["clean_acc"], accs, row["clean_seconds"], times, p["alpha"]))
             for spec in curve:
                 row[curve_key(spec)] = _attack(cell, net, spec, images, labels, identity, evaluation.seed, targeted,
                                                run)["robust_acc"]
             rows.append(row)
         if skipped:
             cell.tracker.set_tags(cell.run_id, {f"ddlib.skipped.{name}": reason for name, reason in skipped.items()})
+        _flag_scores(cell, few, mixed, skipped)
         per_seed, summary = cell.record_per_seed(rows)
     label = {"dataset": p["dataset"], "method": p["method"], "ipc": p["ipc"], "mode": p["mode"], "space": p["space"],
              "training": p["training"] if isinstance(p["training"], str) else str(p["training"])}
     return AdversarialResult(per_seed, summary, pd.DataFrame(attack_rows), label)
+
+
+def _check_cell_targets(cell: Cell) -> None:
+    """:func:`check_targets` for a targeted cell, once its data (the class count) is known: before
+    the set is made and the models are trained, so a refused cell costs nothing."""
+    if cell.params["mode"] == "targeted":
+        check_targets(cell.params["space"], cell.params["target"], cell.dataset.num_classes)
+
+
+def check_targets(space: str, target: str, num_classes: int) -> None:
+    """Targets the data can take, and in ``beard_compat`` space the ones BEARD ran: its
+    ``(y + 1) % 10`` is ``next`` on 10 classes only, ``next_mod10`` on any."""
+    if target == "next_mod10" and num_classes < 10:
+        raise ValueError(f"target 'next_mod10' ((y + 1) mod 10, BEARD's) needs at least 10 classes, got {num_classes}")
+    if space == "beard_compat" and target == "next" and num_classes != 10:
+        raise ValueError(f"space 'beard_compat', target 'next': on {num_classes} classes that is (y + 1) mod "
+                         f"{num_classes}, but BEARD targets (y + 1) mod 10 whatever the classes; use target "
+                         "next_mod10 (BEARD's) or space pixel")
+
+
+def _flag_scores(cell: Cell, few: dict[int, list[str]], mixed: dict[int, dict[float, list[str]]],
+                 skipped: dict[str, str]) -> None:
+    """Flag the seeds whose RR, AE and CREI are NaN: fewer than two attacks ran, or their times come
+    from several processes (cached results of another run)."""
+    if few:
+        ran = next(iter(few.values()))
+        cell.flag(f"only {len(ran)} attack{'s' if len(ran) != 1 else ''} ran ({', '.join(ran) or 'none'}"
+                  + (f"; skipped: {', '.join(sorted(skipped))}" if skipped else "") + "): RR, AE and CREI compare "
+                  f"attacks with each other (one gives RR 0, AE 100, CREI 50 whatever the model), so they are NaN; "
+                  f"list at least {metrics.MIN_ATTACKS} attacks that run in this mode")
+    for seed, processes in mixed.items():
+        parts = [f"process {int(pid):x}: {', '.join(names)}" for pid, names in processes.items()]
+        cell.tracker.set_tags(cell.run_id, {f"{TIMING_MIXED_TAG}.seed{seed}": "; ".join(parts)})
+        cell.flag(f"seed {seed}: the attack times come from {len(processes)} processes ({'; '.join(parts)}; cached "
+                  "results of an earlier run), whose loads differ: AE, CREI and clean_seconds are NaN for it "
+                  "(accuracies and RR stand); delete the older result runs and rerun the cell to time them together")
 
 
 def _attack(cell: Cell, net, spec: AttackSpec, images, labels, identity: dict, seed: int, targeted: bool,
@@ -394,7 +500,7 @@ def _attack(cell: Cell, net, spec: AttackSpec, images, labels, identity: dict, s
     def compute():
         outcome = run_attack(spec, net, images, labels, targeted=targeted, targets=p["target"] if targeted else None,
                              progress=cell.progress, **run)
-        return {k: v for k, v in outcome.metrics().items() if k != "clean_acc"}
+        return {**{k: v for k, v in outcome.metrics().items() if k != "clean_acc"}, "timing_process": TIMING_PROCESS}
 
     result, _ = cell.cached_result(f"{spec.describe()} {p['mode']} seed{seed}", key, compute,
                                    params={"attack": spec.describe(), "mode": p["mode"], "space": p["space"],

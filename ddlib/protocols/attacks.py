@@ -20,9 +20,11 @@ What BEARD (Zhou et al. 2024, ``Code/eva_utils.py:epoch``) gets wrong and this m
   inside its forward, and images are pixels in [0, 1]. ``space="beard_compat"`` (see
   :func:`run_attack`) reproduces BEARD's pipeline exactly, to check a published number against it;
   its results are never a pixel-space robustness.
-* **Targets for any number of classes.** BEARD targets ``(y + 1) % 10`` whatever the dataset;
-  :func:`target_labels` uses the dataset's class count (``next``) or draws another class at random
-  from a private, seeded generator (``random``).
+* **Targets for any number of classes.** BEARD targets ``(y + 1) % 10`` whatever the dataset
+  (``eva_utils.epoch``, every targeted attack, CIFAR-100 and TinyImageNet included: only classes
+  0-9 are ever targets there); :func:`target_labels` uses the dataset's class count (``next``),
+  draws another class at random from a private, seeded generator (``random``), or gives BEARD's
+  targets as a named kind (``next_mod10``, for ``beard_compat`` on other than 10 classes).
 * **Skipped, not faked.** In targeted mode BEARD runs no attack for DeepFool and AutoAttack and
   logs the *clean* accuracy as their robust accuracy. Here an attack whose torchattacks class cannot
   target (``"targeted" not in atk.supported_mode``) is reported as skipped, with no accuracy.
@@ -109,7 +111,7 @@ __all__ = [
     "run_attack",
 ]
 
-TARGET_KINDS = ("next", "random")
+TARGET_KINDS = ("next", "random", "next_mod10")
 # Where the attack acts: "pixel" (pixels in [0, 1], ε a pixel-space bound: the default) or
 # "beard_compat" (BEARD's pipeline: normalised tensors fed to torchattacks, see run_attack).
 SPACES = ("pixel", "beard_compat")
@@ -427,9 +429,12 @@ def supports_targeted(spec) -> bool:
 def target_labels(labels: torch.Tensor, num_classes: int, kind: str = "next", seed: int = 0) -> torch.Tensor:
     """Target classes for a targeted attack, never the true label.
 
-    ``next``: (y + 1) mod C, with C = ``num_classes`` of the data (BEARD hard-codes 10).
+    ``next``: (y + 1) mod C, with C = ``num_classes`` of the data.
     ``random``: a uniformly drawn *other* class, from a private CPU generator seeded by ``seed``:
     the same labels and seed give the same targets, whatever the model and the global RNG state.
+    ``next_mod10``: (y + 1) mod 10 whatever C, as BEARD's ``eva_utils`` hard-codes it (equal to
+    ``next`` on 10 classes; never the true label on more; refused below 10 classes, where class
+    C would be a target).
     Returned on ``labels``' device, as int64.
     """
     if kind not in TARGET_KINDS:
@@ -441,6 +446,11 @@ def target_labels(labels: torch.Tensor, num_classes: int, kind: str = "next", se
         raise ValueError(f"labels must lie in [0, {num_classes}), got [{int(y.min())}, {int(y.max())}]")
     if kind == "next":
         return (y + 1) % num_classes
+    if kind == "next_mod10":
+        if num_classes < 10:
+            raise ValueError(f"target kind 'next_mod10' ((y + 1) mod 10, BEARD's) needs at least 10 classes, "
+                             f"got {num_classes}")
+        return (y + 1) % 10
     g = torch.Generator().manual_seed(_check_seed(seed))
     offset = torch.randint(1, num_classes, (y.numel(),), generator=g).view_as(y)
     return ((y.cpu() + offset) % num_classes).to(y.device)

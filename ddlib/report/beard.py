@@ -2,12 +2,20 @@
 "unified" over IPCs (RRM, AEM, CREI over the models of every IPC), and robust accuracy against epsilon.
 
 Scores are recomputed here from the logged per-seed accuracies and times (so ``alpha`` can
-change), with BEARD's formulas (:mod:`ddlib.metrics`: percent and seconds). Skipped attacks
-(targeted DeepFool, AutoAttack) have no values and are left out, as BEARD leaves out its None.
-AE compares the attack times with the clean time of the same cell (``clean_time="mode"``, as
-BEARD's published tables do); ``clean_time="min_of_modes"`` takes the smaller of the targeted and
-untargeted cells' clean times of the same models, as BEARD's metric toolkit does (rows whose other
-mode has not run get no AE). ``space`` is a row column: ``beard_compat`` rows are never pixel-space.
+change), with BEARD's formulas (:func:`ddlib.metrics.beard_scores`: percent and seconds). Skipped
+attacks (targeted DeepFool, AutoAttack) have no values and are left out, as BEARD leaves out its
+None; with fewer than two attacks that ran, RR, AE and CREI are NaN (one attack gives 0, 100, 50
+whatever the model). Beside BEARD's RR, its toolkit's ``rome`` and ``rome+`` variants
+(``rr_rome``, ``rr_rome_plus``; BEARD's Table 15 is ``rome``); ``rr_variant`` says which one CREI
+uses (BEARD's toolkit's ``metrics_type``). AE compares the attack times with the clean time of the
+same cell (``clean_time="mode"``, as BEARD's published tables do), NaN for a seed whose attacks were
+timed in several processes (see :mod:`ddlib.protocols.adversarial`); ``clean_time="min_of_modes"``
+takes the smaller of the targeted and untargeted cells' clean times of the same models, as BEARD's
+metric toolkit does: a targeted row (any target kind) pairs with the untargeted row, the untargeted
+row with the targeted row of BEARD's targets (``next``, else ``next_mod10``; never ``random``).
+Rows whose pair has not run get no AE; the pair's clean time was timed in its own cell's process
+(BEARD timed both modes in one). ``space`` and ``target`` are row columns: ``beard_compat`` rows are
+never pixel-space, targeted rows of two target kinds never one row.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ from ddlib.tracking import TAG, client
 
 __all__ = ["ROW_PARAMS", "robustness_leaderboard", "unified_leaderboard", "eps_curves", "plot_eps_curves"]
 
-ROW_PARAMS = ("dataset", "ipc", "method", "model", "training", "mode", "space", "attacks", "device")
+ROW_PARAMS = ("dataset", "ipc", "method", "model", "training", "mode", "target", "space", "attacks", "device")
+PAIR_TARGETS = ("next", "next_mod10")  # BEARD's targets: the targeted row an untargeted one pairs with
 EXPERIMENT = "adversarial"
 _ATTACK_VALUES = (".robust_acc", ".asr", ".asr_beard", ".attack_seconds")
 
@@ -38,6 +47,7 @@ def _values(experiment: str) -> pd.DataFrame:
     if not df.empty:
         df["attacks"] = [",".join(_names(a)) for a in df["attacks"]]
         df["training"] = [t if isinstance(t, str) else json.dumps(t) for t in df["training"]]
+        df["target"] = [t if m == "targeted" else "" for t, m in zip(df["target"], df["mode"])]
     return df
 
 
@@ -53,7 +63,8 @@ def _attacks(df: pd.DataFrame) -> list[str]:
 
 def _clean_times(df: pd.DataFrame, rule: str) -> pd.Series:
     """Per row, the clean time AE compares with (:func:`ddlib.metrics.beard_clean_time`); NaN where
-    ``min_of_modes`` finds no row of the other mode for the same models, seed and device."""
+    the row's own is NaN (timed in several processes), or where ``min_of_modes`` finds no paired row
+    of the other mode for the same models, seed and device (see the module docstring)."""
     if rule not in metrics.CLEAN_TIMES:
         raise ValueError(f"clean_time must be one of {metrics.CLEAN_TIMES}, got {rule!r}")
     if rule == "mode":
@@ -64,8 +75,13 @@ def _clean_times(df: pd.DataFrame, rule: str) -> pd.Series:
     for _, row in df.iterrows():
         other = df[(df["mode_pair"] == row["mode_pair"]) & (df["seed"] == row["seed"]) & (df["device"] == row["device"])
                    & (df["mode"] != row["mode"])]
-        out.append(float("nan") if other.empty or pd.isna(row["mode_pair"]) else
-                   metrics.beard_clean_time(row["clean_seconds"], float(other["clean_seconds"].iloc[-1]), rule))
+        if row["mode"] != "targeted":  # BEARD's toolkit pairs its untargeted loop with its (y + 1) % 10 one
+            kinds = [k for k in PAIR_TARGETS if (other["target"] == k).any()]
+            other = other[other["target"] == kinds[0]] if kinds else other.iloc[:0]
+        own = row["clean_seconds"]
+        out.append(float("nan") if other.empty or pd.isna(row["mode_pair"]) or pd.isna(own)
+                   or pd.isna(other["clean_seconds"].iloc[-1]) else
+                   metrics.beard_clean_time(own, float(other["clean_seconds"].iloc[-1]), rule))
     return pd.Series(out, index=df.index, dtype=float)
 
 
@@ -74,33 +90,31 @@ def _ran(row: pd.Series, attacks: list[str], value: str, scale: float = 1.0) -> 
     return [scale * row[f"{a}.{value}"] for a in attacks if pd.notna(row.get(f"{a}.{value}"))]
 
 
-def robustness_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_time: str = "mode") -> pd.DataFrame:
-    """One row per dataset x IPC x method x model x training x mode x space: clean accuracy, each
-    attack's robust accuracy, ASR and time, BEARD's RR, AE (against ``clean_time``: see the module
-    docstring), CREI (``alpha``) and the monotone RCR; mean and std over seeds."""
+def robustness_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_time: str = "mode",
+                           rr_variant: str = "beard") -> pd.DataFrame:
+    """One row per dataset x IPC x method x model x training x mode x target x space: clean
+    accuracy, each attack's robust accuracy, ASR and time, BEARD's RR and its ``rome``/``rome+``
+    variants, AE (against ``clean_time``: see the module docstring), CREI (``alpha``, on the
+    ``rr_variant`` RR) and the monotone RCR; mean and std over seeds."""
     df = _values(experiment)
     if df.empty:
         return df
     attacks = _attacks(df)
-    scores = {"rr": [], "ae": [], "crei": [], "rcr": []}
-    for (_, row), t_clean in zip(df.iterrows(), _clean_times(df, clean_time)):
-        clean, accs, times = 100 * row["clean_acc"], _ran(row, attacks, "robust_acc", 100), _ran(row, attacks, "attack_seconds")
-        rr, ae = metrics.rr(clean, accs), (float("nan") if pd.isna(t_clean) else metrics.ae(t_clean, times))
-        scores["rr"].append(rr)
-        scores["ae"].append(ae)
-        scores["crei"].append(float("nan") if pd.isna(ae) else metrics.crei(rr, ae, alpha))
-        scores["rcr"].append(metrics.rcr(clean, accs) if clean > 0 else float("nan"))
-    df = df.assign(**scores)
+    rows = [metrics.beard_scores(100 * row["clean_acc"], _ran(row, attacks, "robust_acc", 100), t_clean,
+                                 _ran(row, attacks, "attack_seconds"), alpha, rr_variant)
+            for (_, row), t_clean in zip(df.iterrows(), _clean_times(df, clean_time))]
+    df = df.assign(**pd.DataFrame(rows, index=df.index))
     per_attack = [f"{a}.{v}" for a in attacks for v in ("robust_acc", "asr", "asr_beard", "attack_seconds")]
-    return aggregate(df, ["clean_acc", "rr", "ae", "crei", "rcr", "clean_seconds", *per_attack], ROW_PARAMS,
-                     sort=("dataset", "mode", "family", "ipc"), descending="crei")
+    return aggregate(df, ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "rcr", "clean_seconds",
+                          *per_attack], ROW_PARAMS, sort=("dataset", "mode", "family", "ipc"), descending="crei")
 
 
-def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_time: str = "mode") -> pd.DataFrame:
+def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_time: str = "mode",
+                        rr_variant: str = "beard") -> pd.DataFrame:
     """BEARD's multi-adversary scores over IPCs: per dataset x method x model x training x mode x
-    space and seed, RRM / AEM pool the attack values of the models of every IPC against their mean
-    clean value (:func:`ddlib.metrics.rr_multi`; clean times by ``clean_time``), CREI from them, and
-    RCR likewise; mean and std over seeds."""
+    target x space and seed, RRM (and its ``rome``/``rome+`` variants) / AEM pool the attack values of
+    the models of every IPC against their mean clean value (:func:`ddlib.metrics.rr_multi`; clean
+    times by ``clean_time``), CREI from them (``rr_variant``), and RCR likewise; mean and std over seeds."""
     df = _values(experiment)
     if df.empty:
         return df
@@ -111,21 +125,20 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
     # one series: the same configuration at every IPC (never cells of another recipe, attack list or subset)
     for (key, seed), sub in df.groupby(["series", "seed"], sort=False):
         first = sub.iloc[0]
-        clean = [100 * c for c in sub["clean_acc"]]
-        accs = [_ran(r, attacks, "robust_acc", 100) for _, r in sub.iterrows()]
-        times = [_ran(r, attacks, "attack_seconds") for _, r in sub.iterrows()]
-        rrm = metrics.rr_multi(clean, accs)
-        aem = float("nan") if sub["clean_seconds"].isna().any() else metrics.ae_multi(list(sub["clean_seconds"]), times)
+        scores = metrics.beard_scores_multi([100 * c for c in sub["clean_acc"]],
+                                            [_ran(r, attacks, "robust_acc", 100) for _, r in sub.iterrows()],
+                                            list(sub["clean_seconds"]),
+                                            [_ran(r, attacks, "attack_seconds") for _, r in sub.iterrows()],
+                                            alpha, rr_variant)
         rows.append({"group": key, "seed": seed, "family": first["family"], "data": first.get("data"),
                      **{k: first[k] for k in keys},
                      "ipcs": ",".join("all" if i == FULL_IPC else str(i) for i in sorted(sub["ipc"].unique())),
-                     "rrm": rrm, "aem": aem, "creim": float("nan") if pd.isna(aem) else metrics.crei(rrm, aem, alpha),
-                     "rcrm": metrics.rcr_multi(clean, accs) if min(clean) > 0 else float("nan")})
+                     **scores})
     out = pd.DataFrame(rows)
     # the IPC list is part of a row: seeds missing at one IPC make a different row, never a silent mix
     out["group"] = out["group"] + "|" + out["ipcs"]
-    return aggregate(out, ["rrm", "aem", "creim", "rcrm"], [*keys, "ipcs"], sort=("dataset", "mode", "family"),
-                     descending="creim")
+    return aggregate(out, ["rrm", "rrm_rome", "rrm_rome_plus", "aem", "creim", "rcrm"], [*keys, "ipcs"],
+                     sort=("dataset", "mode", "family"), descending="creim")
 
 
 def eps_curves(experiment: str = EXPERIMENT) -> pd.DataFrame:
