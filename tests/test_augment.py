@@ -380,7 +380,7 @@ def test_no_augmentation_specs_give_none(spec):
 
 def test_describe_spells_out_every_param():
     aug = make([{"dsa": {"strategy": "color_crop"}}, {"cutmix": {"alpha": 1}}])
-    assert aug.describe() == aug.name == "dsa(strategy=color_crop, mode=one) + cutmix(alpha=1.0, p=1.0)"
+    assert aug.describe() == aug.name == "dsa(strategy=color_crop, mode=one) + cutmix(alpha=1.0, p=1.0, box=clovaai)"
     assert make({"random_resized_crop": {"ratio": ["3/4", "4/3"]}}).name.startswith(
         "random_resized_crop(scale=[0.08, 1.0], ratio=[0.75, 1.33"
     )

@@ -54,7 +54,10 @@ PROTOCOL = "label_robust"
 # 2: hard side under the preset's evaluation, per-seed random subsets, teacher labels for the random
 # side of stored-soft-label presets, learned lr, lr_policy, one real-data pool, ZCA-space sets.
 # 3: trainings default to precision auto (bf16 where the device computes it natively)
-REVISION = 4  # 4: ZCA fitted on [0, 1] pixels of the whole training set, in place of normalisation (MTT/DD-Ranking)
+# 4: as DD-Ranking's code (tests/test_conformance_ddranking.py): ZCA fitted on [0, 1] pixels of the whole
+# training set, in place of normalisation; the presets' DSA resamples with align_corners=True; CutMix's box
+# is the CutMix authors' rand_bbox.
+REVISION = 4
 
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).
 PARAMS = {
