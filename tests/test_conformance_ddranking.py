@@ -18,7 +18,7 @@ import types
 import pytest
 import torch
 
-from peer import PeerUnavailable, result, run_cases
+from peer import PeerUnavailable, ddranking_python, result, run_cases
 
 DSA_PARAMS = {"flip": 0.5, "rotate": 15.0, "saturation": 2.0, "brightness": 1.0, "contrast": 0.5, "scale": 1.2,
               "crop": 0.125, "cutout": 0.5}  # DD-Ranking configs/Demo_LRS_Hard_Label.yaml aug_params
@@ -74,7 +74,7 @@ def _convnet_inputs():
 
 
 @pytest.fixture(scope="module")
-def cifar_subset(shared_data_or_none, tmp_path_factory):
+def cifar_subset(peer_available, shared_data_or_none, tmp_path_factory):
     """A class-stratified CIFAR-10 (JPEG) subset, and the same images in torchvision's layout for the peer."""
     if shared_data_or_none is None or not (shared_data_or_none / "cifar10-jpeg.tar.gz").is_file():
         return None
@@ -92,7 +92,15 @@ def cifar_subset(shared_data_or_none, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def peer(cifar_subset):
+def peer_available():
+    try:
+        return ddranking_python()
+    except PeerUnavailable as why:
+        pytest.skip(f"DD-Ranking's own code is not available here: {why}")
+
+
+@pytest.fixture(scope="module")
+def peer(peer_available, cifar_subset):
     """Every case's peer outputs, from one subprocess in DD-Ranking's venv."""
     student, teacher, labels = _logits(0)
     cases = {
@@ -107,10 +115,7 @@ def peer(cifar_subset):
     }
     if cifar_subset is not None:
         cases["zca"] = {"root": str(cifar_subset[1])}
-    try:
-        return run_cases(cases)
-    except PeerUnavailable as why:
-        pytest.skip(f"DD-Ranking's own code is not available here: {why}")
+    return run_cases(cases)
 
 
 # --------------------------------------------------------------------------- ZCA
