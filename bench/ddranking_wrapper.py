@@ -1,6 +1,6 @@
 """Run DD-Ranking (the peer package, ``ddranking`` on PyPI) on the workload of ``bench/vs_ddranking.py``.
 
-This file runs INSIDE the peer's own virtual environment (``bench/.venv-ddranking``); it never
+This file runs INSIDE the peer's own virtual environment (``${DDLIB_CACHE:-~/.cache/ddlib}/venv-ddranking``); it never
 imports ddlib. ``vs_ddranking.py`` writes a spec (JSON) and the input tensors (``.pt``), starts
 this script with the peer's Python, and reads the JSON it writes.
 

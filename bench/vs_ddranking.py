@@ -15,8 +15,8 @@ by ddlib, handed to the peer as its checkpoint), random subset, seeds and data (
 from ``../shared/data/cifar10-jpeg.tar.gz``, decoded by ddlib and written in torchvision's
 ``cifar-10-batches-py`` layout for the peer, once, under ``${DDLIB_CACHE:-~/.cache/ddlib}``).
 
-The peer runs in its own virtual environment (``bench/.venv-ddranking``, created on first use,
-reused after) through ``bench/ddranking_wrapper.py``, which holds every workaround for the peer's
+The peer runs in its own virtual environment (``${DDLIB_CACHE:-~/.cache/ddlib}/venv-ddranking``, or
+``$DDLIB_PEER_VENV``; created on first use, reused after, shared with ``tests/peer.py``) through ``bench/ddranking_wrapper.py``, which holds every workaround for the peer's
 defects. ddlib runs in this process against a scratch MLflow store (``DDLIB_MLRUNS`` in a temporary
 folder), one for both protocols as users run them (``--store shared``): ARS then reuses the lr
 searches of LRS's soft-label sides, which train the same models (same numbers, fewer trainings).
@@ -58,7 +58,9 @@ BENCH = ROOT / "bench"
 SHARED = Path(os.environ.get("DDLIB_SHARED") or ROOT.parent / "shared") / "data"
 ARCHIVE = SHARED / "cifar10-jpeg.tar.gz"
 DC_FILE = SHARED / "distilled" / "dc_cifar10_convnet_ipc10.pt"
-PEER_VENV = BENCH / ".venv-ddranking"
+# One peer venv per machine (~6 GB), shared by this script and the conformance tests (tests/peer.py).
+PEER_VENV = Path(os.environ.get("DDLIB_PEER_VENV")
+                 or Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser() / "venv-ddranking")
 WRAPPER = BENCH / "ddranking_wrapper.py"
 RESULTS = BENCH / "results" / "vs_ddranking.json"
 
@@ -113,28 +115,40 @@ def _peer_versions() -> dict | None:
 
 
 def ensure_peer_venv() -> dict:
-    """Create ``bench/.venv-ddranking`` with the peer and its imports, or reuse it if it has them."""
+    """Create the peer's venv (:data:`PEER_VENV`) with the peer and its imports, or reuse it if it
+    has them. Under an exclusive lock, so two processes never build it at once."""
+    import fcntl
+
     wanted = {p.split("==")[0]: p.split("==")[1] for p in [PEER_PACKAGE, *PEER_PINS]}
 
     def ok(v):
         return v is not None and all((v.get(k) or "").split("+")[0] == want for k, want in wanted.items())
 
     t = time.perf_counter()
-    versions = _peer_versions()
-    reused = ok(versions)
-    if not reused:
-        print(f"creating {PEER_VENV} (pip install --no-deps {PEER_PACKAGE}; then {' '.join(PEER_PINS)}) ...", flush=True)
-        if not peer_python().exists():
-            _run([sys.executable, "-m", "venv", str(PEER_VENV)])
-        pip = [str(peer_python()), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-        _run([*pip, "--no-deps", PEER_PACKAGE])
-        _run([*pip, *PEER_PINS])
+    PEER_VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(PEER_VENV.parent / f".{PEER_VENV.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         versions = _peer_versions()
-        if not ok(versions):
-            raise RuntimeError(f"{PEER_VENV}: installed versions {versions} differ from the pins {wanted}")
-    return {"path": str(PEER_VENV.relative_to(ROOT)), "reused": reused, "setup_seconds": round(time.perf_counter() - t, 1),
+        reused = ok(versions)
+        if not reused:
+            versions = _install_peer(ok, wanted)
+    return {"path": str(PEER_VENV), "reused": reused, "setup_seconds": round(time.perf_counter() - t, 1),
             "install": [f"pip install --no-deps {PEER_PACKAGE}", "pip install " + " ".join(PEER_PINS)],
             "versions": versions}
+
+
+def _install_peer(ok, wanted) -> dict:
+    """``pip install --no-deps`` the peer, then the pins of what its source imports, into :data:`PEER_VENV`."""
+    print(f"creating {PEER_VENV} (pip install --no-deps {PEER_PACKAGE}; then {' '.join(PEER_PINS)}) ...", flush=True)
+    if not peer_python().exists():
+        _run([sys.executable, "-m", "venv", str(PEER_VENV)])
+    pip = [str(peer_python()), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    _run([*pip, "--no-deps", PEER_PACKAGE])
+    _run([*pip, *PEER_PINS])
+    versions = _peer_versions()
+    if not ok(versions):
+        raise RuntimeError(f"{PEER_VENV}: installed versions {versions} differ from the pins {wanted}")
+    return versions
 
 
 # --------------------------------------------------------------------------- data

@@ -380,7 +380,7 @@ def test_no_augmentation_specs_give_none(spec):
 
 def test_describe_spells_out_every_param():
     aug = make([{"dsa": {"strategy": "color_crop"}}, {"cutmix": {"alpha": 1}}])
-    assert aug.describe() == aug.name == "dsa(strategy=color_crop, mode=one) + cutmix(alpha=1.0, p=1.0)"
+    assert aug.describe() == aug.name == "dsa(strategy=color_crop, mode=one) + cutmix(alpha=1.0, p=1.0, box=clovaai)"
     assert make({"random_resized_crop": {"ratio": ["3/4", "4/3"]}}).name.startswith(
         "random_resized_crop(scale=[0.08, 1.0], ratio=[0.75, 1.33"
     )
@@ -460,15 +460,19 @@ def test_whitened_features_have_near_identity_covariance():
     assert torch.allclose(w.mean(0), torch.zeros(12), atol=1e-4)
 
 
-def test_fit_zca_normalises_pixels_first():
+def test_fit_zca_fits_pixels_as_they_are():
+    # MTT utils.py / DD-Ranking utils/data.py get_dataset(use_zca): ToTensor() pixels in [0, 1], no
+    # Normalize, then kornia.enhance.ZCAWhitening(eps=0.1, compute_inv=True).fit(images). ddlib's
+    # ZCA used to fit on mean/std-normalised images (a ~25x smaller effective eps on CIFAR-10).
     import kornia
 
     pixels = torch.randint(0, 256, (300, 3, 4, 4), dtype=torch.uint8, generator=gen(0))
-    z = fit_zca(pixels, MEAN, STD, eps=0.1, batch=128)
-    normalized = (pixels.float() / 255 - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
-    ref = kornia.enhance.ZCAWhitening(eps=0.1, compute_inv=True).fit(normalized)
-    assert torch.allclose(z(normalized), ref(normalized), atol=1e-4)
-    assert torch.allclose(fit_zca(pixels.float() / 255, MEAN, STD, batch=1000)(normalized), ref(normalized), atol=1e-4)
+    x = pixels.float() / 255
+    ref = kornia.enhance.ZCAWhitening(eps=0.1, compute_inv=True).fit(x)
+    z = fit_zca(pixels, eps=0.1, batch=128)
+    assert torch.allclose(z(x), ref(x), atol=1e-4)
+    assert torch.allclose(fit_zca(x, batch=1000)(x), ref(x), atol=1e-4)
+    assert torch.allclose(z.inverse(ref(x)), x, atol=1e-4)  # back to [0, 1] pixels, no de-normalisation
 
 
 # --------------------------------------------------------------------------- the training loop's hook

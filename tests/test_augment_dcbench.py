@@ -4,6 +4,23 @@ seeded, uint8 pixel space), and DC's own evaluation augmentation ``dc_augment``.
 Faithfulness is checked against torchvision itself: the grouped, batched application of the drawn
 parameters must equal torchvision's kernels applied image by image with the same parameters, bit for bit.
 ``dc_augment``'s outputs are checked against every outcome DC's ``utils.augment`` can draw.
+
+Neither peer installs from a package index, so these tests are hand-derived from the peers' code
+(read, not copied), each section naming its source:
+
+* DC-Bench (github.com/justincui03/dc_benchmark) ``evaluator/evaluator_utils.py``,
+  ``Evaluator.custom_aug``: de-normalise, clamp to [0, 1], x 255, ``.to(torch.uint8)``, one
+  torchvision call on the whole batch (``AutoAugment`` with the ``IMAGENET`` policy for
+  tinyimagenet and ``CIFAR10`` otherwise; ``RandAugment(num_ops=1)``; ``imagenet_aug`` =
+  ``RandomCrop(size, padding=4)``, ``RandomHorizontalFlip()``, ``ColorJitter(0.4, 0.4, 0.4, 0.2)``),
+  / 255, re-normalise. The per-batch draw is ``draw: batch``; ddlib rounds where it truncates (named
+  in ``ddlib/engine/augment/policies.py``).
+* DC (github.com/VICO-UoE/DatasetCondensation) ``utils.py::augment`` with its inner ``cropfun``,
+  ``scalefun``, ``rotatefun`` and ``noisefun`` (DC-Bench's copy: ``evaluator/evaluator_utils.py``
+  ``Evaluator.augment``), and ``get_daparam`` for the defaults. The outcome sets below enumerate what
+  that code can produce for each of its draws (crop offsets, scaled sizes, integer angles), built
+  with torch/scipy kernels, not with ddlib's code, so an implementation copied into both places
+  cannot pass by construction.
 """
 
 from __future__ import annotations
@@ -105,6 +122,8 @@ def test_describe_spells_out_every_param():
 
 
 # --------------------------------------------------------------------------- draw: batch (DC-Bench's per-batch draws)
+# Derived from DC-Bench evaluator/evaluator_utils.py Evaluator.custom_aug: data_transforms(normalized_d.to(torch.uint8))
+# is one call on the N x C x H x W batch, so torchvision draws once and every image gets the same transform.
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -146,6 +165,8 @@ def test_draw_is_validated():
 
 
 # --------------------------------------------------------------------------- autoaugment policy
+# Derived from DC-Bench Evaluator.custom_aug: AutoAugmentPolicy.IMAGENET for tinyimagenet (64 x 64),
+# AutoAugmentPolicy.CIFAR10 for every other dataset (32 x 32 and the 28 x 28 MNIST family).
 
 
 def test_auto_policy_is_cifar10_up_to_32_and_imagenet_above():
@@ -262,6 +283,8 @@ def test_jitter_draws_a_random_order_and_factors_in_range():
 
 
 # --------------------------------------------------------------------------- imagenet_aug geometry
+# Derived from DC-Bench Evaluator.custom_aug's 'imagenet_aug': RandomCrop(size, padding=4) (zero fill),
+# RandomHorizontalFlip(), ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.2).
 
 
 def _known_image(c=3, h=32, w=32) -> torch.Tensor:
@@ -331,6 +354,8 @@ def test_saturation_and_hue_are_no_ops_on_grayscale():
 
 
 # --------------------------------------------------------------------------- uint8 quantisation
+# Derived from DC-Bench Evaluator.custom_aug: clamp to [0, 1], * 255, .to(torch.uint8) (truncation;
+# ddlib rounds to nearest, a named deviation), then / 255.
 
 
 def test_quantisation_rounds_clamps_and_keeps_real_images():
@@ -345,6 +370,12 @@ def test_quantisation_rounds_clamps_and_keeps_real_images():
 
 
 # --------------------------------------------------------------------------- dc_augment (DC's utils.augment)
+# Derived from DC utils.py::augment (VICO-UoE/DatasetCondensation; DC-Bench's copy Evaluator.augment):
+# cropfun pads by crop with the batch's per-channel mean and cuts at np.random.permutation(2 * crop)[0]
+# per axis; scalefun resizes to int((1 + U(-scale, scale)) * size) per axis (F.interpolate, nearest)
+# and centre-crops or zero-pads; rotatefun is scipy.ndimage.rotate by np.random.randint(-rotate,
+# rotate) degrees with cval = the batch mean; noisefun adds noise * randn; one op per image,
+# np.random.permutation(strategy ops)[0]; defaults from get_daparam (crop 4, scale 0.2, rotate 45, noise 0.001).
 
 
 def _mnist_like(n, seed=0):

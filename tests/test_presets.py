@@ -179,7 +179,9 @@ def test_values_from_method_sources():
     assert load_preset("gvbsm").loss["ce_weight"] == 0.1
     assert load_preset("datm").loss == {"name": "sce", "temperature": 1.0}
     assert _ops(load_preset("rded"))["patch_shuffle"] == {"factor": 2}
-    assert _ops(load_preset("dsa"))["dsa"] == {"strategy": "color_crop_cutout_flip_scale_rotate", "mode": "one"}
+    # align_corners: DD-Ranking's ddranking/aug/dsa.py resamples scale/rotate with align_corners=True
+    assert _ops(load_preset("dsa"))["dsa"] == {"strategy": "color_crop_cutout_flip_scale_rotate", "mode": "one",
+                                               "align_corners": True}
 
 
 def test_teacher_archs_are_registered_models():

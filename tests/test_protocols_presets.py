@@ -94,15 +94,17 @@ def test_hard_side_is_the_presets_evaluation_searched_per_seed_and_real_data_is_
 def datm_set(tmp_path):
     """A DATM-style set (2 per class): stored soft labels (logits), a learned lr of 0.02 (not in the
     lr grid) and images saved whitened, as DATM run with --zca saves them; plus its pixels."""
+    import kornia
+
     from ddlib.data.datasets import load_dataset
-    from ddlib.engine.augment import fit_zca
-    from ddlib.engine.train import Normalize
 
     ds = load_dataset("digits")
     idx = torch.cat([torch.nonzero(ds.train_labels == c).flatten()[:2] for c in range(10)])
     pixels, labels = ds.pixels()[idx], ds.train_labels[idx]
-    zca = fit_zca(ds.train_images, ds.mean, ds.std)  # on the whole training set, as DATM fits its ZCA
-    whitened = zca(Normalize(ds.mean, ds.std)(pixels))
+    # as DATM/MTT get_dataset(--zca) whiten: kornia's ZCA fitted on the whole training set's
+    # ToTensor() pixels in [0, 1] (no normalisation), applied to the pixels
+    zca = kornia.enhance.ZCAWhitening(eps=0.1, compute_inv=True).fit(ds.pixels().float())
+    whitened = zca(pixels.float())
     logits = torch.randn(len(labels), 10, generator=torch.Generator().manual_seed(0)) + 4 * torch.nn.functional.one_hot(labels, 10)
     path = tmp_path / "datm_ipc2.pt"
     torch.save({"images": whitened, "labels": labels, "soft_labels": logits, "lr": torch.tensor(0.02)}, path)
@@ -120,9 +122,27 @@ def test_zca_space_set_is_turned_back_into_pixels_once(mlflow_store, datm_set):
     assert "inverted with ZCA" in tracking.client().get_run(cell.run_id).data.tags["ddlib.zca_space"]
 
 
-def test_stored_soft_labels_learned_lr_and_teacher_labels_for_the_random_side(mlflow_store, datm_set):
-    source, _ = datm_set
+def test_stored_soft_labels_learned_lr_and_teacher_labels_for_the_random_side(mlflow_store, datm_set, monkeypatch):
+    from ddlib.engine import train as engine_train
+
+    source, pixels = datm_set
+    stored = torch.load(source["path"], weights_only=True)["images"]
+    fed = []  # (images the loop holds, batch indices, the model's input before augmentation)
+    batch = engine_train._Loop.batch
+
+    def spy(loop, idx, g):
+        fed.append((loop.images, idx.cpu(), loop.normalize(engine_train.as_pixels(loop.images[idx])).detach().cpu()))
+        return batch(loop, idx, g)
+
+    monkeypatch.setattr(engine_train._Loop, "batch", spy)
     cell, result = _run(label_robust, **{**TINY, "method": "datm", "source": source}, seeds=[0], preset="datm")
+    # what the student is fed (before DSA) is what the file stored: whiten(pixels(stored)) == stored,
+    # as DATM and DD-Ranking feed the stored whitened images directly
+    distilled_batches = [(idx, x) for images, idx, x in fed
+                         if images.shape == pixels.shape and (images.float().cpu() - pixels).abs().max() < 1e-3]
+    assert distilled_batches
+    for idx, x in distilled_batches:
+        assert (x - stored[idx]).abs().max() < 1e-3
     evals = _evals("label_robust")
     final = {e["role"]: e for e in evals if "-lr" not in e["role"]}
     searched = {e["role"].split("-lr")[0] for e in evals if "-lr" in e["role"]}
@@ -141,7 +161,8 @@ def test_stored_soft_labels_learned_lr_and_teacher_labels_for_the_random_side(ml
     stored = torch.load(Path(tracking.client().download_artifacts(cell.run_id, artifacts[0])), weights_only=True)
     assert stored["logits"].shape == (20, 10) and len(tracking.runs("teachers")) == 1
     # both sides whitened once by the same ZCA; the hard side trains with DSA and ZCA, as DATM's use_aug_for_hard
-    assert final["syn_any"]["preprocess"] == final["rdm_any"]["preprocess"] == final["syn_hard"]["preprocess"] == "zca(eps=0.1)"
+    assert (final["syn_any"]["preprocess"] == final["rdm_any"]["preprocess"] == final["syn_hard"]["preprocess"]
+            == "zca(eps=0.1, fitted on [0, 1] pixels of the whole training set)")
     assert final["syn_hard"]["augment"].startswith("dsa(") and final["syn_hard"]["loss"] == "ce"
 
 

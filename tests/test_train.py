@@ -124,16 +124,19 @@ def test_device_auto_picks_cuda_only_when_available(monkeypatch):
 
 
 def test_preprocess_runs_on_training_and_test_batches(digits):
-    seen = []
+    seen, ranges = [], []
 
     class Spy(torch.nn.Module):
         def forward(self, x):
             seen.append(len(x))
+            ranges.append((x.min().item(), x.max().item()))
             return x
 
     subset = random_subset(digits, 2, seed=0)
     _train(digits, subset, [0], preprocess=Spy(), recipe=Recipe(epochs=2, batch_size=20, eval_batch_size=500))
     assert seen == [20, 20, 450]  # two training steps, then the 450 test images in one batch
+    # it gets [0, 1] pixels in place of the normalisation (ZCA as MTT/DATM/DD-Ranking fit and apply it)
+    assert all(0.0 <= lo and hi <= 1.0 for lo, hi in ranges) and max(hi for _, hi in ranges) > 0.9
 
 
 # --------------------------------------------------------------------------- faster steps and test passes

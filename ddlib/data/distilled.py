@@ -19,13 +19,13 @@ Formats :func:`load` reads (detected from the path and the file's contents):
   class folders named by the dataset's class names or by indices ``0..C-1`` (ASCII digits); a class
   folder holding anything else (a dangling link, a text file) is refused, hidden files are skipped.
 
-ZCA space: MTT and DATM run with ``--zca`` save their images *whitened* (ZCA of the normalised
-images). Such a set is read with ``zca_space=True`` (the caller's flag, or ``zca_space`` stored in
+ZCA space: MTT and DATM run with ``--zca`` save their images *whitened* (kornia's ZCA of the
+[0, 1] pixels, fitted on the whole training set). Such a set is read with ``zca_space=True`` (the caller's flag, or ``zca_space`` stored in
 the file): its values are kept as stored, neither de-normalised nor range-checked, and the set is
 marked ``zca_space``. Turning it back into pixels needs the whitening fitted on the real data
 (:func:`ddlib.engine.augment.zca.zca_to_pixels`), which this data layer does not hold: the protocol
 that obtains the set does it (:func:`ddlib.protocols.common.obtain`), so every set reaches training
-as pixels and is whitened once, like the test images.
+as pixels and a preset with ``zca: true`` whitens it back to the stored values, like the test images.
 
 Security: ``.pt`` files are read with ``torch.load(weights_only=True)``, which unpickles only
 tensors, containers and primitive values, plus the numpy scalars and arrays DC-format files hold

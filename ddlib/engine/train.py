@@ -341,7 +341,7 @@ def _confusion(forward, x: torch.Tensor, labels: torch.Tensor, num_classes: int,
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize: nn.Module,
              batch_size: int = 1024, precision: str = "fp32") -> float:
     """Top-1 accuracy (a fraction) of ``model`` on pixel ``images``, in large batches; ``normalize``
-    maps pixels to the model's input (normalisation, then any preprocessing)."""
+    maps pixels to the model's input (the normalisation, or a preprocess such as ZCA in its place)."""
     device = next(model.parameters()).device
     model.eval()
     x = _prepared(images, normalize, ("module", id(normalize)), device, batch_size)
@@ -603,8 +603,9 @@ def train_and_evaluate(
     """Train one model per seed on (``train_images``, ``train_targets``) and test each.
 
     ``train_images`` are pixels (uint8 or float in [0, 1]); ``train_targets`` are int class
-    labels or per-image target rows (soft labels). ``preprocess`` (e.g. ZCA whitening) runs after
-    normalisation on training and test batches alike. ``objective`` replaces ``loss(model(x), y, x)``
+    labels or per-image target rows (soft labels). ``preprocess`` (ZCA whitening) maps pixels to the
+    model's input in place of the mean/std normalisation, on training and test batches alike (MTT,
+    DATM and DD-Ranking whiten [0, 1] pixels, not normalised ones). ``objective`` replaces ``loss(model(x), y, x)``
     as the per-batch objective (adversarial training); it may not be combined with ``loss``.
     ``lrs`` gives each seed its own learning rate (default: the recipe's for all; a seed may then
     repeat, e.g. one seed at every lr of a search). ``batched`` picks the mode (:func:`choose_mode`;
@@ -631,9 +632,7 @@ def train_and_evaluate(
                 raise ValueError(f"batched=True: {model_name} has random layers {random_layers[:3]} (dropout), "
                                  "which one vectorised pass cannot draw per model; train it with batched=False")
             mode = "sequential"
-    normalize = Normalize(mean, std).to(dev)
-    if preprocess is not None:
-        normalize = nn.Sequential(normalize, preprocess.to(dev))
+    normalize = Normalize(mean, std).to(dev) if preprocess is None else preprocess.to(dev)
     bar = tqdm(total=len(seeds) * recipe.epochs, desc=desc, disable=not progress, leave=False)
     images = train_images.to(dev)
     loop = _Loop(model_name, standard_layout(images) if precision == "bf16" else images, train_targets.to(dev),

@@ -9,6 +9,12 @@ the distilled set trains at the method's own (or shipped, learned) lr and the ra
 searched; a hard-label preset's accuracies are hard-label accuracies, searched for both sides.
 IOR_aug = acc_syn_aug - acc_rdm_aug, IOR_noaug = acc_syn_noaug - acc_rdm_noaug,
 ARS(IOR_aug, IOR_noaug, gamma); mean +- std over seeds.
+
+ZCA (presets with ``zca: true``: MTT, DATM) is the dataset's one whitening, fitted as MTT, DATM and
+DD-Ranking fit theirs (kornia's ``ZCAWhitening(eps=0.1)`` on the whole training set's [0, 1]
+pixels, no mean/std normalisation) and applied in place of the normalisation to every training,
+validation and test tensor; the same whitening inverts a set stored ZCA-whitened, so the student is
+fed the stored values (:meth:`ddlib.protocols.cell.Cell.zca`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,11 @@ PROTOCOL = "augmentation_robust"
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
 # 2: per-seed random subsets, teacher labels for the random side of stored-soft-label presets,
 # learned lr, lr_policy, one real-data pool, ZCA-space sets, the preset's student model.
-REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
+# 3: trainings default to precision auto (bf16 where the device computes it natively)
+# 4: as DD-Ranking's code (tests/test_conformance_ddranking.py): ZCA fitted on [0, 1] pixels of the whole
+# training set, in place of normalisation; the presets' DSA resamples with align_corners=True; CutMix's box
+# is the CutMix authors' rand_bbox.
+REVISION = 4
 
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).
 PARAMS = {**SET_PARAMS, "gamma": 0.5, **PRESET_PARAMS, "preset": "dsa"}

@@ -174,6 +174,18 @@ class Cell:
                 cell.dataset, cell.validation = hold_out_validation(cell.dataset, val_fraction)
         return cell
 
+    def zca(self):
+        """The dataset's one ZCA whitening (:func:`ddlib.engine.augment.fit_zca`), fitted once per cell
+        on the whole training set before the validation split, as MTT, DATM and DD-Ranking fit
+        theirs: it inverts sets stored ZCA-whitened and whitens every training, validation and
+        test tensor of a preset with ``zca: true``."""
+        from ddlib.engine.augment import fit_zca
+
+        if "zca" not in self.cache:
+            ds = self.unsplit if self.unsplit is not None else self.dataset
+            self.cache["zca"] = fit_zca(ds.train_images, device=self.device)
+        return self.cache["zca"]
+
     def _note_precision(self, precision: str) -> None:
         """Tag ``ddlib.precision`` on the cell run: the precisions its trainings ran in (``auto``, the
         default, is bf16 where the device computes it natively: a deviation from the papers' fp32)."""
@@ -453,7 +465,8 @@ class Cell:
 def hold_out_validation(dataset: Dataset, fraction: float, seed: int = VALIDATION_SEED) -> tuple[Dataset, tuple]:
     """Split a class-stratified validation set off the training set, so that choices such as the
     learning rate are never made on the test set; everything else in the cell (random baseline,
-    full-data reference, teachers, ZCA) then uses only the remaining training images."""
+    full-data reference, teachers) then uses only the remaining training images. The ZCA whitening
+    is fitted on the whole training set, as the peers fit it (:meth:`Cell.zca`)."""
     train_idx, val_idx = stratified_split(dataset.train_labels.numpy(), fraction, seed)
     train_idx, val_idx = torch.from_numpy(train_idx), torch.from_numpy(val_idx)
     kept = replace(dataset, train_images=dataset.train_images[train_idx], train_labels=dataset.train_labels[train_idx],

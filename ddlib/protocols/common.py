@@ -169,8 +169,8 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
 def open_protocol_cell(protocol: str, p: dict, run_id: str | None, experiment: str | None) -> Cell:
     """Open the cell's run on its real-data pool: the training set without a class-stratified
     validation split (``val_fraction``, drawn with :data:`VALIDATION_SEED`), held out for every cell
-    whatever its preset, so the full-data reference, the random subsets, teachers and ZCA of one
-    dataset come from the same images in every cell. The pool's identity is tagged (:data:`POOL_TAG`)."""
+    whatever its preset, so the full-data reference, the random subsets and teachers of one dataset
+    come from the same images in every cell (the ZCA is fitted on the whole training set, as the peers do). The pool's identity is tagged (:data:`POOL_TAG`)."""
     from ddlib.protocols.teachers import dataset_identity
 
     cell = Cell.open(protocol, p, run_id=run_id, experiment=experiment, val_fraction=p["val_fraction"])
@@ -186,8 +186,8 @@ def open_protocol_cell(protocol: str, p: dict, run_id: str | None, experiment: s
 
 def obtain(cell: Cell) -> DistilledSet:
     """The cell's distilled set (made or loaded), as pixels, logged as an image grid. A set stored in
-    ZCA space (``zca_space``) is turned back into pixels with a ZCA fitted on the cell's real training
-    set before its validation split (the data MTT/DATM whiten with), so training whitens it once."""
+    ZCA space (``zca_space``) is turned back into pixels with the cell's one ZCA (:meth:`Cell.zca`, fitted
+    as MTT/DATM/DD-Ranking fit theirs), so a preset with ``zca: true`` feeds the student the stored values."""
     p = cell.params
     with cell.guard():
         distilled = obtain_set(p["method"], p["source"], cell.dataset, p["ipc"], device=cell.device,
@@ -201,13 +201,12 @@ def obtain(cell: Cell) -> DistilledSet:
 def _from_zca_space(cell: Cell, distilled: DistilledSet) -> DistilledSet:
     from dataclasses import replace
 
-    from ddlib.engine.augment import fit_zca, zca_to_pixels
+    from ddlib.engine.augment import zca_to_pixels
 
     ds = cell.unsplit if cell.unsplit is not None else cell.dataset
-    if "zca_unsplit" not in cell.cache:
-        cell.cache["zca_unsplit"] = fit_zca(ds.train_images, ds.mean, ds.std, device=cell.device)
-    pixels = zca_to_pixels(distilled.images, cell.cache["zca_unsplit"], ds.mean, ds.std).cpu()
-    provenance = {**distilled.provenance, "zca_space": f"stored ZCA-whitened; inverted with ZCA(eps=0.1) fitted on "
-                                                      f"{len(ds.train_labels)} real training images of {ds.name}"}
+    pixels = zca_to_pixels(distilled.images, cell.zca()).cpu()
+    provenance = {**distilled.provenance, "zca_space": f"stored ZCA-whitened; inverted with ZCA(eps=0.1) fitted on the "
+                                                      f"[0, 1] pixels of {len(ds.train_labels)} real training images "
+                                                      f"of {ds.name} (the one a preset with zca: true whitens with)"}
     cell.tracker.set_tags(cell.run_id, {"ddlib.zca_space": provenance["zca_space"]})
     return replace(distilled, images=pixels.contiguous(), zca_space=False, provenance=provenance)

@@ -24,6 +24,12 @@ over seeds. Deviations from the peer's code, all named in the README: searches a
 validation split held out of the training set (``lr_select: test`` reproduces the peer and is
 tagged so), a model's accuracy is taken at its last epoch (the peer keeps the best of every 20th
 epoch on the test set), and accuracies are fractions (the peer's percent inputs leave [0, 100]).
+
+ZCA (presets with ``zca: true``: MTT, DATM) is the dataset's one whitening, fitted as MTT, DATM and
+DD-Ranking fit theirs (kornia's ``ZCAWhitening(eps=0.1)`` on the whole training set's [0, 1]
+pixels, no mean/std normalisation) and applied in place of the normalisation to every training,
+validation and test tensor; the same whitening inverts a set stored ZCA-whitened, so the student is
+fed the stored values (:meth:`ddlib.protocols.cell.Cell.zca`).
 """
 
 from __future__ import annotations
@@ -47,7 +53,11 @@ PROTOCOL = "label_robust"
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
 # 2: hard side under the preset's evaluation, per-seed random subsets, teacher labels for the random
 # side of stored-soft-label presets, learned lr, lr_policy, one real-data pool, ZCA-space sets.
-REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
+# 3: trainings default to precision auto (bf16 where the device computes it natively)
+# 4: as DD-Ranking's code (tests/test_conformance_ddranking.py): ZCA fitted on [0, 1] pixels of the whole
+# training set, in place of normalisation; the presets' DSA resamples with align_corners=True; CutMix's box
+# is the CutMix authors' rand_bbox.
+REVISION = 4
 
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).
 PARAMS = {

@@ -73,6 +73,7 @@ import torch
 
 from ddlib.data.digest import tensor_digest
 from ddlib.data.distilled import DistilledSet
+from ddlib.engine.augment.zca import ZCA_NAME
 from ddlib.engine.train import Recipe
 from ddlib.methods.select import random_subset
 from ddlib.protocols.cell import Cell, Evaluation
@@ -182,22 +183,12 @@ class Evaluator:
         hook = create_augment(spec, mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
         return hook, (hook.describe() if hook is not None else "none")
 
-    def _zca(self):
-        """ZCA fitted on the cell's real training pool (MTT/DATM fit theirs on the real training set)."""
-        from ddlib.engine.augment import fit_zca
-
-        cache = self.cell.cache
-        if "zca" not in cache:
-            ds = self.cell.dataset
-            cache["zca"] = fit_zca(ds.train_images, ds.mean, ds.std, device=self.cell.device)
-        return cache["zca"]
-
     def _from_preset(self, name: str, preset: Preset, with_augment: bool, own: bool) -> Setting:
         recipe = preset.recipe if self.epochs is None else replace(preset.recipe, epochs=self.epochs)
         augment, augment_name = self._augment(preset.augment if with_augment else [])
         return Setting(name, recipe, self.cell.params["model"], preset, preset.label_type == "hard",
-                       augment, augment_name, self._zca() if preset.zca else None,
-                       "zca(eps=0.1)" if preset.zca else "none", own)
+                       augment, augment_name, self.cell.zca() if preset.zca else None,
+                       ZCA_NAME if preset.zca else "none", own)
 
     def hard_setting(self, recipe: Recipe) -> Setting:
         """Hard labels: the preset's recipe, augmentation, ZCA and model; without one, ``recipe``."""

@@ -21,7 +21,7 @@ Schema (every level is strict: an unknown key is a ``ValueError`` naming the fil
       - random_resized_crop: {scale: [0.08, 1.0]}
       - flip: {p: 0.5}
       - cutmix: {alpha: 1.0, p: 1.0}
-    zca: false                          # ZCA whitening (kornia-style, eps 0.1) fitted on the real train set
+    zca: false                          # ZCA whitening (kornia's, eps 0.1) in place of normalisation (see below)
     model: resnet18_bn                  # the student the method evaluates with (optional; grid's model wins)
     learned_lr: false                   # train the distilled set at the lr it ships (MTT, DATM)
     use_aug_for_hard: false             # hard-label side without the batch-level ops (DSA, CutMix, Mixup)
@@ -52,7 +52,10 @@ gives the member architectures as a list either way.
 ``augment`` ops: any op of the one augmentation registry (:func:`ddlib.engine.augment.list_ops`: ``dsa``,
 ``mixup``, ``cutmix``, ``random_resized_crop``, ``flip``, ``patch_shuffle``, ``autoaugment``,
 ``randaugment``, ``imagenet_aug``, ``torchvision`` and ``none``), with its parameters. ZCA is not an
-augmentation op: use the top-level ``zca`` flag. When :func:`ddlib.engine.augment.create_augment` is
+augmentation op: use the top-level ``zca`` flag, which whitens as MTT, DATM and DD-Ranking do
+(kornia's ``ZCAWhitening(eps=0.1)`` fitted on the whole real training set's [0, 1] pixels, applied
+to training and test images in place of the mean/std normalisation, so the ops run on whitened
+batches; the ops that work on normalised pixels are refused with it). When :func:`ddlib.engine.augment.create_augment` is
 importable, every preset's ``augment`` is also built with it at load time.
 
 ``model``: the student architecture the method reports its accuracy with (DD-Ranking evaluates
@@ -405,6 +408,23 @@ def _cross_check_augment(chk: _Checker, spec: list) -> None:
         chk.fail("augment", str(error))
 
 
+# Ops that de-normalise the batch with the dataset mean/std (ddlib.engine.augment._pixels): under ZCA
+# the batch is whitened pixels, which they would misread.
+_PIXEL_SPACE_OPS = ("torchvision", "autoaugment", "randaugment", "imagenet_aug")
+
+
+def _check_zca(chk: _Checker, value: Any, augment: Any) -> bool:
+    zca = chk.boolean(value, "zca")
+    if zca:
+        items = [augment] if isinstance(augment, (str, Mapping)) else (augment or [])
+        names = [i if isinstance(i, str) else next(iter(i)) for i in items if isinstance(i, (str, Mapping)) and i]
+        bad = [n for n in names if n in _PIXEL_SPACE_OPS]
+        if bad:
+            chk.fail("zca", f"zca: true feeds whitened batches to the augmentation, but {bad} work on "
+                            "mean/std-normalised pixels; drop zca or those ops")
+    return zca
+
+
 def parse_preset(data: Any, *, source: str | Path | None = None, name: str | None = None) -> Preset:
     """Validate a preset mapping (e.g. a parsed YAML file) and build a :class:`Preset`."""
     label = str(source) if source is not None else (name or "<preset>")
@@ -424,7 +444,7 @@ def parse_preset(data: Any, *, source: str | Path | None = None, name: str | Non
         recipe=chk.recipe(data["recipe"], "recipe", required=_RECIPE_REQUIRED),
         labels=_check_labels(chk, data["labels"]),
         augment=_check_augment(chk, data.get("augment")),
-        zca=chk.boolean(data.get("zca", False), "zca"),
+        zca=_check_zca(chk, data.get("zca", False), data.get("augment")),
         model=_check_model(chk, data.get("model")),
         learned_lr=chk.boolean(data.get("learned_lr", False), "learned_lr"),
         use_aug_for_hard=chk.boolean(data.get("use_aug_for_hard", True), "use_aug_for_hard"),

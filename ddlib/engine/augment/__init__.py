@@ -23,7 +23,8 @@ Ops: ``dsa`` (Zhao & Bilen, ICML 2021, ported from VICO-UoE/DatasetCondensation 
 ``draw: batch``, one draw per batch as DC-Bench; not differentiable), DC's own evaluation
 augmentation ``dc_augment`` (crop / scale / rotate / noise, one per image; not differentiable) and
 ``none``. ZCA whitening is a preprocessing module (:class:`ZCA`,
-:func:`fit_zca`), not a random op.
+:func:`fit_zca`), not a random op: it maps pixels to the model's input in place of the
+normalisation, so the ops after it see whitened batches (as in MTT/DATM/DD-Ranking).
 
 This package holds the registry and the hook (``registry.py``), parameter validation (``_params.py``) and
 one file per family, each registering its ops on import: ``dsa_ops.py`` (``dsa``), ``mixing.py``
@@ -49,6 +50,7 @@ __all__ = [
     "op_params",
     "register_op",
     "zca_to_pixels",
+    "ZCA_NAME",
 ]
 
 # --------------------------------------------------------------------------- the families
@@ -69,4 +71,4 @@ from ddlib.engine.augment.policies import (  # noqa: F401
     _randaugment_plan,
 )
 from ddlib.engine.augment.dc_augment import DC_DEFAULTS, DC_TOKENS, dc_augment  # noqa: F401
-from ddlib.engine.augment.zca import ZCA, fit_zca, zca_to_pixels
+from ddlib.engine.augment.zca import ZCA, ZCA_NAME, fit_zca, zca_to_pixels

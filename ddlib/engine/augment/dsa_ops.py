@@ -28,6 +28,9 @@ class DSAParams:
     brightness: float = 1.0
     saturation: float = 2.0
     contrast: float = 0.5
+    # scale/rotate resampling: DC/DSA/DM call affine_grid/grid_sample with torch's default (False);
+    # MTT, DATM and DD-Ranking's ``ddranking/aug/dsa.py`` pass align_corners=True.
+    align_corners: bool = False
 
 
 def _rand(x: torch.Tensor, g: torch.Generator, *shape: int) -> torch.Tensor:
@@ -36,14 +39,14 @@ def _rand(x: torch.Tensor, g: torch.Generator, *shape: int) -> torch.Tensor:
 
 def _dsa_scale(x, g, p: DSAParams):
     """``rand_scale``: x and y scaled independently per sample by U[1/ratio, ratio] (affine_grid +
-    grid_sample, bilinear, zero padding, align_corners=False: the defaults the original ran with)."""
+    grid_sample, bilinear, zero padding; ``align_corners`` as :class:`DSAParams` says)."""
     n, r = x.shape[0], p.ratio_scale
     sx = _rand(x, g, n) * (r - 1.0 / r) + 1.0 / r
     sy = _rand(x, g, n) * (r - 1.0 / r) + 1.0 / r
     theta = torch.zeros(n, 2, 3, dtype=x.dtype, device=x.device)
     theta[:, 0, 0], theta[:, 1, 1] = sx, sy
-    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-    return F.grid_sample(x, grid, align_corners=False)
+    grid = F.affine_grid(theta, list(x.shape), align_corners=p.align_corners)
+    return F.grid_sample(x, grid, align_corners=p.align_corners)
 
 
 def _dsa_rotate(x, g, p: DSAParams):
@@ -53,8 +56,8 @@ def _dsa_rotate(x, g, p: DSAParams):
     cos, sin = torch.cos(a), torch.sin(a)
     zero = torch.zeros_like(a)
     theta = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
-    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-    return F.grid_sample(x, grid, align_corners=False)
+    grid = F.affine_grid(theta, list(x.shape), align_corners=p.align_corners)
+    return F.grid_sample(x, grid, align_corners=p.align_corners)
 
 
 def _dsa_flip(x, g, p: DSAParams):
@@ -162,9 +165,12 @@ def dsa(x: torch.Tensor, generator: torch.Generator, strategy: str = DSA_DEFAULT
 
 
 @register_op("dsa")
-def _dsa_factory(ctx: AugmentContext, *, strategy: str = DSA_DEFAULT_STRATEGY, mode: str = "one"):
+def _dsa_factory(ctx: AugmentContext, *, strategy: str = DSA_DEFAULT_STRATEGY, mode: str = "one",
+                 align_corners: bool = False):
     """Differentiable Siamese Augmentation on the normalised batch (Zhao & Bilen, ICML 2021). The
-    Siamese variant (one draw shared by real and synthetic batches) is not offered here."""
+    Siamese variant (one draw shared by real and synthetic batches) is not offered here.
+    ``align_corners`` (scale, rotate): false as DC/DSA/DM's code, true as MTT's, DATM's and
+    DD-Ranking's (the DD-Ranking presets say true)."""
     if not isinstance(strategy, str) or not strategy:
         raise ValueError(f"augmentation op 'dsa': 'strategy' must be a non-empty string, got {strategy!r}")
     bad = [t for t in strategy.split("_") if t not in DSA_OPS]
@@ -173,7 +179,14 @@ def _dsa_factory(ctx: AugmentContext, *, strategy: str = DSA_DEFAULT_STRATEGY, m
     if mode not in ("one", "all"):
         raise ValueError(f"augmentation op 'dsa': 'mode' must be 'one' or 'all', got {mode!r}")
 
-    def fn(x, targets, g):
-        return dsa(x, g, strategy, mode), targets
+    if not isinstance(align_corners, bool):
+        raise ValueError(f"augmentation op 'dsa': 'align_corners' must be true or false, got {align_corners!r}")
+    params = DSAParams(align_corners=align_corners)
 
-    return fn, {"strategy": strategy, "mode": mode}
+    def fn(x, targets, g):
+        return dsa(x, g, strategy, mode, params), targets
+
+    described = {"strategy": strategy, "mode": mode}
+    if align_corners:  # only when set, so the name (and the keys) of DC's DSA stay as they were
+        described["align_corners"] = True
+    return fn, described

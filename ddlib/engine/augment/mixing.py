@@ -1,6 +1,7 @@
 """Label-mixing ops, ``mixup`` and ``cutmix``, as timm's ``Mixup`` in batch mode
 (``timm/data/mixup.py``): lambda ~ Beta(alpha, alpha) drawn from the op's generator, targets mixed
-as rows."""
+as rows. CutMix's box is the CutMix authors' ``rand_bbox`` (DD-Ranking's, SRe2L's, RDED's), not
+timm's; ``tests/test_conformance_ddranking.py`` checks both ops against DD-Ranking's for forced draws."""
 
 from __future__ import annotations
 
@@ -59,15 +60,17 @@ def _mixup_factory(ctx: AugmentContext, *, alpha: float = 0.8, p: float = 1.0):
 
 
 def _cutmix_box(lam: torch.Tensor, h: int, w: int, g: torch.Generator):
-    """timm ``rand_bbox`` + ``cutmix_bbox_and_lam(correct_lam=True)``: a box of
-    ``int(size * sqrt(1 - lam))`` per side around a uniform centre, clipped to the image; lambda is
-    then set to 1 - (box area / image area). All on the device."""
+    """The CutMix authors' ``rand_bbox`` (clovaai/CutMix-PyTorch, as DD-Ranking's
+    ``ddranking/aug/cutmix.py``, SRe2L and RDED use it): ``cut = int(size * sqrt(1 - lam))`` per
+    side, a uniform centre c, rows/columns ``c - cut // 2`` to ``c + cut // 2`` clipped to the image
+    (so an odd cut loses a pixel; timm's ``rand_bbox`` keeps it); lambda is then set to
+    1 - (box area / image area), as timm's ``correct_lam``. All on the device."""
     ratio = torch.sqrt(1.0 - lam)
     cut_h, cut_w = torch.floor(h * ratio).long(), torch.floor(w * ratio).long()
     cy = torch.randint(0, h, (), generator=g, device=lam.device)
     cx = torch.randint(0, w, (), generator=g, device=lam.device)
-    yl, yh = (cy - cut_h // 2).clamp(0, h), (cy + (cut_h + 1) // 2).clamp(0, h)
-    xl, xh = (cx - cut_w // 2).clamp(0, w), (cx + (cut_w + 1) // 2).clamp(0, w)
+    yl, yh = (cy - cut_h // 2).clamp(0, h), (cy + cut_h // 2).clamp(0, h)
+    xl, xh = (cx - cut_w // 2).clamp(0, w), (cx + cut_w // 2).clamp(0, w)
     rows, cols = torch.arange(h, device=lam.device), torch.arange(w, device=lam.device)
     mask = ((rows >= yl) & (rows < yh))[:, None] & ((cols >= xl) & (cols < xh))[None, :]
     lam = 1.0 - ((yh - yl) * (xh - xl)).double() / float(h * w)
@@ -76,11 +79,12 @@ def _cutmix_box(lam: torch.Tensor, h: int, w: int, g: torch.Generator):
 
 @register_op("cutmix")
 def _cutmix_factory(ctx: AugmentContext, *, alpha: float = 1.0, p: float = 1.0):
-    """CutMix (Yun et al., ICCV 2019) as timm's ``Mixup`` in batch mode (cutmix only): one box per
-    batch from lambda ~ Beta(alpha, alpha), the reversed batch's box pasted in, lambda corrected
-    to the pasted area, targets mixed by area. SRe2L/RDED paste from a random permutation and
-    relabel the mixed image with a teacher; the teacher loss hook sees the mixed batch, so the
-    partner choice (flip here) is the only difference there."""
+    """CutMix (Yun et al., ICCV 2019) in batch mode: one box per batch from lambda ~ Beta(alpha,
+    alpha) (the CutMix authors' ``rand_bbox``, :func:`_cutmix_box`), the reversed batch's box pasted
+    in, lambda corrected to the pasted area, targets mixed by area. DD-Ranking, SRe2L and RDED paste
+    from a random permutation (the same in law on a shuffled batch) and relabel the mixed image with
+    a teacher (DD-Ranking leaves hard targets unmixed); every CutMix preset relabels, so the target
+    mixing never reaches their numbers."""
     alpha = _number("cutmix", "alpha", alpha, lo=0.0, lo_open=True)
     p = _number("cutmix", "p", p, lo=0.0, hi=1.0)
 
@@ -91,4 +95,4 @@ def _cutmix_factory(ctx: AugmentContext, *, alpha: float = 1.0, p: float = 1.0):
         rows = _target_rows(targets, ctx.num_classes, x.dtype)
         return torch.where(mask, x.flip(0), x), rows * lam_x + rows.flip(0) * (1 - lam_x)
 
-    return fn, {"alpha": alpha, "p": p}
+    return fn, {"alpha": alpha, "p": p, "box": "clovaai"}  # box: in the name, so runs with timm's box are not reused

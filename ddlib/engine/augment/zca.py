@@ -1,18 +1,28 @@
-"""ZCA whitening, a preprocessing module rather than a random op: :class:`ZCA` and :func:`fit_zca`."""
+"""ZCA whitening, a preprocessing module rather than a random op: :class:`ZCA` and :func:`fit_zca`.
+
+As MTT, DATM and DD-Ranking do it (mtt-distillation ``utils.py::get_dataset``, DD-Ranking
+``ddranking/utils/data.py::get_dataset`` with ``use_zca``): ``kornia.enhance.ZCAWhitening(eps=0.1,
+compute_inv=True)`` fitted on the whole real training set as ``ToTensor()`` gives it, pixels in
+[0, 1] with no mean/std normalisation, then applied to every training and test image in place of
+the normalisation. A set those methods save with ``--zca`` holds such whitened values.
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 import torch.nn as nn
 
+ZCA_NAME = "zca(eps=0.1, fitted on [0, 1] pixels of the whole training set)"  # the preprocess name runs are keyed by
+
 
 class ZCA(nn.Module):
-    """ZCA whitening, fitted once on the normalised real training set, as MTT/DATM/FTD do
-    (``kornia.enhance.ZCAWhitening(eps=0.1, compute_inv=True)``). The fitted transform is kornia's
-    module (so ``forward`` / ``inverse`` are kornia's math); :meth:`fit` with ``batch`` computes the
-    same mean and covariance in chunks (float64 accumulation) so CIFAR-sized sets fit in little memory.
+    """ZCA whitening (``kornia.enhance.ZCAWhitening(eps=0.1, compute_inv=True)``): ``forward`` maps
+    [0, 1] pixels to the model's input (it replaces the mean/std normalisation), ``inverse`` maps a
+    whitened batch back to pixels. The fitted transform is kornia's module (so ``forward`` /
+    ``inverse`` are kornia's math); :meth:`fit` with ``batch`` computes the same mean and covariance
+    in chunks (float64 accumulation) so CIFAR-sized sets fit in little memory.
     """
 
     def __init__(self, eps: float = 0.1):
@@ -27,13 +37,13 @@ class ZCA(nn.Module):
         return bool(self.whitening.fitted)
 
     @torch.no_grad()
-    def fit(self, images_normalized: torch.Tensor, batch: int | None = None) -> "ZCA":
-        """Fit on normalised images (N x C x H x W). ``batch=None`` calls kornia's ``fit`` as it is."""
+    def fit(self, images: torch.Tensor, batch: int | None = None) -> "ZCA":
+        """Fit on float images (N x C x H x W). ``batch=None`` calls kornia's ``fit`` as it is."""
         if batch is None:
-            self.whitening.fit(images_normalized)
+            self.whitening.fit(images)
             return self
-        n = len(images_normalized)
-        return self._fit_chunks(lambda i: images_normalized[i : i + batch], n, batch, images_normalized.device)
+        n = len(images)
+        return self._fit_chunks(lambda i: images[i : i + batch], n, batch, images.device)
 
     def _fit_chunks(self, chunk: Callable[[int], torch.Tensor], n: int, batch: int, device) -> "ZCA":
         """kornia's ``zca_mean`` (unbiased covariance, SVD in float64, T = U diag((S + eps)^-1/2) U^T,
@@ -64,36 +74,31 @@ class ZCA(nn.Module):
         return self.whitening(x)
 
     def inverse(self, x: torch.Tensor) -> torch.Tensor:
-        """Back to normalised space (for viewing whitened synthetic images, as MTT does)."""
+        """Back to [0, 1] pixels (MTT's ``inverse_transform`` of its saved images)."""
         return self.whitening.inverse_transform(x)
 
 
 @torch.no_grad()
-def fit_zca(images_pixels: torch.Tensor, mean: Sequence[float], std: Sequence[float], eps: float = 0.1,
-            batch: int = 5000, device: str | torch.device | None = None) -> ZCA:
-    """Normalise pixel images (uint8 or float in [0, 1]) with the dataset mean/std and fit a :class:`ZCA`,
-    ``batch`` images at a time (on ``device``, default the images' device)."""
+def fit_zca(images_pixels: torch.Tensor, eps: float = 0.1, batch: int = 5000,
+            device: str | torch.device | None = None) -> ZCA:
+    """Fit a :class:`ZCA` on pixel images (uint8, or float in [0, 1]) as they are, with no
+    normalisation (``ToTensor()`` then kornia's fit, as MTT/DATM/DD-Ranking), ``batch`` images at a
+    time, on ``device`` (default the images' device)."""
     dev = torch.device(device) if device is not None else images_pixels.device
-    m = torch.tensor(mean, dtype=torch.float32, device=dev).view(1, -1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32, device=dev).view(1, -1, 1, 1)
 
     def chunk(i):
         x = images_pixels[i : i + batch].to(dev)
-        x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
-        return (x - m) / s
+        return x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
 
     return ZCA(eps)._fit_chunks(chunk, len(images_pixels), batch, dev)
 
 
 @torch.no_grad()
-def zca_to_pixels(whitened: torch.Tensor, zca: ZCA, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """Pixels of a set stored ZCA-whitened (MTT/DATM with ``--zca``): ``zca``'s inverse (back to
-    normalised images), then de-normalisation with the dataset's mean/std. ``zca`` must be fitted on
-    the real data the set was whitened with; the result is float32 on ``whitened``'s device."""
+def zca_to_pixels(whitened: torch.Tensor, zca: ZCA) -> torch.Tensor:
+    """Pixels of a set stored ZCA-whitened (MTT/DATM with ``--zca``): ``zca``'s inverse. ``zca`` must
+    be the whitening the set was made with (:func:`fit_zca` on the real training set); the result is
+    float32 on ``whitened``'s device, not clamped (``zca(pixels)`` gives the stored values back)."""
     if not zca.fitted:
         raise ValueError("zca_to_pixels needs a fitted ZCA (fit_zca on the real training set)")
     dev = zca.whitening.transform_inv.device
-    x = zca.inverse(whitened.to(dev).float())
-    m = torch.tensor(mean, dtype=torch.float32, device=dev).view(1, -1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32, device=dev).view(1, -1, 1, 1)
-    return (x * s + m).to(whitened.device)
+    return zca.inverse(whitened.to(dev).float()).to(whitened.device)

@@ -1,0 +1,305 @@
+"""ddlib against DD-Ranking's own released code (``ddranking==0.2.0``, run in its own venv by the
+harness of ``tests/peer.py``; the peer side is ``tests/peer_ddranking.py``), on identical inputs and
+forced random draws: ZCA whitening, DSA, CutMix, Mixup, the soft-label losses, the LRS/ARS
+arithmetic and the ConvNet variants. All cases run in one peer subprocess for the module; the
+module skips, saying why, where the peer's venv cannot be had (no network to PyPI).
+
+Named differences that stay (README, "DD-Ranking"): the peer feeds accuracies in percent to its
+exponential map (``test_scores_...``); CutMix's partner is the reversed batch (the peer: a random
+permutation, the same in law for a shuffled batch) and ddlib also mixes the targets by area (the
+peer leaves them, which only matters without a relabelling teacher; every CutMix preset has one).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import pytest
+import torch
+
+from peer import PeerUnavailable, ddranking_python, result, run_cases
+
+DSA_PARAMS = {"flip": 0.5, "rotate": 15.0, "saturation": 2.0, "brightness": 1.0, "contrast": 0.5, "scale": 1.2,
+              "crop": 0.125, "cutout": 0.5}  # DD-Ranking configs/Demo_LRS_Hard_Label.yaml aug_params
+DSA_SEEDS = [0, 1, 2, 3]
+CUTMIX_DRAWS = [(0.75, 16, 16), (0.7, 5, 20), (0.55, 0, 31), (0.95, 30, 2), (0.3, 12, 7)]  # cut 16, 17, 21, 7, 26 px
+MIXUP_LAMS = [0.0, 0.3, 0.5, 0.87]
+TEMPERATURES = [1.0, 4.0, 20.0]
+MSE_GT = [(1.0, 0.0), (1.0, 0.1), (0.5, 0.025)]
+CONVNETS = {"convnet": ("ConvNet-3", 32), "convnet_bn": ("ConvNet-3-BN", 32),
+            "convnet_d4": ("ConvNet-4", 64), "convnet_d4_bn": ("ConvNet-4-BN", 64)}
+WEIGHTS = [0.1, 0.5, 0.9]
+LRS_RUNS = [  # accuracies (fractions) of three evaluation runs
+    {"syn_hard": 0.412, "real_hard": 0.846, "rdm_hard": 0.263, "syn_any": 0.557, "rdm_any": 0.431},
+    {"syn_hard": 0.398, "real_hard": 0.851, "rdm_hard": 0.271, "syn_any": 0.549, "rdm_any": 0.447},
+    {"syn_hard": 0.425, "real_hard": 0.843, "rdm_hard": 0.259, "syn_any": 0.562, "rdm_any": 0.425},
+]
+ARS_RUNS = [
+    {"syn_aug": 0.602, "rdm_aug": 0.488, "syn_noaug": 0.521, "rdm_noaug": 0.452},
+    {"syn_aug": 0.597, "rdm_aug": 0.495, "syn_noaug": 0.533, "rdm_noaug": 0.441},
+    {"syn_aug": 0.611, "rdm_aug": 0.479, "syn_noaug": 0.515, "rdm_noaug": 0.460},
+]
+ZCA_TRAIN_PER_CLASS, ZCA_TEST = 500, 1000
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _batch(n=8, size=32, seed=0):
+    return torch.randn(n, 3, size, size, generator=_gen(seed))
+
+
+def _logits(seed):
+    g = _gen(seed)
+    return torch.randn(16, 10, generator=g) * 3, torch.randn(16, 10, generator=g) * 3, torch.randint(0, 10, (16,), generator=g)
+
+
+def _convnet_inputs():
+    from ddlib.models import create_model
+
+    models, ours = {}, {}
+    for i, (name, (peer_name, size)) in enumerate(CONVNETS.items()):
+        torch.manual_seed(i)
+        model = create_model(name, 3, 10, size)
+        x = torch.randn(4, 3, size, size, generator=_gen(100 + i))
+        model.train()
+        with torch.no_grad():  # non-trivial BatchNorm running statistics
+            model(torch.randn(8, 3, size, size, generator=_gen(200 + i)) * 2 + 0.5)
+        models[peer_name] = {"state": {k: v.clone() for k, v in model.state_dict().items()}, "x": x,
+                             "num_classes": 10, "im_size": (size, size)}
+        ours[peer_name] = (model, x)
+    return models, ours
+
+
+@pytest.fixture(scope="module")
+def cifar_subset(peer_available, shared_data_or_none, tmp_path_factory):
+    """A class-stratified CIFAR-10 (JPEG) subset, and the same images in torchvision's layout for the peer."""
+    if shared_data_or_none is None or not (shared_data_or_none / "cifar10-jpeg.tar.gz").is_file():
+        return None
+    import os
+
+    from bench.vs_ddranking import write_torchvision_cifar10
+    from ddlib.data.datasets import load_dataset, reduce_dataset
+    from ddlib.data.loaders import extract_archive
+
+    cache = __import__("pathlib").Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser()
+    root = extract_archive(shared_data_or_none / "cifar10-jpeg.tar.gz", cache / "cifar10-jpeg")
+    ds = reduce_dataset(load_dataset("cifar10", root), ZCA_TRAIN_PER_CLASS, ZCA_TEST, seed=0)
+    folder = write_torchvision_cifar10(ds, tmp_path_factory.mktemp("peer-cifar") / "cifar10")
+    return ds, folder
+
+
+@pytest.fixture(scope="module")
+def peer_available():
+    try:
+        return ddranking_python()
+    except PeerUnavailable as why:
+        pytest.skip(f"DD-Ranking's own code is not available here: {why}")
+
+
+@pytest.fixture(scope="module")
+def peer(peer_available, cifar_subset):
+    """Every case's peer outputs, from one subprocess in DD-Ranking's venv."""
+    student, teacher, labels = _logits(0)
+    cases = {
+        "dsa": {"x": _batch(), "params": DSA_PARAMS, "seeds": DSA_SEEDS,
+                "ops": ["scale", "rotate", "flip", "color", "crop", "cutout"]},
+        "cutmix": {"x": _batch(6, 32, 1), "draws": CUTMIX_DRAWS},
+        "mixup": {"x": _batch(6, 32, 2), "lams": MIXUP_LAMS},
+        "losses": {"student": student, "teacher": teacher, "labels": labels, "temperatures": TEMPERATURES,
+                   "mse_gt": MSE_GT},
+        "convnet": {"models": _convnet_inputs()[0]},
+        "scores": {"lrs_runs": LRS_RUNS, "ars_runs": ARS_RUNS, "weights": WEIGHTS},
+    }
+    if cifar_subset is not None:
+        cases["zca"] = {"root": str(cifar_subset[1])}
+    return run_cases(cases)
+
+
+# --------------------------------------------------------------------------- ZCA
+
+
+def test_zca_whitening_is_ddrankings_on_the_same_real_images(peer, cifar_subset):
+    # DD-Ranking get_dataset(use_zca=True): kornia ZCAWhitening(eps=0.1) fitted on ToTensor() pixels
+    # of the whole training set, applied to training and test images. ddlib's one ZCA (Cell.zca) is
+    # fit_zca on the training set; a preset feeds it pixels in place of the normalisation.
+    if cifar_subset is None:
+        pytest.skip("CIFAR-10 (JPEG) not in ../shared/data: DD-Ranking's get_dataset reads CIFAR-10 only")
+    from ddlib.data.datasets import to_float_pixels
+    from ddlib.engine.augment import fit_zca, zca_to_pixels
+
+    ds, _ = cifar_subset
+    out = result(peer, "zca")
+    assert torch.equal(torch.as_tensor(out["train_labels"]), ds.train_labels)  # the same images, in order
+    zca = fit_zca(ds.train_images)
+    train, test = zca(to_float_pixels(ds.train_images)), zca(to_float_pixels(ds.test_images))
+    scale = out["test"].abs().max().item()
+    assert (train - out["train"]).abs().max().item() < 1e-3 * scale
+    assert (test - out["test"]).abs().max().item() < 1e-3 * scale
+    # a set the peer whitened goes back to the very pixels with ddlib's inverse
+    assert (zca_to_pixels(out["test"], zca) - to_float_pixels(ds.test_images)).abs().max().item() < 1e-3
+
+
+# --------------------------------------------------------------------------- DSA
+
+
+def test_dsa_parameters_and_strategy_are_ddrankings(peer):
+    from ddlib.engine.augment import DSA_DEFAULT_STRATEGY, DSAParams
+
+    out = result(peer, "dsa")
+    p = DSAParams()
+    ours = {"flip": p.prob_flip, "rotate": p.ratio_rotate, "saturation": p.saturation, "brightness": p.brightness,
+            "contrast": p.contrast, "scale": p.ratio_scale, "crop": p.ratio_crop_pad, "cutout": p.ratio_cutout}
+    assert ours == DSA_PARAMS
+    # aug_mode 'S': one op drawn uniformly per batch from the same six (their order differs, their law does not)
+    assert out["aug_mode"] == "S" and sorted(out["ops"]) == sorted(DSA_DEFAULT_STRATEGY.split("_"))
+
+
+@pytest.mark.parametrize("op", ["scale", "rotate", "flip", "color", "crop", "cutout"])
+def test_dsa_op_outputs_are_ddrankings_for_the_same_draws(peer, op):
+    # The peer draws from the global CPU generator after torch.manual_seed(seed); ddlib from a CPU
+    # generator seeded alike: the same numbers, so the same transform. DD-Ranking's (and MTT's)
+    # scale/rotate sample with align_corners=True, DC's with the default False: the DD-Ranking
+    # presets say align_corners: true.
+    from ddlib.engine.augment import DSAParams, dsa_op
+
+    out = result(peer, "dsa")
+    x = _batch()
+    params = DSAParams(align_corners=True)
+    for seed in DSA_SEEDS:
+        ours = dsa_op(x.clone(), op, _gen(seed), params)
+        assert torch.allclose(ours, out[(op, seed)], atol=1e-5), (op, seed)
+
+
+def test_dsa_presets_of_dd_ranking_sample_as_the_peer(peer):
+    from ddlib.protocols.presets import load_preset
+
+    for name in ("dsa", "dm", "mtt", "datm", "datadam"):
+        (spec,) = [op for op in load_preset(name).augment if "dsa" in op]
+        assert spec["dsa"].get("align_corners") is True, name
+
+
+# --------------------------------------------------------------------------- CutMix, Mixup
+
+
+class _Forced(types.SimpleNamespace):
+    """``torch`` for the mixing module, with ``randint`` returning the given values in order."""
+
+    def __init__(self, values):
+        super().__init__()
+        self._values = iter(values)
+
+    def randint(self, low, high, size=(), generator=None, device=None):
+        return torch.tensor(next(self._values), device=device)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def test_cutmix_is_ddrankings_for_the_same_draws(peer, monkeypatch):
+    # ddranking/aug/cutmix.py (the CutMix authors' rand_bbox, as SRe2L/RDED use it): a box of
+    # int(size * sqrt(1 - lam)) around the centre, cx - cut // 2 to cx + cut // 2 clipped, pasted
+    # from the partner. Forced: lambda, the row and column centres, the reversed batch as partner.
+    from ddlib.engine.augment import create_augment, mixing
+
+    out = result(peer, "cutmix")["images"]
+    x = _batch(6, 32, 1)
+    hook = create_augment([{"cutmix": {"alpha": 1.0}}], mean=(0.0,) * 3, std=(1.0,) * 3, num_classes=10)
+    for (lam, r, c), theirs in zip(CUTMIX_DRAWS, out):
+        monkeypatch.setattr(mixing, "_sample_beta", lambda alpha, g, device, lam=lam: torch.tensor(lam, dtype=torch.float64))
+        monkeypatch.setattr(mixing, "torch", _Forced([r, c]))
+        ours, _ = hook(x.clone(), torch.arange(6), _gen(0))
+        monkeypatch.setattr(mixing, "torch", torch)
+        assert torch.equal(ours, theirs), (lam, r, c)
+
+
+def test_mixup_is_ddrankings_for_the_same_draws(peer, monkeypatch):
+    from ddlib.engine.augment import create_augment, mixing
+
+    out = result(peer, "mixup")["images"]
+    x = _batch(6, 32, 2)
+    hook = create_augment([{"mixup": {"alpha": 0.8}}], mean=(0.0,) * 3, std=(1.0,) * 3, num_classes=10)
+    for lam, theirs in zip(MIXUP_LAMS, out):
+        monkeypatch.setattr(mixing, "_sample_beta", lambda alpha, g, device, lam=lam: torch.tensor(lam, dtype=torch.float64))
+        ours, _ = hook(x.clone(), torch.arange(6), _gen(0))
+        assert torch.allclose(ours, theirs, atol=1e-6), lam
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def test_soft_label_losses_are_ddrankings(peer):
+    # KLDivergenceLoss(temperature, scale_loss), SoftCrossEntropyLoss, MSEGTLoss of ddranking/loss,
+    # on teacher logits (relabelling, soft_label_mode M) and on stored logits (mode S: the set's
+    # soft labels go to the loss as logits; ddlib turns them into rows at the loss's temperature).
+    from ddlib.data.distilled import DistilledSet
+    from ddlib.engine.labels import kl_loss, mse_ce_loss, sce_loss, stored_targets
+
+    out = result(peer, "losses")
+    student, teacher, labels = _logits(0)
+    stored = DistilledSet(torch.zeros(16, 3, 2, 2), labels, 10, soft_labels=teacher)
+    for t in TEMPERATURES:
+        for scale in (False, True):
+            theirs = out[("kl", t, scale)]
+            relabel = kl_loss(t, t_squared=scale, targets_are_logits=True).compute(student, teacher, labels)
+            rows = kl_loss(t, t_squared=scale)(student, stored_targets(stored, temperature=t))
+            assert relabel.item() == pytest.approx(theirs.item(), rel=1e-5)
+            assert rows.item() == pytest.approx(theirs.item(), rel=1e-5)
+        theirs = out[("sce", t)]
+        assert sce_loss(t, targets_are_logits=True).compute(student, teacher, labels).item() == pytest.approx(theirs.item(), rel=1e-5)
+        assert sce_loss(t)(student, stored_targets(stored, temperature=t)).item() == pytest.approx(theirs.item(), rel=1e-5)
+    for mse_w, ce_w in MSE_GT:
+        ours = mse_ce_loss(mse_w, ce_w, targets_are_logits=True).compute(student, teacher, labels)
+        assert ours.item() == pytest.approx(out[("mse_gt", mse_w, ce_w)].item(), rel=1e-5)
+
+
+# --------------------------------------------------------------------------- models
+
+
+@pytest.mark.parametrize("name", list(CONVNETS))
+def test_convnet_variants_forward_as_ddrankings_with_the_same_weights(peer, name):
+    peer_name = CONVNETS[name][0]
+    out = result(peer, "convnet")[peer_name]
+    _, ours = _convnet_inputs()
+    model, x = ours[peer_name]
+    assert out["keys"] == list(model.state_dict())  # loaded strictly: the same layers, names and shapes
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(x), out["eval"], atol=1e-5)
+        model.train()
+        assert torch.allclose(model(x), out["train"], atol=1e-5)
+
+
+# --------------------------------------------------------------------------- scores
+
+
+@pytest.mark.parametrize("w", WEIGHTS)
+def test_lrs_and_ars_arithmetic_is_ddrankings(peer, w):
+    # The peer's compute_metrics with its accuracy helpers replaced by the given accuracies: its own
+    # differences, exponential map and mean/std over runs. Its map has no x100 (ddlib's scores are
+    # on 0-100) and it is fed percent in its code: given fractions, it is ddlib's to the last digit.
+    from ddlib import metrics
+
+    out = result(peer, "scores")
+    hlr = [metrics.hlr(r["real_hard"], r["syn_hard"]) for r in LRS_RUNS]
+    ior_hard = [metrics.ior(r["syn_hard"], r["rdm_hard"]) for r in LRS_RUNS]
+    ior_soft = [metrics.ior(r["syn_any"], r["rdm_any"]) for r in LRS_RUNS]
+    for kind, ior in (("lrs_hard", ior_hard), ("lrs_soft", ior_soft)):
+        theirs = out[(kind, "fraction", w)]
+        lrs_mean, lrs_std = metrics.mean_std([metrics.lrs(h, i, w) for h, i in zip(hlr, ior)])
+        assert metrics.mean_std(hlr) == pytest.approx((theirs["hard_label_recovery_mean"], theirs["hard_label_recovery_std"]), abs=1e-12)
+        assert metrics.mean_std(ior) == pytest.approx((theirs["improvement_over_random_mean"], theirs["improvement_over_random_std"]), abs=1e-12)
+        assert (lrs_mean, lrs_std) == pytest.approx((100 * theirs["label_robust_score_mean"], 100 * theirs["label_robust_score_std"]), abs=1e-9)
+        # the peer's own call (percent accuracies) leaves the score's range: the deviation ddlib names
+        in_percent = out[(kind, "percent", w)]["label_robust_score_mean"]
+        assert not 0.0 <= in_percent <= 1.0
+    aug = [metrics.ior(r["syn_aug"], r["rdm_aug"]) for r in ARS_RUNS]
+    noaug = [metrics.ior(r["syn_noaug"], r["rdm_noaug"]) for r in ARS_RUNS]
+    theirs = out[("ars", "fraction", w)]
+    assert metrics.mean_std(aug) == pytest.approx((theirs["with_aug_scores_mean"], theirs["with_aug_scores_std"]), abs=1e-12)
+    assert metrics.mean_std(noaug) == pytest.approx((theirs["without_aug_scores_mean"], theirs["without_aug_scores_std"]), abs=1e-12)
+    ars = metrics.mean_std([metrics.ars(a, n, w) for a, n in zip(aug, noaug)])
+    assert ars == pytest.approx((100 * theirs["augmentation_robust_score_mean"], 100 * theirs["augmentation_robust_score_std"]), abs=1e-9)
+    assert not math.isnan(out[("ars", "percent", w)]["augmentation_robust_score_mean"])
