@@ -60,6 +60,7 @@ RESULT_KEY_TAG = "ddlib.result_key"
 CLASSES_TAG = "ddlib.num_classes"  # the cell's class count: what "near chance" means (leaderboards' sanity column)
 SANITY_TAG = "ddlib.sanity"  # set where an accuracy that must be well above chance is not (metrics.near_chance)
 PRECISION_TAG = "ddlib.precision"  # the precisions the cell's trainings ran in (fp32, bf16): Recipe.precision resolved
+SET_DIGEST_TAG = "ddlib.set_digest"  # the obtained set's content (ddlib.protocols.common.obtain): in every row key
 # The seed of every cell's validation split: the real-data pool depends on the dataset and the
 # fraction only, never on the preset or method of a cell.
 VALIDATION_SEED = 0
