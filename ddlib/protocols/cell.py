@@ -453,8 +453,9 @@ class Cell:
 
 def hold_out_validation(dataset: Dataset, fraction: float, seed: int = VALIDATION_SEED) -> tuple[Dataset, tuple]:
     """Split a class-stratified validation set off the training set, so that choices such as the
-    learning rate are never made on the test set; everything else in the cell (random baseline,
-    full-data reference, teachers, ZCA) then uses only the remaining training images."""
+    learning rate are never made on the test set; everything else in the cell that is chosen or
+    drawn (random baseline, teachers, ZCA) then uses only the remaining training images (``Cell.unsplit``
+    keeps the whole set: DD-Ranking's full-data reference trains on it)."""
     train_idx, val_idx = stratified_split(dataset.train_labels.numpy(), fraction, seed)
     train_idx, val_idx = torch.from_numpy(train_idx), torch.from_numpy(val_idx)
     kept = replace(dataset, train_images=dataset.train_images[train_idx], train_labels=dataset.train_labels[train_idx],

@@ -172,8 +172,9 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
 def open_protocol_cell(protocol: str, p: dict, run_id: str | None, experiment: str | None) -> Cell:
     """Open the cell's run on its real-data pool: the training set without a class-stratified
     validation split (``val_fraction``, drawn with :data:`VALIDATION_SEED`), held out for every cell
-    whatever its preset, so the full-data reference, the random subsets, teachers and ZCA of one
-    dataset come from the same images in every cell. The pool's identity is tagged (:data:`POOL_TAG`)."""
+    whatever its preset, so the random subsets, teachers and ZCA of one dataset come from the same
+    images in every cell (the full-data reference trains on the whole training set, as DD-Ranking's:
+    :meth:`ddlib.protocols.preset_eval.Evaluator.run_real`). The pool's identity is tagged (:data:`POOL_TAG`)."""
     from ddlib.protocols.teachers import dataset_identity
 
     cell = Cell.open(protocol, p, run_id=run_id, experiment=experiment, val_fraction=p["val_fraction"])
