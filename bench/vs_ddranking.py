@@ -744,7 +744,7 @@ def main(argv=None) -> int:
                               "test_acc_ddlib": results["ours"][args.protocols[0]]["teacher"]["test_acc"]}
 
         # 4. the peer's inputs: the DC tensor as stored (normalised), ddlib's random subset (normalised)
-        from ddlib.methods.select import random_subset
+        from ddlib.methods.select import baseline_subset
 
         dc = torch.load(DC_FILE, map_location="cpu", weights_only=False)
         syn_images, syn_labels = dc["data"][-1]
@@ -752,12 +752,12 @@ def main(argv=None) -> int:
         class_major = bool(torch.equal(syn_labels, torch.arange(10).repeat_interleave(IPC)))
         mean = torch.tensor(ds.mean).view(1, 3, 1, 1)
         std = torch.tensor(ds.std).view(1, 3, 1, 1)
-        rdm = random_subset(ds, IPC, 0)
+        rdm = baseline_subset(ds, IPC, 0)  # ddlib's baseline at baseline_seed 0 (its own stream)
         rdm_images = (rdm.images - mean) / std
         ours_syn = (distilled.images - mean) / std
         results["inputs"] = {"dc_labels_class_major": class_major,
                              "max_abs_diff_dc_tensor_vs_ddlib_loaded": float((ours_syn - syn_images).abs().max()),
-                             "random_subset": "ddlib.methods.select.random_subset(reduced data, ipc 10, seed 0), normalised"}
+                             "random_subset": "ddlib.methods.select.baseline_subset(reduced data, ipc 10, seed 0), normalised"}
         if not class_major:
             raise RuntimeError("the DC set is not stored class-major; the peer would mislabel it")
         tensors = scratch / "peer_inputs.pt"

@@ -380,3 +380,18 @@ def test_to_dict_is_plain_copy_and_round_trips():
                         name="edc", source=p.source)
     assert back == p
     hash(p)  # frozen and hashable (labels / augment are left out of the hash)
+
+
+def test_soft_label_presets_name_their_cosine_and_gvbsm_cites_ddrankings_config():
+    """Issue 22, 2.8: DD-Ranking's evaluator runs every soft-label config with its own 'cosine', which
+    ends at lr / 2 (ddranking/utils/train_and_eval.py get_lr_scheduler); SRe2L, CDA, DWA, D4M and
+    G-VBSM anneal to 0 in their own code. A preset keeping the method's cosine says so where it sets
+    it; and DD-Ranking's eval branch does hold G-VBSM configs (G-VBSM/ImageNet1K/IPC*_Aug.yaml)."""
+    soft_cosine = sorted(n for n in list_presets() if load_preset(n).label_type != "hard"
+                         and load_preset(n).recipe.scheduler == "cosine")
+    assert soft_cosine == ["cda", "d4m", "dwa", "gvbsm", "sre2l"]
+    for name in soft_cosine:
+        text = (PRESETS_DIR / f"{name}.yaml").read_text()
+        assert "Named choice" in text and "ends at lr / 2" in text and "cosine_half" in text, name
+    gvbsm = (PRESETS_DIR / "gvbsm.yaml").read_text()
+    assert "holds no G-VBSM config" not in gvbsm and "G-VBSM/ImageNet1K/IPC{1,10,50}_Aug.yaml" in gvbsm

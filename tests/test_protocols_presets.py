@@ -150,8 +150,13 @@ def test_stored_soft_labels_learned_lr_and_teacher_labels_for_the_random_side(ml
     assert float(final["syn_any"]["recipe.lr"]) == pytest.approx(0.02) and "syn_any" not in searched
     tags = tracking.client().get_run(cell.run_id).data.tags
     assert tags["ddlib.lr.syn_any"] == "seed 0: 0.02 (learned lr shipped with the set (syn_lr))"
-    # ... the random subset and the hard-label accuracies are searched (paper policy)
-    assert searched == {"rdm_any", "syn_hard", "rdm_hard"}
+    # ... the random subset and the distilled set's hard-label accuracy are searched (paper policy);
+    # the random subset's hard-label accuracy enters no score under a soft-label preset: not trained
+    # (issue 22, 2.7: DD-Ranking's soft-label evaluator does not train it either)
+    assert searched == {"rdm_any", "syn_hard"}
+    assert not any(e["role"].startswith("rdm_hard") for e in evals)
+    assert "acc_rdm_hard" not in result.per_seed and list(result.sides.index) == ["syn_hard", "real_hard", "syn_any",
+                                                                                  "rdm_any"]
     # 2. the random side is trained on the teacher's soft labels with the same loss and temperature
     assert final["syn_any"]["loss"] == final["rdm_any"]["loss"] == "stored:sce(temperature=1.0)"
     assert result.sides.loc["rdm_any", "labels"].startswith("teacher logits (convnet), computed once")
@@ -164,6 +169,94 @@ def test_stored_soft_labels_learned_lr_and_teacher_labels_for_the_random_side(ml
     assert (final["syn_any"]["preprocess"] == final["rdm_any"]["preprocess"] == final["syn_hard"]["preprocess"]
             == "zca(eps=0.1, fitted on [0, 1] pixels of the whole training set)")
     assert final["syn_hard"]["augment"].startswith("dsa(") and final["syn_hard"]["loss"] == "ce"
+
+
+# --------------------------------------------------------------------------- issue 22: 2.2, 2.3, 2.4
+
+
+def test_the_random_method_is_never_its_own_baseline(mlflow_store):
+    """The built-in `random` method draws with seed 0; the baselines of seeds 0..4 must not be its set
+    (drawn from the methods' own stream, seed 0's baseline was that very set: IOR 0 by construction),
+    and not any method draw at the evaluation seed either."""
+    from ddlib.methods.select import random_subset
+    from ddlib.protocols.preset_eval import Evaluator
+
+    params = {**TINY, "method": "random", "source": None, "seeds": [0, 1, 2, 3, 4], "lr_policy": "fixed"}
+    cell = label_robust.open_cell(**params)
+    distilled = label_robust.obtain(cell)
+    baselines = Evaluator(cell).random_subsets(distilled.ipc, params["seeds"])
+    again = Evaluator(label_robust.open_cell(**params)).random_subsets(distilled.ipc, params["seeds"])
+    cell.close()
+    method = set(distilled.provenance["indices"])
+    for seed, subset in baselines.items():
+        drawn = set(subset.provenance["indices"])
+        assert drawn != method and drawn != set(random_subset(cell.dataset, 2, seed).provenance["indices"])
+        assert subset.provenance["indices"] == again[seed].provenance["indices"]  # one baseline per seed, every cell
+        assert torch.bincount(subset.labels, minlength=10).tolist() == [2] * 10
+    assert len({tuple(s.provenance["indices"]) for s in baselines.values()}) == 5
+
+
+def test_the_presets_teacher_recipe_applies_and_the_grid_overrides_it(mlflow_store, tmp_path):
+    """A preset's labels.teacher.recipe is how its teachers train; a key the grid's teacher_recipe
+    names wins over it; the teacher run (its key holds the recipe) and the cell's tag say so."""
+    import yaml
+
+    from ddlib.protocols.preset_eval import Evaluator, resolve_preset
+
+    data = yaml.safe_load((ROOT / "params/methods/datm.yaml").read_text())
+    data["labels"]["teacher"]["recipe"] = {"epochs": 5, "lr": 0.05, "batch_size": 64}
+    path = tmp_path / "datm_teacher.yaml"
+    path.write_text(yaml.safe_dump(data))
+    preset = resolve_preset(str(path))
+    cell = label_robust.open_cell(**{**TINY, "teacher_recipe": {"epochs": 1}}, seeds=[0], preset=str(path))
+    cell.progress = False
+    Evaluator(cell)._teacher_hook(preset)
+    cell.close()
+    (teacher,) = tracking.runs("teachers").to_dict("records")
+    assert (teacher["params.recipe.epochs"], teacher["params.recipe.lr"], teacher["params.recipe.batch_size"]) == (
+        "1", "0.05", "64")
+    assert "lr=0.05 (preset" in tracking.client().get_run(cell.run_id).data.tags["ddlib.teacher_recipe"]
+    from ddlib.protocols.preset_eval import teacher_recipe
+
+    recipe, note = teacher_recipe(preset, {"epochs": 1})
+    assert (recipe.epochs, recipe.lr, recipe.batch_size) == (1, 0.05, 64)
+    assert "epochs=1 (grid teacher_recipe, over the preset)" in note and "lr=0.05 (preset datm_teacher" in note
+    assert teacher_recipe(preset, {})[0].epochs == 5 and teacher_recipe(None, {"lr": 0.2})[0].lr == 0.2
+
+
+def test_the_full_data_reference_trains_on_the_whole_training_set(mlflow_store):
+    """DD-Ranking's acc_real_hard trains on its dst_train, the whole training set: the validation
+    split, on which nothing of that side is chosen, is part of it."""
+    cell, result = _run(label_robust, **TINY, seeds=[0], lr_policy="fixed")
+    (real,) = [e for e in _evals("label_robust") if e["role"] == "real_hard"]
+    held = len(cell.validation[1])
+    assert held == 136 and int(real["train_size"]) == len(cell.unsplit.train_labels) == len(cell.dataset.train_labels) + held
+    assert result.sides.loc["real_hard", "set"].startswith(f"the whole real training set ({int(real['train_size'])} images")
+
+
+def test_a_builtin_method_that_makes_another_set_never_pools_with_its_old_cells(mlflow_store, monkeypatch):
+    """Issue 22, 2.6: the cell's config (the runner's skip key) is known before its set exists; the
+    obtained set's digest is tagged once it does and splits the leaderboard row, so a built-in method
+    whose code came to produce another set (as when K-Center became k-means) gets a row of its own."""
+    from ddlib.methods import select, sources
+    from ddlib.protocols.cell import cell_tags
+
+    params = {**TINY, "method": "random", "source": None, "seeds": [0], "lr_policy": "fixed"}
+    old, _ = _run(label_robust, **params)
+    draw = select.random_subset
+    monkeypatch.setattr(select, "random_subset", lambda dataset, ipc, seed=0: draw(dataset, ipc, seed + 1))
+    new, _ = _run(label_robust, **params)
+    tags = [tracking.client().get_run(c.run_id).data.tags for c in (old, new)]
+    assert tags[0][TAG["config"]] == tags[1][TAG["config"]]  # the same config ...
+    assert tags[0]["ddlib.set_digest"] != tags[1]["ddlib.set_digest"]  # ... another set
+    board = report.lrs_leaderboard()
+    assert len(board) == 2 and (board["seeds"] == 1).all() and board["set"].nunique() == 2
+    # a kind whose output changed says so in the config key (kcenter: 2), so reruns recompute it
+    kcenter = label_robust.validate({**params, "method": "kcenter"})
+    bumped = cell_tags("label_robust", kcenter)[TAG["config"]]
+    monkeypatch.setattr(sources, "BUILTIN_REVISIONS", {})
+    assert cell_tags("label_robust", kcenter)[TAG["config"]] != bumped
+    assert cell_tags("label_robust", label_robust.validate(params))[TAG["config"]] == tags[0][TAG["config"]]
 
 
 # --------------------------------------------------------------------------- item 5: the policy, side by side

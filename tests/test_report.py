@@ -148,6 +148,45 @@ def test_leaderboards_group_tied_methods(store):
     assert ars.loc["dm", "ars_mean"] == pytest.approx(expected)
 
 
+def test_every_board_keys_its_rows_by_precision_and_set(mlflow_store):
+    """Issue 22, 2.5 and 2.6: a row never pools seeds trained in two precisions (bf16 on one machine,
+    fp32 on another: newest won per seed) or cells that obtained two different sets (a built-in
+    method whose code changed); DD-Ranking, DC-Bench and BEARD boards alike."""
+    from ddlib.protocols import adversarial, compression
+    from ddlib.protocols.cell import PRECISION_TAG
+    from ddlib.report import beard, dcbench, ddranking
+
+    SET_DIGEST_TAG = "ddlib.set_digest"  # what ddlib.protocols.common.obtain tags
+
+    tracking.init_store()
+    cases = {
+        "label_robust": (label_robust.validate({"method": "dm", "ipc": 1, "seeds": [0]}),
+                         {"acc_syn_hard": 0.5, "acc_real_hard": 0.9, "acc_syn_any": 0.5, "acc_rdm_any": 0.3},
+                         lambda: ddranking.lrs_leaderboard()),
+        "compression": (compression.validate({"method": "dm", "ipc": 1, "seeds": [0]}),
+                        {"acc_set": 0.5, "acc_full": 0.9, "relative": 0.55}, lambda: dcbench.compression_leaderboard()),
+        "adversarial": (adversarial.validate({"method": "dm", "ipc": 1, "seeds": [0], "attacks": ["fgsm"]}),
+                        {"clean_acc": 0.5, "clean_seconds": 1.0, "fgsm.robust_acc": 0.2, "fgsm.attack_seconds": 2.0},
+                        lambda: beard.robustness_leaderboard()),
+    }
+    for protocol, (params, values, board) in cases.items():
+        tracker = Tracker(protocol)
+        for precision, digest, shift in (("fp32", "set-a", 0.0), ("fp32", "set-a", 0.01), ("bf16", "set-a", 0.02),
+                                         ("fp32", "set-b", 0.03)):
+            run_id = tracker.start_run("cell", params=params, tags={**default_tags(protocol), **cell_tags(protocol, params),
+                                                                  PRECISION_TAG: precision, SET_DIGEST_TAG: digest})
+            tracker.log_metrics(run_id, {k: v + shift for k, v in values.items()}, step=0)
+            tracker.end_run(run_id)
+        rows = board()
+        assert len(rows) == 3 and (rows["seeds"] == 1).all(), protocol  # the two fp32 set-a cells: one row
+        first = sorted(values)[0]
+        found = {(r["precision"], r["set"]): r[f"{first}_mean"] for _, r in rows.iterrows()}
+        assert found == pytest.approx({("fp32", "set-a"): values[first] + 0.01, ("bf16", "set-a"): values[first] + 0.02,
+                                       ("fp32", "set-b"): values[first] + 0.03}), protocol
+    # the set is shown only where two rows differ by it alone; the precision always
+    assert "precision" in format_leaderboard(ddranking.lrs_leaderboard()).columns
+
+
 # --------------------------------------------------------------------------- the report card
 
 

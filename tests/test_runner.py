@@ -125,8 +125,11 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
     ok_files = {a.path for a in client.list_artifacts(ok.info.run_id)}
     assert {"config.json", "images", "sets"} <= ok_files
     evals = client.search_runs([exp.experiment_id], filter_string=f"tags.`{TAG['kind']}` = 'eval'")
-    # random method: syn and rdm are the same subset, so one evaluation serves both; plus real
-    assert sorted(r.data.tags[TAG["role"]] for r in evals) == ["real_hard", "syn_hard"]
+    # random method: the baseline comes from a stream of its own, so it is never the method's own
+    # subset (issue 22; it was, and one evaluation served both with IOR 0 by construction); plus real
+    assert sorted(r.data.tags[TAG["role"]] for r in evals) == ["rdm_hard", "real_hard", "syn_hard"]
+    digests = {r.data.tags[TAG["role"]]: r.data.params["train_digest"] for r in evals}
+    assert digests["rdm_hard"] != digests["syn_hard"]
     assert all(r.data.tags["mlflow.parentRunId"] == ok.info.run_id for r in evals)
     assert len(client.get_metric_history(evals[0].info.run_id, "train_loss")) in (1, 2)
 
@@ -141,7 +144,6 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
     board = report.lrs_leaderboard()
     assert list(board["method"]) == ["random"]
     row = board.iloc[0]
-    assert row["ior_mean"] == 0.0  # random vs its own random baseline
     assert 0 <= row["lrs_mean"] <= 100
     assert cli_main(["summary"]) == 0
     out = capsys.readouterr().out
@@ -168,8 +170,8 @@ def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path)
     again = label_robust.evaluate(cell2, label_robust.obtain(cell2))
     cell2.close()
     assert again.per_seed.equals(result.per_seed)
-    # 2 seeds x (syn, real) + seed 1's random subset (seed 0's is the random method's set itself)
-    assert len(client.search_runs([run.info.experiment_id], f"tags.`{TAG['kind']}` = 'eval'")) == 5
+    # 2 seeds x (syn, rdm, real): the baselines never are the random method's set (issue 22)
+    assert len(client.search_runs([run.info.experiment_id], f"tags.`{TAG['kind']}` = 'eval'")) == 6
 
     bad_file = tmp_path / "nan.pt"
     torch.save({"images": torch.full((10, 1, 8, 8), float("nan")), "labels": torch.arange(10)}, bad_file)

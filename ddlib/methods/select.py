@@ -28,7 +28,7 @@ from ddlib.engine.device import generator, resolve_device
 from ddlib.data.distilled import DistilledSet
 from ddlib.engine.train import Normalize, Recipe, as_pixels, train_and_evaluate
 
-__all__ = ["random_subset", "kcenter_subset", "kcenter_greedy_subset", "subset_from_indices",
+__all__ = ["random_subset", "baseline_subset", "BASELINE_STREAM", "kcenter_subset", "kcenter_greedy_subset", "subset_from_indices",
            "farthest_point_indices", "kmeans_nearest_indices", "feature_model_name", "KMEANS_MAX_ITER"]
 
 KMEANS_MAX_ITER = 300  # DC-Bench: scikit-learn's KMeans, up to 300 iterations
@@ -62,6 +62,34 @@ def random_subset(dataset: Dataset, ipc: int, seed: int = 0) -> DistilledSet:
         idx = torch.nonzero(dataset.train_labels == c).flatten()
         chosen.append(idx[torch.randperm(len(idx), generator=g)[:ipc]])
     return subset_from_indices(dataset, torch.cat(chosen), "random", {"seed": seed, "ipc": ipc})
+
+
+# The spawn key of the random baselines' stream (numpy SeedSequence): see baseline_subset.
+BASELINE_STREAM = 0xBA5E
+
+
+def baseline_subset(dataset: Dataset, ipc: int, seed: int) -> DistilledSet:
+    """The random baseline of evaluation seed ``seed`` (DD-Ranking's random subset): ``ipc`` real
+    training images per class, drawn from a stream of its own, disjoint from every method's draws.
+
+    Why its own stream: methods draw with torch's generator seeded by their ``seed`` (the ``random``
+    method, DM's real-image start), and torch's CPU generator keeps only the low 32 bits of a seed, so
+    no offset of the seed gives a different stream. Drawn with torch at the evaluation seed, the
+    built-in ``random`` method (seed 0) was evaluation seed 0's baseline itself, and its seed-0 IOR
+    was 0 by construction. The baselines draw instead from numpy's PCG64 under a SeedSequence with
+    spawn key :data:`BASELINE_STREAM` (numpy's mechanism for independent streams), which no method
+    uses: the same seed gives the same baseline in every cell and process, and a method's set is
+    a baseline only by the chance of two independent uniform draws coinciding."""
+    import numpy as np
+
+    _check_ipc(dataset, ipc)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(seed), spawn_key=(BASELINE_STREAM,))))
+    chosen = []
+    for c in range(dataset.num_classes):
+        idx = torch.nonzero(dataset.train_labels == c).flatten()
+        chosen.append(idx[torch.from_numpy(rng.permutation(len(idx))[:ipc])])
+    return subset_from_indices(dataset, torch.cat(chosen), "random",
+                               {"seed": seed, "ipc": ipc, "stream": f"baseline (SeedSequence spawn key {BASELINE_STREAM:#x})"})
 
 
 def farthest_point_indices(features: torch.Tensor, k: int) -> torch.Tensor:

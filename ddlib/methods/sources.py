@@ -34,7 +34,7 @@ from ddlib.data.datasets import Dataset
 from ddlib.data.distilled import DistilledSet, DistilledSetError, load
 from ddlib.shown import shown
 
-__all__ = ["SOURCE_KINDS", "MODEL_KINDS", "BUILTIN_SOURCES", "resolve_source", "validate_source", "obtain_set", "full_set",
+__all__ = ["SOURCE_KINDS", "MODEL_KINDS", "BUILTIN_SOURCES", "BUILTIN_REVISIONS", "builtin_revision", "resolve_source", "validate_source", "obtain_set", "full_set",
            "source_path", "load_file_source"]
 
 # kind -> allowed keys (besides "kind") with their expected types
@@ -49,7 +49,25 @@ SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
     "full": {},
     "checkpoint": {"path": str, "model": str, "expected_accuracy": (int, float), "accuracy_tolerance": (int, float)},
 }
-MODEL_KINDS = ("checkpoint",)  # sources that are trained models, not sets: no set to obtain
+# What each kind that *makes* a set (no file to digest) produces, in the config key of its cells
+# (ddlib.protocols.cell.cell_tags): bump a kind's entry whenever the set it produces changes, so a
+# rerun recomputes its cells instead of skipping them. A kind at revision 1 (absent) adds nothing to
+# the key. kcenter 2: DC-Bench's k-means selection with fp32 features (keys before it were unchanged).
+# Rows are split by the obtained set's digest as well (ddlib.protocols.common.obtain), bumped or not.
+BUILTIN_REVISIONS: dict[str, int] = {"kcenter": 2}
+MODEL_KINDS = ("checkpoint",)
+
+
+def builtin_revision(spec: dict) -> str | None:
+    """The revisions of what a set-making source runs (DM from K-Center images runs K-Center too),
+    as text for the config key; None where every one is at revision 1 (file sources: their digest)."""
+    kind = spec.get("kind")
+    parts = {kind: BUILTIN_REVISIONS.get(kind, 1)}
+    if kind == "dm" and spec.get("init") == "kcenter":
+        parts["kcenter"] = BUILTIN_REVISIONS.get("kcenter", 1)
+    if all(v == 1 for v in parts.values()):
+        return None
+    return ", ".join(f"{k} revision {v}" for k, v in parts.items())  # sources that are trained models, not sets: no set to obtain
 BUILTIN_SOURCES = {"random": {"kind": "random"}, "kcenter": {"kind": "kcenter"},
                    "kcenter_greedy": {"kind": "kcenter_greedy"}, "dm": {"kind": "dm"}, "full": {"kind": "full"}}
 

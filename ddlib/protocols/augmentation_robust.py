@@ -8,7 +8,10 @@ teacher (:mod:`ddlib.protocols.preset_eval`). Learning rates follow ``lr_policy`
 the distilled set trains at the method's own (or shipped, learned) lr and the random subset is
 searched; a hard-label preset's accuracies are hard-label accuracies, searched for both sides.
 IOR_aug = acc_syn_aug - acc_rdm_aug, IOR_noaug = acc_syn_noaug - acc_rdm_noaug,
-ARS(IOR_aug, IOR_noaug, gamma); mean +- std over seeds.
+ARS(IOR_aug, IOR_noaug, gamma); mean +- std over seeds. Every preset trains the same four sides per
+seed (syn_aug, rdm_aug, syn_noaug, rdm_noaug): each enters the score. The random subsets come from the
+baselines' own stream (:func:`ddlib.methods.select.baseline_subset`), disjoint from every method's
+draws, so the ``random`` method is never its own baseline.
 
 ZCA (presets with ``zca: true``: MTT, DATM) is the dataset's one whitening, fitted as MTT, DATM and
 DD-Ranking fit theirs (kornia's ``ZCAWhitening(eps=0.1)`` on the whole training set's [0, 1]
@@ -36,10 +39,11 @@ PROTOCOL = "augmentation_robust"
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
 # 2: per-seed random subsets, teacher labels for the random side of stored-soft-label presets,
 # learned lr, lr_policy, one real-data pool, ZCA-space sets, the preset's student model.
-# 3: trainings default to precision auto (bf16 where the device computes it natively)
+# 3: trainings default to precision auto (bf16 where the device computes it natively).
 # 4: as DD-Ranking's code (tests/test_conformance_ddranking.py): ZCA fitted on [0, 1] pixels of the whole
 # training set, in place of normalisation; the presets' DSA resamples with align_corners=True; CutMix's box
-# is the CutMix authors' rand_bbox.
+# is the CutMix authors' rand_bbox; random baselines from their own stream (no longer the `random`
+# method's draw at seed 0); the preset's labels.teacher.recipe applied.
 REVISION = 4
 
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).

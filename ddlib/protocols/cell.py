@@ -60,6 +60,7 @@ RESULT_KEY_TAG = "ddlib.result_key"
 CLASSES_TAG = "ddlib.num_classes"  # the cell's class count: what "near chance" means (leaderboards' sanity column)
 SANITY_TAG = "ddlib.sanity"  # set where an accuracy that must be well above chance is not (metrics.near_chance)
 PRECISION_TAG = "ddlib.precision"  # the precisions the cell's trainings ran in (fp32, bf16): Recipe.precision resolved
+SET_DIGEST_TAG = "ddlib.set_digest"  # the obtained set's content (ddlib.protocols.common.obtain): in every row key
 # The seed of every cell's validation split: the real-data pool depends on the dataset and the
 # fraction only, never on the preset or method of a cell.
 VALIDATION_SEED = 0
@@ -464,9 +465,10 @@ class Cell:
 
 def hold_out_validation(dataset: Dataset, fraction: float, seed: int = VALIDATION_SEED) -> tuple[Dataset, tuple]:
     """Split a class-stratified validation set off the training set, so that choices such as the
-    learning rate are never made on the test set; everything else in the cell (random baseline,
-    full-data reference, teachers) then uses only the remaining training images. The ZCA whitening
-    is fitted on the whole training set, as the peers fit it (:meth:`Cell.zca`)."""
+    learning rate are never made on the test set; everything else in the cell that is chosen or
+    drawn (random baseline, teachers) then uses only the remaining training images. ``Cell.unsplit``
+    keeps the whole set: DD-Ranking's full-data reference trains on it, and the ZCA whitening is
+    fitted on it, as the peers fit theirs (:meth:`Cell.zca`)."""
     train_idx, val_idx = stratified_split(dataset.train_labels.numpy(), fraction, seed)
     train_idx, val_idx = torch.from_numpy(train_idx), torch.from_numpy(val_idx)
     kept = replace(dataset, train_images=dataset.train_images[train_idx], train_labels=dataset.train_labels[train_idx],

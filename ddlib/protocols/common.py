@@ -10,7 +10,8 @@ from pathlib import Path
 from ddlib.data.datasets import list_datasets
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
-from ddlib.protocols.cell import VALIDATION_SEED, Cell
+from ddlib.data.digest import tensor_digest
+from ddlib.protocols.cell import SET_DIGEST_TAG, VALIDATION_SEED, Cell
 from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SEARCHES, LR_SELECT, resolve_preset
 from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source
 from ddlib.engine.train import Recipe
@@ -129,8 +130,10 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
     """:func:`validate_set_params`, then the preset parameters of the DD-Ranking protocols; a null
     ``model`` becomes the preset's student (else ``convnet``)."""
     p = validate_set_params(protocol, defaults, params)
-    if p["baseline_seed"] is not None and (not isinstance(p["baseline_seed"], int) or isinstance(p["baseline_seed"], bool)):
-        raise ValueError(f"baseline_seed must be null (the evaluation seed) or an integer, got {p['baseline_seed']!r}")
+    if p["baseline_seed"] is not None and (not isinstance(p["baseline_seed"], int) or isinstance(p["baseline_seed"], bool)
+                                           or not 0 <= p["baseline_seed"] <= MAX_SEED):
+        raise ValueError(f"baseline_seed must be null (the evaluation seed) or an integer in 0..{MAX_SEED}, "
+                         f"got {p['baseline_seed']!r}")
     if p["preset_epochs"] is not None and not positive_int(p["preset_epochs"]):
         raise ValueError(f"preset_epochs must be null or a positive integer, got {p['preset_epochs']!r}")
     preset = None
@@ -169,8 +172,10 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
 def open_protocol_cell(protocol: str, p: dict, run_id: str | None, experiment: str | None) -> Cell:
     """Open the cell's run on its real-data pool: the training set without a class-stratified
     validation split (``val_fraction``, drawn with :data:`VALIDATION_SEED`), held out for every cell
-    whatever its preset, so the full-data reference, the random subsets and teachers of one dataset
-    come from the same images in every cell (the ZCA is fitted on the whole training set, as the peers do). The pool's identity is tagged (:data:`POOL_TAG`)."""
+    whatever its preset, so the random subsets and teachers of one dataset come from the same images
+    in every cell (the full-data reference trains on the whole training set, as DD-Ranking's:
+    :meth:`ddlib.protocols.preset_eval.Evaluator.run_real`; the ZCA is fitted on it too, as the peers
+    fit theirs). The pool's identity is tagged (:data:`POOL_TAG`)."""
     from ddlib.protocols.teachers import dataset_identity
 
     cell = Cell.open(protocol, p, run_id=run_id, experiment=experiment, val_fraction=p["val_fraction"])
@@ -184,16 +189,34 @@ def open_protocol_cell(protocol: str, p: dict, run_id: str | None, experiment: s
     return cell
 
 
+def set_digest(distilled: DistilledSet) -> str:
+    """What a set is, for the keys: its images, labels, soft labels and learned lr."""
+    import torch
+
+    lr = None if distilled.learned_lr is None else torch.tensor(float(distilled.learned_lr), dtype=torch.float64)
+    return tensor_digest(distilled.images, distilled.labels, distilled.soft_labels, lr)
+
+
 def obtain(cell: Cell) -> DistilledSet:
     """The cell's distilled set (made or loaded), as pixels, logged as an image grid. A set stored in
     ZCA space (``zca_space``) is turned back into pixels with the cell's one ZCA (:meth:`Cell.zca`, fitted
-    as MTT/DATM/DD-Ranking fit theirs), so a preset with ``zca: true`` feeds the student the stored values."""
+    as MTT/DATM/DD-Ranking fit theirs), so a preset with ``zca: true`` feeds the student the stored values.
+
+    The set's digest (:func:`set_digest`, of the set as trained on) is tagged on the cell
+    (:data:`~ddlib.protocols.cell.SET_DIGEST_TAG`) and is part of every leaderboard row's key: the
+    cell's config key, which the runner skips FINISHED cells by, is computed before the set exists, so
+    a built-in method (random, kcenter, dm) whose code came to produce another set would otherwise be
+    pooled with its old cells. Every evaluation is keyed by its training tensors already, so nothing
+    trained on one set is reused for another; and a change of what a built-in kind produces bumps
+    its entry of :data:`ddlib.methods.sources.BUILTIN_REVISIONS`, part of the config key, so a rerun
+    recomputes such cells instead of skipping them."""
     p = cell.params
     with cell.guard():
         distilled = obtain_set(p["method"], p["source"], cell.dataset, p["ipc"], device=cell.device,
                                progress=cell.progress)
         if distilled.zca_space:
             distilled = _from_zca_space(cell, distilled)
+        cell.tracker.set_tags(cell.run_id, {SET_DIGEST_TAG: set_digest(distilled)})
         cell.log_set(distilled, "distilled")
     return distilled
 

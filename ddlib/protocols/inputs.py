@@ -46,8 +46,16 @@ def input_files(params: dict) -> dict[str, list[Path]]:
 
 
 def input_digests(params: dict) -> dict[str, list[str]]:
-    """Content digests of :func:`input_files` (``"missing"`` for a file that is not there)."""
-    return {key: [file_digest(path) for path in paths] for key, paths in input_files(params).items()}
+    """Content digests of :func:`input_files` (``"missing"`` for a file that is not there); for a
+    source that makes its set (random, kcenter, dm), what it runs where a revision is past 1
+    (:func:`ddlib.methods.sources.builtin_revision`)."""
+    from ddlib.methods.sources import builtin_revision
+
+    digests = {key: [file_digest(path) for path in paths] for key, paths in input_files(params).items()}
+    revision = builtin_revision(params.get("source") or {}) if "source" not in digests else None
+    if revision:
+        digests["source"] = [revision]
+    return digests
 
 
 def check_inputs(params: dict, run_code: bool = True) -> list[str]:

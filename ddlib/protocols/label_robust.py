@@ -8,13 +8,22 @@ and ``soft_label.py``):
   evaluation with hard labels: its recipe, augmentation (DSA for DSA/DM/MTT/DataDAM/DATM; no CutMix
   where the preset says ``use_aug_for_hard: false``), ZCA and student model; without one, the grid's
   ``recipe`` and ``model`` and no augmentation.
-* **Full-data reference** (acc_real_hard): the real training pool, hard labels, ``real_recipe``, no
-  augmentation, never searched (DD-Ranking's fixed ``REAL_DATA_TRAINING_CONFIG``). It depends only
-  on the dataset, pool, model and recipe: identical in every cell that shares them, whatever the preset.
+* **Full-data reference** (acc_real_hard): the whole real training set, the validation split
+  included (DD-Ranking trains it on its ``dst_train``, the whole training set; nothing of this side
+  is chosen on the validation split: its lr is never searched), hard labels, ``real_recipe``, no
+  augmentation (DD-Ranking's fixed ``REAL_DATA_TRAINING_CONFIG``). It depends only on the dataset,
+  model and recipe: identical in every cell that shares them, whatever the preset.
 * **"Any" side**: the distilled set (acc_syn_any) and the random subset (acc_rdm_any) under the
   method's own evaluation (its labels, loss, teachers, augmentation, ZCA). For a hard-label preset,
   and without a preset, it *is* the hard-label side: HLR and IOR come from one accuracy, as in
   DD-Ranking's hard-label evaluator.
+* **What is trained**: only what a score needs. Without a preset or with a hard-label preset:
+  syn_hard, rdm_hard (= the "any" side) and real_hard. With a soft-label preset (stored or teacher
+  labels): syn_hard, real_hard, syn_any and rdm_any; the random subset's hard-label accuracy enters
+  no score there and is not trained (DD-Ranking's soft-label evaluator does not train it either), so
+  ``acc_rdm_hard`` is absent from those cells.
+* **Random subsets** come from the baselines' own stream (:func:`ddlib.methods.select.baseline_subset`),
+  disjoint from every method's draws, so the ``random`` method is never its own baseline.
 * Learning rates: ``lr_policy`` (:mod:`ddlib.protocols.preset_eval`); DD-Ranking's ``paper``
   searches every hard-label accuracy and the random subset, and trains the distilled set at the
   method's own (or learned, shipped) lr under its own evaluation.
@@ -53,10 +62,12 @@ PROTOCOL = "label_robust"
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
 # 2: hard side under the preset's evaluation, per-seed random subsets, teacher labels for the random
 # side of stored-soft-label presets, learned lr, lr_policy, one real-data pool, ZCA-space sets.
-# 3: trainings default to precision auto (bf16 where the device computes it natively)
+# 3: trainings default to precision auto (bf16 where the device computes it natively).
 # 4: as DD-Ranking's code (tests/test_conformance_ddranking.py): ZCA fitted on [0, 1] pixels of the whole
 # training set, in place of normalisation; the presets' DSA resamples with align_corners=True; CutMix's box
-# is the CutMix authors' rand_bbox.
+# is the CutMix authors' rand_bbox; random baselines from their own stream (no longer the `random`
+# method's draw at seed 0); the preset's labels.teacher.recipe applied; the full-data reference on the
+# whole training set; no rdm_hard side under soft-label presets.
 REVISION = 4
 
 # The notebook's parameters cell holds exactly these names (plus run_id and experiment).
@@ -105,19 +116,22 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
         rdm_sets = ev.random_subsets(distilled.ipc, seeds)
         hard = ev.hard_setting(recipe)
         syn = ev.run("syn_hard", "syn", syn_sets, hard, seeds, "distilled")
-        rdm = ev.run("rdm_hard", "rdm", rdm_sets, hard, seeds, "random subset")
+        hard_only = ev.preset is None or ev.preset.label_type == "hard"
+        # the random subset's hard-label accuracy is a score's input only where it is the "any" side
+        rdm = ev.run("rdm_hard", "rdm", rdm_sets, hard, seeds, "random subset") if hard_only else None
         real = ev.run_real("real_hard", real_recipe, seeds)
-        if ev.preset is None or ev.preset.label_type == "hard":
+        if hard_only:
             syn_any, rdm_any = syn, rdm  # one accuracy under the method's own (hard-label) evaluation
         else:
             own = ev.own_setting()
             syn_any = ev.run("syn_any", "syn", syn_sets, own, seeds, "distilled")
             rdm_any = ev.run("rdm_any", "rdm", rdm_sets, own, seeds, "random subset")
         rows = []
-        for s, r, f, sa, ra in zip(syn, rdm, real, syn_any, rdm_any):
+        for k, (s, f, sa, ra) in enumerate(zip(syn, real, syn_any, rdm_any)):
             h = metrics.hlr(f.accuracy, s.accuracy)
             i = metrics.ior(sa.accuracy, ra.accuracy)
-            rows.append({"seed": s.seed, "acc_syn_hard": s.accuracy, "acc_rdm_hard": r.accuracy,
+            rows.append({"seed": s.seed, "acc_syn_hard": s.accuracy,
+                         **({"acc_rdm_hard": rdm[k].accuracy} if rdm is not None else {}),
                          "acc_real_hard": f.accuracy, "acc_syn_any": sa.accuracy, "acc_rdm_any": ra.accuracy,
                          "hlr": h, "ior": i, "lrs": metrics.lrs(h, i, p["w"])})
         per_seed, summary = cell.record_per_seed(rows)

@@ -55,9 +55,17 @@ Less work for the same numbers:
   measures how often); cells that use it are tagged ``ddlib.lr_search: halving`` and form their own
   leaderboard rows.
 
-Random subsets: one per evaluation seed, drawn with that seed (DD-Ranking draws a new subset per
-evaluation run), so every method gets the same subset at a given seed; ``baseline_seed`` fixes one
-subset for every seed instead.
+Random subsets: one per evaluation seed (DD-Ranking draws a new subset per evaluation run), so
+every method gets the same subset at a given seed; ``baseline_seed`` fixes one subset for every seed
+instead. They come from a stream of their own (:func:`ddlib.methods.select.baseline_subset`), never
+from the torch generator the methods draw with: drawn there at the evaluation seed, the built-in
+``random`` method (seed 0) *was* seed 0's baseline, and its seed-0 IOR was 0 by construction.
+
+Teachers (stored and online soft labels) train on the real-data pool with the preset's
+``labels.teacher.recipe`` where it gives one, the grid's ``teacher_recipe`` overriding it key by key
+(the grid wins where it names a key; :func:`teacher_recipe`; tag ``ddlib.teacher_recipe`` says where
+each value came from). Teachers are keyed by the recipe they trained with, and every evaluation by the
+teachers' weights.
 """
 
 from __future__ import annotations
@@ -75,12 +83,12 @@ from ddlib.data.digest import tensor_digest
 from ddlib.data.distilled import DistilledSet
 from ddlib.engine.augment.zca import ZCA_NAME
 from ddlib.engine.train import Recipe
-from ddlib.methods.select import random_subset
+from ddlib.methods.select import baseline_subset
 from ddlib.protocols.cell import Cell, Evaluation
 from ddlib.protocols.presets import Preset, load_preset
 
 __all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "LR_SEARCHES", "DEFAULT_MODEL", "halving_rungs", "pick_lr", "resolve_preset", "Setting", "LrPlan",
-           "lr_plan", "Evaluator"]
+           "lr_plan", "teacher_recipe", "Evaluator"]
 
 LR_GRID = [0.001, 0.005, 0.01, 0.05, 0.1]  # DD-Ranking's grid (soft_label.py, hard_label.py, aug_robust.py)
 LR_SELECT = ("validation", "test")
@@ -94,6 +102,17 @@ def resolve_preset(spec) -> Preset | None:
     if spec is None:
         return None
     return load_preset(spec)
+
+
+def teacher_recipe(preset: Preset | None, grid: dict) -> tuple[Recipe, str]:
+    """How the teachers train: the preset's ``labels.teacher.recipe`` overrides, then the grid's
+    ``teacher_recipe`` overrides over those (the grid wins for every key it names), on the Recipe
+    defaults (DC's recipe). Returns the recipe and a note saying where each overridden key came from."""
+    own = dict((preset.teacher or {}).get("recipe") or {}) if preset is not None else {}
+    recipe = Recipe.from_dict({**own, **grid})
+    where = [f"{k}={v} (grid teacher_recipe{', over the preset' if k in own else ''})" for k, v in grid.items()]
+    where += [f"{k}={v} (preset {preset.name} labels.teacher.recipe)" for k, v in own.items() if k not in grid]
+    return recipe, "; ".join(where) + ("; " if where else "") + "every other key: the Recipe defaults (DC's recipe)"
 
 
 @dataclass
@@ -163,7 +182,7 @@ class Evaluator:
         self.split = "val" if p["lr_select"] == "validation" else "test"
         self.grid = [float(v) for v in p["lr_grid"]]
         self.epochs = p["preset_epochs"]
-        self.teacher_recipe = Recipe.from_dict(p["teacher_recipe"])
+        self.teacher_recipe, self.teacher_recipe_note = teacher_recipe(self.preset, p["teacher_recipe"])
         self.checkpoints = p["teacher_checkpoints"]
         self.search_mode = p.get("lr_search", "full")
         self.searches = {"run": 0, "reused": 0}  # lr searches of this cell: run here, reused from another cell
@@ -207,14 +226,15 @@ class Evaluator:
     # ------------------------------------------------------------------ sets
 
     def random_subsets(self, ipc: int, seeds: Sequence[int]) -> dict[int, DistilledSet]:
-        """The random subset of each evaluation seed (``baseline_seed``: one subset for all), logged once each."""
+        """The random subset of each evaluation seed (``baseline_seed``: one subset for all), logged once
+        each; drawn from the baselines' own stream (:func:`ddlib.methods.select.baseline_subset`)."""
         fixed = self.cell.params["baseline_seed"]
         cache = self.cell.cache.setdefault("random_subsets", {})
         out = {}
         for seed in seeds:
             draw = seed if fixed is None else fixed
             if (ipc, draw) not in cache:
-                cache[(ipc, draw)] = random_subset(self.cell.dataset, ipc, draw)
+                cache[(ipc, draw)] = baseline_subset(self.cell.dataset, ipc, draw)
                 self.cell.log_set(cache[(ipc, draw)], f"random_baseline_seed{draw}")
             out[seed] = cache[(ipc, draw)]
         return out
@@ -231,6 +251,8 @@ class Evaluator:
         key = ("teachers", tuple(archs), self.teacher_recipe, tuple(checkpoints or ()), repr(preset.loss))
         cell = self.cell
         if key not in cell.cache:
+            if checkpoints is None:
+                cell.tracker.set_tags(cell.run_id, {"ddlib.teacher_recipe": self.teacher_recipe_note[:4900]})
             teachers = []
             for seed, arch in enumerate(archs):  # one seed (or checkpoint) per ensemble member
                 teachers += get_teachers(cell.dataset, arch, 1, self.teacher_recipe, seeds=[seed], device=cell.device,
@@ -374,11 +396,15 @@ class Evaluator:
                                                      f"{self.searches['reused']} reused from other cells"})
 
     def run_real(self, role: str, recipe: Recipe, seeds: Sequence[int]) -> list[Evaluation]:
-        """The full-data reference: the whole training pool, hard labels, ``recipe``, never searched."""
-        ds = self.cell.dataset
-        results = self.cell.train_eval(role, ds.train_images, ds.train_labels, recipe, seeds)
+        """The full-data reference: the whole training set (the validation split included, as
+        DD-Ranking trains on its ``dst_train``: nothing of this side is chosen on that split, its lr is
+        never searched), hard labels, ``recipe``. Scored on the test set like every side."""
+        cell = self.cell
+        ds = cell.unsplit if cell.unsplit is not None else cell.dataset
+        results = cell.train_eval(role, ds.train_images, ds.train_labels, recipe, seeds)
         self.log_lrs(role, {s: recipe.lr for s in seeds}, {s: "real_recipe (never searched)" for s in seeds})
-        self.rows.append({"role": role, "set": f"the real training pool ({len(ds.train_labels)} images)",
+        self.rows.append({"role": role, "set": f"the whole real training set ({len(ds.train_labels)} images, "
+                                               "the validation split included)",
                           "setting": "real", "labels": "hard labels", "loss": "ce", "augment": "none",
                           "preprocess": "none", "model": self.cell.params["model"],
                           "recipe": f"{recipe.optimizer}, {recipe.scheduler}, {recipe.epochs} epochs, batch {recipe.batch_size}",

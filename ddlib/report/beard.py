@@ -124,6 +124,9 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
     rows = []
     # one series: the same configuration at every IPC (never cells of another recipe, attack list or subset)
     for (key, seed), sub in df.groupby(["series", "seed"], sort=False):
+        # one set per IPC: where a method's set changed (another set digest at one IPC) the later row wins,
+        # and the sets are part of the row's key below, so seeds over other sets form another row
+        sub = sub.drop_duplicates("ipc", keep="last") if "set" in sub else sub
         first = sub.iloc[0]
         scores = metrics.beard_scores_multi([100 * c for c in sub["clean_acc"]],
                                             [_ran(r, attacks, "robust_acc", 100) for _, r in sub.iterrows()],
@@ -131,12 +134,13 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
                                             [_ran(r, attacks, "attack_seconds") for _, r in sub.iterrows()],
                                             alpha, rr_variant)
         rows.append({"group": key, "seed": seed, "family": first["family"], "data": first.get("data"),
-                     **{k: first[k] for k in keys},
+                     **{k: first[k] for k in keys}, "precision": first.get("precision"),
                      "ipcs": ",".join("all" if i == FULL_IPC else str(i) for i in sorted(sub["ipc"].unique())),
-                     **scores})
+                     **scores,
+                     "sets": ",".join(str(v) for v in sub.sort_values("ipc")["set"]) if "set" in sub else ""})
     out = pd.DataFrame(rows)
     # the IPC list is part of a row: seeds missing at one IPC make a different row, never a silent mix
-    out["group"] = out["group"] + "|" + out["ipcs"]
+    out["group"] = out["group"] + "|" + out["ipcs"] + "|" + out.pop("sets")
     return aggregate(out, ["rrm", "rrm_rome", "rrm_rome_plus", "aem", "creim", "rcrm"], [*keys, "ipcs"],
                      sort=("dataset", "mode", "family"), descending="creim")
 
@@ -153,7 +157,8 @@ def eps_curves(experiment: str = EXPERIMENT) -> pd.DataFrame:
         _, attack, eps = column.split(".", 2)
         for group, sub in df.dropna(subset=[column]).groupby("group", sort=False):
             mean, std = metrics.mean_std(sub[column])
-            rows.append({**{p: sub[p].iloc[0] for p in ROW_PARAMS}, "group": group, "attack": attack,
+            rows.append({**{p: sub[p].iloc[0] for p in ROW_PARAMS}, "precision": sub["precision"].iloc[0],
+                         "group": group, "attack": attack,
                          "eps": float(eps), "robust_acc_mean": mean, "robust_acc_std": std, "seeds": len(sub)})
     if not rows:
         return pd.DataFrame()

@@ -117,6 +117,9 @@ def _variant(row: pd.Series, keys) -> str:
         if value is None or (isinstance(value, float) and pd.isna(value)):
             value = "none"
         parts.append(f"{key} {value}")
+    for key in ("precision", "set"):  # in every row key (ddlib.report.core)
+        if isinstance(row.get(key), str):
+            parts.append(f"{key} {row[key] if key == 'precision' else row[key][:8]}")
     if "config" in row and isinstance(row.get("config"), str):
         parts.append(f"config {row['config']}")
     return ", ".join(parts) or "as run"

@@ -7,6 +7,20 @@ lists them in one run give the same row. Scores are recomputed from the logged a
 pure functions of :mod:`ddlib.metrics`, so their weights can be changed at summary time. Every row
 carries ``data``, the data source its cells ran on (e.g. "CIFAR-10 (JPEG)"), so that no result on a
 re-encoded copy is compared with published numbers unawares.
+
+What else is in every board's row key, whatever the protocol (:func:`per_seed_values`):
+
+* ``precision``: the precisions the cell's trainings ran in as resolved on its device (tag
+  ``ddlib.precision``: ``auto`` is bf16 where the device computes it natively, fp32 elsewhere), so
+  bf16 seeds from one machine never pool with fp32 seeds from another. It splits the row and the
+  rows it is ranked with (``family``). The device kind changes no accuracy beyond what the resolved
+  precision says (fp32 on a CPU and on a GPU differ by rounding only, as two seeds do), so it is not
+  in the key of accuracy boards; BEARD's boards, which compare times, key the device as well.
+* ``set``: the digest of the set the cell obtained (images, labels, soft labels, learned lr; tag
+  ``ddlib.set_digest``, written once the set is made or loaded), so cells whose built-in method
+  produced another set (a changed K-Center, a DM on another machine) are never pooled into one row.
+  It splits the row only: methods' sets differ by nature and are still ranked against each other.
+  The column is shown where two rows differ by nothing else.
 """
 
 from __future__ import annotations
@@ -19,7 +33,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from ddlib import metrics, stats
-from ddlib.protocols.cell import CLASSES_TAG
+from ddlib.protocols.cell import CLASSES_TAG, PRECISION_TAG, SET_DIGEST_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
@@ -39,6 +53,13 @@ UPPER = ("hlr", "ior", "ior_aug", "ior_noaug", *SCORES)
 # Class counts of cells logged before they carried the tag (ddlib.num_classes): what chance is.
 KNOWN_CLASSES = {"digits": 10, "mnist": 10, "fashionmnist": 10, "cifar10": 10, "svhn": 10, "cifar100": 100,
                  "tinyimagenet": 200}
+
+
+# Tags in the row key of every board: column -> tag. SPLIT_TAGS also split the rows a row is ranked
+# with (family) and pooled over IPCs with (series); SET_TAGS split the row (group) only.
+SPLIT_TAGS = {"precision": PRECISION_TAG}
+SET_TAGS = {"set": SET_DIGEST_TAG}
+KEY_COLUMNS = (*SPLIT_TAGS, *SET_TAGS)  # what aggregate() carries into the board beside the row params
 
 
 def _value(text):
@@ -79,7 +100,9 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
     ``match`` accepts (missing ones are NaN), next to the run's ``row_params`` and ``row_tags``
     (column -> tag). Columns ``group``, ``series`` (the group without the IPC) and ``family`` (the
     series without the method: what the methods are compared within) say which cells belong together;
-    the ``row_tags`` values are part of all three (runs on another device are another row)."""
+    the ``row_tags`` and :data:`SPLIT_TAGS` values (the resolved precision) are part of all three
+    (runs on another device are another row), the :data:`SET_TAGS` value (the set's digest) of
+    ``group`` only (see the module docstring)."""
     mlflow_client = client()
     found = mlflow_client.get_experiment_by_name(experiment)
     if found is None:
@@ -92,8 +115,8 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
     rows: dict[tuple, dict] = {}
     for run in cells:  # oldest first: newer runs overwrite a seed
         tags = run.data.tags
-        split = "".join(f"|{tags.get(tag)}" for tag in (row_tags or {}).values())
-        group = tags.get(TAG["group"], run.info.run_id) + split
+        split = "".join(f"|{tags.get(tag)}" for tag in (*(row_tags or {}).values(), *SPLIT_TAGS.values()))
+        group = tags.get(TAG["group"], run.info.run_id) + split + "".join(f"|{tags.get(t)}" for t in SET_TAGS.values())
         extra = sorted(k for k in run.data.metrics if match and match(k) and _per_seed_key(k) and k not in keys)
         history = {k: {m.step: m.value for m in mlflow_client.get_metric_history(run.info.run_id, k)}
                    for k in (*keys, *extra)}
@@ -107,6 +130,7 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
                    "classes": _classes(run)}
             row.update({p: _param(run, p) for p in row_params})
             row.update({column: tags.get(tag) for column, tag in (row_tags or {}).items()})
+            row.update({column: tags.get(tag) for column, tag in {**SPLIT_TAGS, **SET_TAGS}.items()})
             row.update({k: history[k].get(seed, float("nan")) for k in history})
             rows[(group, seed)] = row
     return pd.DataFrame(list(rows.values()))
@@ -133,7 +157,8 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
     """Mean and std over seeds of ``value_cols`` per group, each with its bootstrap interval
     (``<col>_low``, ``<col>_high``: :data:`INTERVALS`); ``config`` (the group hash) is kept only
     where two groups share every row param (e.g. two grids that differ in a recipe); ``runs``: the
-    cell runs the row pools. With ``descending`` (the board's score), rows compared with each other
+    cell runs the row pools; ``precision`` and ``set`` (:data:`KEY_COLUMNS`) where the frame has them,
+    ``set`` only where two rows differ by nothing else. With ``descending`` (the board's score), rows compared with each other
     (one ``family`` at one IPC) get rank groups on it: ``rank`` (1 + the rows significantly better,
     paired by seed) and ``tied_with`` (:func:`_rank_groups`)."""
     if df.empty:
@@ -146,6 +171,7 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
             at = list(row).index("dataset") + 1 if "dataset" in row else 0
             items = list(row.items())
             row = dict([*items[:at], ("data", sub["data"].iloc[0]), *items[at:]])
+        row.update({k: sub[k].iloc[0] for k in KEY_COLUMNS if k in sub and k not in row})
         row.update({k: sub[k].iloc[0] for k in ("series", "family") if k in sub})
         row["seeds"] = len(sub)
         present = [c for c in value_cols if c in sub]
@@ -162,7 +188,11 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
         row["runs"] = " ".join(dict.fromkeys(sub["run_id"])) if "run_id" in sub else ""
         out.append(row)
     board = pd.DataFrame(out)
-    if not board.duplicated(subset=[p for p in row_params if p in board], keep=False).any():
+    keys = [p for p in (*row_params, *SPLIT_TAGS) if p in board]
+    for column in SET_TAGS:
+        if column in board and not board.duplicated(subset=keys, keep=False).any():
+            board = board.drop(columns=column)  # no two rows differ by their set only
+    if not board.duplicated(subset=keys + [c for c in SET_TAGS if c in board], keep=False).any():
         board = board.drop(columns="config")
     if descending and descending in df:
         board = _rank_groups(board, pooled, descending)
@@ -188,8 +218,9 @@ def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,
     for _, block in board.groupby(block_keys, sort=False, dropna=False):
         index = list(block.index)
         names = list(block["method"].astype(str))
-        if len(set(names)) < len(names) and "config" in block:
-            names = [f"{n} [{c}]" for n, c in zip(names, block["config"])]
+        for column in ("config", *SET_TAGS):  # one method twice in a block: what tells its rows apart
+            if len(set(names)) < len(names) and column in block:
+                names = [f"{n} [{str(c)[:8]}]" for n, c in zip(names, block[column])]
         seeds = [pooled[i] for i in index]
         estimates = [float(s[score].mean()) for s in seeds]
 

@@ -178,7 +178,8 @@ def nas_leaderboard(experiment: str = "nas") -> pd.DataFrame:
         proxies = sub[[f"proxy.{a}" for a in archs]].to_numpy(dtype=float)  # seeds x architectures
         truth = [float(sub[f"gt.{a}"].iloc[0]) for a in archs]
         first = sub.iloc[0]
-        row = {**{k: first[k] for k in ("dataset", "data", *rows[1:])}, "series": first["series"],
+        row = {**{k: first[k] for k in ("dataset", "data", *rows[1:])}, "precision": first.get("precision"),
+               "set": first.get("set"), "series": first["series"],
                "family": first["family"], "seeds": len(sub), "archs": len(archs)}
         for value in NAS_VALUES:
             ci = stats.bootstrap_ci(proxies, lambda t, v=value: rank_correlation(t.mean(axis=0), truth)[v], **INTERVALS)
@@ -191,4 +192,6 @@ def nas_leaderboard(experiment: str = "nas") -> pd.DataFrame:
     board = pd.DataFrame(out)
     if board.empty:
         return board
+    if not board.duplicated(subset=[k for k in (*rows, "precision") if k in board], keep=False).any():
+        board = board.drop(columns="set")  # shown only where two rows differ by their set alone
     return board.sort_values(["dataset", "ipc", "spearman_mean"], ascending=[True, True, False]).reset_index(drop=True)

@@ -6,7 +6,7 @@ import pandas as pd
 
 from ddlib import metrics
 from ddlib.protocols.common import POOL_TAG
-from ddlib.report.core import aggregate, per_seed_values
+from ddlib.report.core import KEY_COLUMNS, aggregate, per_seed_values
 from ddlib.tracking import TAG
 
 __all__ = ["ROW_PARAMS", "ROW_TAGS", "SWEEP", "lrs_leaderboard", "ars_leaderboard", "weight_sweep", "plot_scores"]
@@ -15,6 +15,7 @@ ROW_PARAMS = ("dataset", "ipc", "method", "model", "preset", "lr_policy")
 # Part of a row's key besides its params (the group hash holds the revision already; the tags show it
 # as a column): the protocol revision, so no row pools cells of two definitions, and the real-data
 # pool's identity (its content digest), so no row pools cells scored against different real data.
+# Every board's key also holds the resolved precision and the set's digest (ddlib.report.core).
 ROW_TAGS = {"revision": TAG["revision"], "pool": POOL_TAG}
 
 
@@ -64,7 +65,7 @@ def weight_sweep(score: str = "lrs", weights=SWEEP, experiment: str | None = Non
         board = build(v)
         if board.empty:
             return board
-        key = [*ROW_PARAMS, "revision", *(["config"] if "config" in board else [])]
+        key = [*ROW_PARAMS, "revision", *[c for c in (*KEY_COLUMNS, "config") if c in board]]
         column = board[key + [f"{score}_mean"]].rename(columns={f"{score}_mean": f"{score} @ {v:g}"})
         table = column if table is None else table.merge(column, on=key, how="outer")
     return table

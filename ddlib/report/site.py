@@ -79,7 +79,8 @@ def _score_plot(board: pd.DataFrame, score: str, title: str):
 
 def _variants(rows: pd.DataFrame) -> list[str]:
     """What tells rows of one method apart on a page (model, preset, mode, ...), where anything does."""
-    keys = [k for k in ("model", "preset", "mode", "training", "config") if k in rows and rows[k].nunique() > 1]
+    keys = [k for k in ("model", "preset", "mode", "training", "precision", "set", "config")
+            if k in rows and rows[k].nunique() > 1]
     return [", ".join(str(r[k]) for k in keys) for _, r in rows.iterrows()]
 
 
