@@ -10,30 +10,18 @@ import platform
 
 import torch
 
+from ddlib.engine.device import _cpu_flags, _cpu_model
+
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpu_model() or platform.processor() or platform.machine()
 
 
 def cpu_flags() -> list[str]:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    have = set(line.split(":", 1)[1].split())
-                    return [f for f in ISA_FLAGS if f in have]
-    except OSError:
-        pass
-    return []
+    have = _cpu_flags()
+    return [f for f in ISA_FLAGS if f in have]
 
 
 def machine_info(device: str | torch.device | None = None) -> dict:

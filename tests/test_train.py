@@ -1,5 +1,7 @@
 from dataclasses import replace
 
+import os
+
 import pytest
 import torch
 
@@ -265,6 +267,27 @@ def test_compile_trains_the_same_model_up_to_rounding(digits, one_thread):
     for k, v in a.model.state_dict().items():
         assert torch.allclose(v, b.model.state_dict()[k], atol=1e-4), k
     assert b.test_accuracy == pytest.approx(a.test_accuracy, abs=2 / 450)
+
+
+def test_compiled_kernels_are_cached_per_instruction_set(monkeypatch, tmp_path):
+    """Inductor's cache key leaves out the kernel path: kernels cached under AVX-512 and reused with
+    ATEN_CPU_CAPABILITY=avx2 trained this test's model to NaN (and the reverse crashed). ddlib keys
+    the folder by what picks the kernels; a folder the user set is kept."""
+    from ddlib.engine import device as device_mod
+
+    monkeypatch.setenv("DDLIB_CACHE", str(tmp_path))
+    folders = {}
+    for capability in ("", "avx2"):
+        monkeypatch.setattr(device_mod, "_COMPILE_CACHE", [])
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+        folders[capability] = device_mod.compile_cache_dir()
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == folders[capability]
+        assert device_mod.compile_cache_dir() == folders[capability]  # once per process
+    assert folders[""] != folders["avx2"] and all(f.startswith(str(tmp_path / "inductor")) for f in folders.values())
+    monkeypatch.setattr(device_mod, "_COMPILE_CACHE", [])
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert device_mod.compile_cache_dir() == str(tmp_path / "mine")
 
 
 def test_the_test_set_is_prepared_once_for_many_trainings(digits):

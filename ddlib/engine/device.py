@@ -6,6 +6,7 @@ import ctypes
 import os
 import random
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -80,6 +81,61 @@ def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed(seed)
     return g
+
+
+# --------------------------------------------------------------------------- compiled kernels
+
+_COMPILE_CACHE: list[str] = []  # the folder this process pointed Inductor at (set once)
+
+
+def compile_cache_dir() -> str:
+    """Point Inductor's on-disk kernel cache (``TORCHINDUCTOR_CACHE_DIR``) at a folder of this
+    machine's kernel paths, and return it. Inductor's cache key leaves out the instruction set the
+    kernels were generated for: measured, kernels cached by an AVX-512 process and reused under
+    ``ATEN_CPU_CAPABILITY=avx2`` trained to NaN, and the reverse crashed the process. A home folder
+    shared by cluster nodes with different CPUs would do the same. So the folder is keyed by torch's
+    version, the CPU model and ISA flags, the kernel-path caps and the GPUs; a folder the user set
+    is kept as it is."""
+    if _COMPILE_CACHE:
+        return _COMPILE_CACHE[0]
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen and os.path.abspath(chosen) != _inductor_default():  # torch writes its default there on first use
+        _COMPILE_CACHE.append(chosen)
+        return chosen
+    import hashlib
+    import platform
+
+    flags = sorted(f for f in _cpu_flags() if f.startswith(("avx", "amx", "fma", "f16c", "sse")))
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    identity = {"torch": torch.__version__, "machine": platform.machine(), "cpu": _cpu_model(), "flags": flags,
+                "aten": os.environ.get("ATEN_CPU_CAPABILITY", ""), "onednn": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+                "capability": torch.backends.cpu.get_cpu_capability(), "gpus": gpus}
+    key = hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()[:16]
+    root = Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser()
+    folder = str(root / "inductor" / key)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    _COMPILE_CACHE.append(folder)
+    return folder
+
+
+def _inductor_default() -> str:
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        return os.path.abspath(default_cache_dir())
+    except (ImportError, AttributeError):  # another torch layout: take any folder set as the user's
+        return ""
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def configure_threads() -> None:

@@ -40,7 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ddlib.engine.device import PRECISIONS, autocast, generator, resolve_device, resolve_precision, synchronize
+from ddlib.engine.device import (PRECISIONS, autocast, compile_cache_dir, generator, resolve_device, resolve_precision,
+                                 synchronize)
 from ddlib.engine.stacked import StackedModels, stochastic_layers
 from ddlib.models import create_model
 
@@ -451,6 +452,8 @@ def _train_sequential(loop: _Loop, seed: int, lrs: Sequence[float]) -> list[tupl
     for _ in lrs:
         model = loop.new_model(seed)  # the same initial weights for every lr, as trained alone
         models.append(model.to(memory_format=torch.channels_last) if recipe.channels_last else model)
+    if recipe.compile:
+        compile_cache_dir()  # kernels cached per instruction set (a stale one trained to NaN)
     step_models = [torch.compile(m) if recipe.compile else m for m in models]
     order_gen = generator(seed)  # shuffling: CPU generator, identical on every device
     aug_gen = generator(seed + AUG_SEED_OFFSET, dev)
