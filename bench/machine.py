@@ -19,6 +19,23 @@ def cpu_model() -> str:
     return _cpu_model() or platform.processor() or platform.machine()
 
 
+def cpu_family_model() -> str:
+    """``family/model`` from /proc/cpuinfo (a virtual machine often names its CPU "AMD EPYC" only:
+    family 25 is Zen 3 / Zen 4, 26 is Zen 5)."""
+    found = {}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key = line.split(":", 1)[0].strip()
+                if key in ("cpu family", "model") and key not in found:
+                    found[key] = line.split(":", 1)[1].strip()
+                if len(found) == 2:
+                    break
+    except OSError:
+        pass
+    return f"{found.get('cpu family', '?')}/{found.get('model', '?')}"
+
+
 def cpu_flags() -> list[str]:
     have = _cpu_flags()
     return [f for f in ISA_FLAGS if f in have]
@@ -26,7 +43,8 @@ def cpu_flags() -> list[str]:
 
 def machine_info(device: str | torch.device | None = None) -> dict:
     """Everything needed to tell two runs' machines apart (call at the start; add a final load yourself)."""
-    info = {"platform": platform.platform(), "cpu_model": cpu_model(), "cpu_flags": cpu_flags(),
+    info = {"platform": platform.platform(), "cpu_model": cpu_model(), "cpu_family_model": cpu_family_model(),
+            "cpu_flags": cpu_flags(),
             "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "forced_isa": {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ},
