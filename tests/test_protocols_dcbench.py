@@ -201,6 +201,24 @@ def test_transfer_average_is_absent_without_dcbench_four_architectures(mlflow_st
     assert "acc_transfer" not in result.per_seed and result.per_seed.iloc[0].acc_others_avg == 0.3
 
 
+def test_radar_never_shows_the_other_architecture_mean_as_dcbench_transfer():
+    """The radar's transfer axis is DC-Bench's four-architecture "Transfer"; a grid without those
+    four gets its mean over the other architectures on an axis of its own name."""
+    from ddlib.report.boards import Boards
+    from ddlib.report.plots import OTHERS_AXIS, TRANSFER_AXIS, radar_profile
+
+    rows = {"method": ["dc", "random"], "dataset": ["digits"] * 2, "ipc": [10, 10],
+            "acc_transfer_mean": [0.2416, float("nan")], "acc_others_avg_mean": [0.25, 0.30]}
+    boards = Boards(tables={"transfer": pd.DataFrame(rows)})
+    dc, random = radar_profile(boards, "dc", "digits", 10), radar_profile(boards, "random", "digits", 10)
+    assert dc[TRANSFER_AXIS][0] == pytest.approx(0.2416) and OTHERS_AXIS not in dc
+    assert TRANSFER_AXIS not in random  # never 0.30 under DC-Bench's name
+    assert random[OTHERS_AXIS][0] == pytest.approx(0.30) and "not DC-Bench" in random[OTHERS_AXIS][1]
+    assert TRANSFER_AXIS != OTHERS_AXIS
+    nothing = radar_profile(Boards(), "dc", "digits", 10)
+    assert nothing[TRANSFER_AXIS][1] == "not run"
+
+
 def test_data_source_label():
     def fake(name, extensions):
         return Dataset(name, torch.zeros(1, 3, 2, 2), torch.tensor([0]), torch.zeros(1, 3, 2, 2), torch.tensor([0]),
