@@ -275,3 +275,15 @@ def test_models_with_dropout_train_sequentially(digits, monkeypatch):
     assert [r.mode for r in results] == ["sequential", "sequential"]
     assert stochastic_layers(create_model("vit", 1, 10, (32, 32)))
     assert not stochastic_layers(create_model("convnet_bn", 1, 10, (32, 32)))
+
+
+def test_dc_step_trains_as_the_sequential_mode(digits):
+    """DC's schedule (one more epoch, lr x 0.1 and momentum reset after epoch epochs // 2 + 1) in the
+    batched mode: each optimizer of the stack drops and resets as the sequential one does."""
+    subset = random_subset(digits, 5, seed=0)
+    recipe = Recipe(precision="fp32", epochs=5, batch_size=25, lr=0.01, scheduler="dc_step")
+    seq = _train(digits, subset, [0, 1], False, recipe=recipe)
+    bat = _train(digits, subset, [0, 1], True, recipe=recipe)
+    for s, b in zip(seq, bat):
+        assert len(s.epoch_losses) == len(b.epoch_losses) == 6
+        assert abs(_test_loss(s.model, digits) - _test_loss(b.model, digits)) <= TEST_LOSS_TOL, s.seed

@@ -149,6 +149,34 @@ def test_digits_size_and_state_dict_names_follow_autodl():
     assert bns and all(bn.affine and bn.track_running_stats for bn in bns)
 
 
+def _batch_norms(model):
+    """(in a cell?, BatchNorm2d) for every BatchNorm of a TinyNetwork."""
+    from ddlib.models.nasbench201 import InferCell
+
+    cells = [m for m in model.modules() if isinstance(m, InferCell)]
+    inside = {id(bn) for c in cells for bn in c.modules() if isinstance(bn, torch.nn.BatchNorm2d)}
+    return [(id(bn) in inside, bn) for bn in model.modules() if isinstance(bn, torch.nn.BatchNorm2d)]
+
+
+def test_dcbench_proxy_cells_have_non_affine_batch_norm():
+    """DC-Bench's NAS proxy (justincui03/dc_benchmark darts-pt/nasbench201: ``TinyNetworkDarts(...,
+    affine=False, track_running_stats=True)`` passes both to ``NAS201SearchCell``, whose ``OPS``
+    build ``ReLUConvBN``'s ``BatchNorm2d(C_out, affine=affine, track_running_stats=...)``; the stem's
+    ``BatchNorm2d(C)``, the ``ResNetBasicblock(C_prev, C_curr, 2)`` reductions and ``lastact`` use the
+    default, affine): ``cell_affine=False`` builds exactly that split."""
+    model = create_model("nasbench201", 3, 10, 32, arch=ALL_CONV3, C=16, N=1, cell_affine=False)
+    norms = _batch_norms(model)
+    assert sum(inside for inside, _ in norms) == 3 * 6  # 3 cells x 6 nor_conv_3x3 edges, one BN each
+    for inside, bn in norms:
+        assert bn.track_running_stats and bn.affine is (not inside)
+        assert (bn.weight is None) is inside
+    assert "cell_affine=False" in repr(model)
+    # NAS-Bench-201's own networks (the ground truth) stay affine everywhere
+    assert all(bn.affine for _, bn in _batch_norms(create_model("nasbench201", 3, 10, 32, arch=ALL_CONV3, N=1)))
+    with pytest.raises(ValueError, match="cell_affine"):
+        create_model("nasbench201", 3, 10, 32, arch=ALL_CONV3, cell_affine="no")
+
+
 def test_all_none_cells_still_run():
     torch.manual_seed(0)
     model = create_model("nasbench201", 3, 10, 32, arch=ALL_NONE, C=8, N=1)

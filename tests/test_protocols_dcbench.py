@@ -59,6 +59,51 @@ def test_recipe_epochs_follow_dcbench():
     assert condition_recipe(full, None).epochs == 7  # method full trains with real_recipe
 
 
+# DC's evaluation loop (VICO-UoE/DatasetCondensation utils.py evaluate_synset; DC-Bench's
+# evaluator_utils.py evaluate_synset_dataset is the same): ``for ep in range(Epoch+1)`` with
+# ``lr_schedule = [Epoch//2+1]`` and a new SGD optimizer at the drop. For Epoch = 300: 301 epochs,
+# 152 at lr 0.01 then 149 at 0.001; for 1000: 1001 epochs, 502 then 499.
+@pytest.mark.parametrize("module", [augmentation, compression, transfer])
+def test_dcbench_protocols_train_with_dcs_schedule_by_default(module):
+    import torch
+    from ddlib.engine.train import _scheduler, epochs_trained
+
+    p = module.validate({})
+    assert module.REVISION >= 4
+    for augment, epochs, high in ((None, 301, 152), ("dsa", 1001, 502)):
+        recipe = condition_recipe(p, augment)
+        assert recipe.scheduler == "dc_step" and epochs_trained(recipe) == epochs
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=recipe.lr, momentum=0.9)
+        scheduler, lrs = _scheduler(recipe, optimizer), []
+        for _ in range(epochs):
+            lrs.append(optimizer.param_groups[0]["lr"])
+            scheduler.step()
+        assert lrs == pytest.approx([0.01] * high + [0.001] * (epochs - high))
+    assert condition_recipe(module.validate({"recipe": {"scheduler": "step"}}), None).scheduler == "step"  # the old one, named
+    # the NAS proxy is DC-Bench's darts-pt recipe (cosine), not evaluate_synset's
+    assert condition_recipe(nas.validate({"dataset": "cifar10", "ground_truth": "x.csv"}), None,
+                            base=nas.PROXY_RECIPE).scheduler == "cosine"
+
+
+def test_augmentation_names_mean_dcbench_batch_draws_everywhere():
+    """One behaviour per name: the protocol default (which the notebook's parameters cell and
+    ``ddlib score`` use) draws the policies once per batch, as DC-Bench's single torchvision call
+    on the whole batch (evaluator_utils.py ``custom_aug``); per-image draws carry their own label."""
+    from ddlib.engine.augment import create_augment
+    from ddlib.protocols.dcbench import augment_label
+
+    p = augmentation.validate({})
+    for spec in p["augmentations"]:
+        if spec in ("autoaugment", "randaugment", "imagenet_aug"):
+            assert "draw=batch" in create_augment(spec, mean=(0.5,) * 3, std=(0.5,) * 3, num_classes=10).name
+    assert augment_label({"autoaugment": {"draw": "image"}}) == "autoaugment_per_image"
+    assert augment_label({"autoaugment": {"draw": "batch"}}) == augment_label("autoaugment") == "autoaugment"
+    both = augmentation.validate({"augmentations": ["autoaugment", {"autoaugment": {"draw": "image"}}]})
+    assert [augment_label(a) for a in both["augmentations"]] == ["autoaugment", "autoaugment_per_image"]
+    with pytest.raises(ValueError, match="each op may appear once"):
+        augmentation.validate({"augmentations": ["autoaugment", {"autoaugment": {"draw": "batch"}}]})
+
+
 @pytest.mark.parametrize("module", [compression, transfer])
 def test_compression_and_transfer_train_with_dsa_for_1000_epochs_by_default(module):
     """DC-Bench's Tables 2, 5 and 6 train every set, and the whole training set, with DSA."""
@@ -84,7 +129,8 @@ def _fake_training(accuracies: dict, calls: list | None = None):
     one-element list serves every seed)."""
     def train(cell, subset, conditions, role="syn", keep_models=False, eval_split="test"):
         if calls is not None:
-            calls.append({"role": role, "eval_split": eval_split, "labels": [c.label for c in conditions]})
+            calls.append({"role": role, "eval_split": eval_split, "labels": [c.label for c in conditions],
+                          "conditions": conditions})
         values = {c.label: accuracies[c.label] for c in conditions}
         return {label: [Evaluation(role, seed, v[min(seed, len(v) - 1)], 0.0, 0.0, "fake", True)
                         for seed in cell.params["seeds"]] for label, v in values.items()}
@@ -153,6 +199,24 @@ def test_transfer_average_is_absent_without_dcbench_four_architectures(mlflow_st
     result = transfer.evaluate(cell, transfer.obtain(cell))
     cell.close()
     assert "acc_transfer" not in result.per_seed and result.per_seed.iloc[0].acc_others_avg == 0.3
+
+
+def test_radar_never_shows_the_other_architecture_mean_as_dcbench_transfer():
+    """The radar's transfer axis is DC-Bench's four-architecture "Transfer"; a grid without those
+    four gets its mean over the other architectures on an axis of its own name."""
+    from ddlib.report.boards import Boards
+    from ddlib.report.plots import OTHERS_AXIS, TRANSFER_AXIS, radar_profile
+
+    rows = {"method": ["dc", "random"], "dataset": ["digits"] * 2, "ipc": [10, 10],
+            "acc_transfer_mean": [0.2416, float("nan")], "acc_others_avg_mean": [0.25, 0.30]}
+    boards = Boards(tables={"transfer": pd.DataFrame(rows)})
+    dc, random = radar_profile(boards, "dc", "digits", 10), radar_profile(boards, "random", "digits", 10)
+    assert dc[TRANSFER_AXIS][0] == pytest.approx(0.2416) and OTHERS_AXIS not in dc
+    assert TRANSFER_AXIS not in random  # never 0.30 under DC-Bench's name
+    assert random[OTHERS_AXIS][0] == pytest.approx(0.30) and "not DC-Bench" in random[OTHERS_AXIS][1]
+    assert TRANSFER_AXIS != OTHERS_AXIS
+    nothing = radar_profile(Boards(), "dc", "digits", 10)
+    assert nothing[TRANSFER_AXIS][1] == "not run"
 
 
 def test_data_source_label():
@@ -289,6 +353,26 @@ def test_nas_correlates_the_seed_averaged_proxy_on_the_validation_split(mlflow_s
     # the interval resamples seeds and correlates their mean again: {0, 0} -> 1.0, {1, 1} -> -0.2, {0, 1} -> 0.8
     assert board.loc[0, "spearman_low"] == pytest.approx(-0.2) and board.loc[0, "spearman_high"] == pytest.approx(1.0)
     assert json.loads(board.loc[0, "spearman_per_seed"]) == {"0": pytest.approx(1.0), "1": pytest.approx(-0.2)}
+
+
+def test_nas_proxies_are_dcbench_search_networks_with_non_affine_cell_batch_norm(mlflow_store, tmp_path, monkeypatch):
+    """DC-Bench's proxies (darts-pt/nasbench201 ``TinyNetworkDarts``: cells with ``affine=False``):
+    every architecture the protocol trains is built with non-affine BatchNorm inside its cells."""
+    from ddlib.models import create_model
+
+    calls = []
+    monkeypatch.setattr(nas, "train_conditions", _fake_training(NAS_PROXY, calls))
+    cell = nas.open_cell(**TINY, method="random", ipc=2, ground_truth=str(_nas_table(tmp_path)),
+                         gt_column="CIFAR10TestAccuracy200Epochs", num_archs=4, C=4)
+    nas.evaluate(cell, nas.obtain(cell), pd.DataFrame({"arch": ARCHS, "accuracy": NAS_GT}))
+    cell.close()
+    assert nas.REVISION >= 4
+    for c in calls[0]["conditions"]:
+        assert c.model_kwargs["cell_affine"] is False
+        model = create_model(c.model, 1, 10, 8, **c.model_kwargs)
+        cells = [m for m in model.cells if type(m).__name__ == "InferCell"]
+        assert all(not bn.affine for m in cells for bn in m.modules() if isinstance(bn, torch.nn.BatchNorm2d))
+        assert model.stem[1].affine and model.lastact[0].affine
 
 
 def test_nas_leaderboard_pools_seeds_over_runs_before_correlating(mlflow_store, tmp_path, monkeypatch):

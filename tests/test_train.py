@@ -92,6 +92,48 @@ def test_step_scheduler_drops_lr_at_half(digits, monkeypatch):
     assert seen == pytest.approx([0.1, 0.1, 0.01, 0.01])
 
 
+# DC's evaluation loop, VICO-UoE/DatasetCondensation utils.py ``evaluate_synset`` (DC-Bench's
+# evaluator/evaluator_utils.py ``evaluate_synset_dataset`` is the same loop):
+#     lr_schedule = [Epoch//2+1]; optimizer = SGD(lr, momentum=0.9, weight_decay=0.0005)
+#     for ep in range(Epoch+1):
+#         epoch('train', ...)
+#         if ep in lr_schedule: lr *= 0.1; optimizer = SGD(net.parameters(), lr=lr, ...)
+# Hand-derived per-step lrs for one step per epoch (batch >= set): Epoch = 4 trains 5 epochs, the
+# drop after ep 3 (= 4 // 2 + 1) leaves one step at lr / 10; Epoch = 5 trains 6, drops after ep 3
+# too (5 // 2 + 1); Epoch = 7 trains 8, drops after ep 4. The new optimizer has no momentum buffer
+# at its first step (torch's SGD starts the buffer from that step's gradient).
+DC_STEP_LRS = {4: [0.1] * 4 + [0.01], 5: [0.1] * 4 + [0.01] * 2, 7: [0.1] * 5 + [0.01] * 3}
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("epochs", sorted(DC_STEP_LRS))
+def test_dc_step_is_dcs_schedule_one_more_epoch_and_momentum_reset_at_the_drop(digits, monkeypatch, epochs, batched):
+    seen = []  # per SGD step: (lr, whether any parameter carried a momentum buffer into the step)
+    original = torch.optim.SGD.step
+
+    def spy(self, *a, **k):
+        carried = any(self.state[p].get("momentum_buffer") is not None for g in self.param_groups for p in g["params"])
+        seen.append((self.param_groups[0]["lr"], carried))
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", spy)
+    subset = random_subset(digits, 1, seed=0)
+    (r,) = _train(digits, subset, [0], recipe=Recipe(epochs=epochs, batch_size=256, lr=0.1, scheduler="dc_step"),
+                  batched=batched)
+    assert r.mode == ("batched" if batched else "sequential")
+    want = DC_STEP_LRS[epochs]
+    assert len(r.epoch_losses) == len(want) == epochs + 1
+    assert [lr for lr, _ in seen] == pytest.approx(want)
+    first_low = want.index(0.01)
+    # no buffer at the very first step nor at the first step of the new optimizer; one everywhere else
+    assert [carried for _, carried in seen] == [i not in (0, first_low) for i in range(len(want))]
+
+
+def test_dc_step_is_keyed_as_its_own_recipe():
+    assert Recipe(scheduler="dc_step").to_dict()["scheduler"] == "dc_step"
+    assert Recipe().to_dict()["scheduler"] == "step"  # the default (and every key made with it) is unchanged
+
+
 @pytest.mark.parametrize("opt,sched", [("adam", "cosine"), ("adamw", "none"), ("sgd", "cosine")])
 def test_other_optimizers_and_schedulers_run(digits, opt, sched):
     subset = random_subset(digits, 2, seed=0)

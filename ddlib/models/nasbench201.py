@@ -22,9 +22,14 @@ which gives 5**6 = 15,625 architectures, written as
 
 TinyNetwork: stem conv3x3(in_channels -> C, no bias) + BN; N cells at C; ResNetBasicblock(C -> 2C,
 stride 2); N cells at 2C; ResNetBasicblock(2C -> 4C, stride 2); N cells at 4C; BN + ReLU; global
-average pool; linear classifier. Every BatchNorm is affine with running statistics (InferCell's and
-ResNetBasicblock's defaults); weights keep PyTorch's default initialisation, as in AutoDL-Projects.
-NAS-Bench-201 trained C=16, N=5 (15 cells); DC-Bench's NAS proxy uses a reduced network (N=1, 3 cells).
+average pool; linear classifier. Every BatchNorm keeps running statistics and is affine (InferCell's
+and ResNetBasicblock's defaults, what NAS-Bench-201 trained), except that ``cell_affine=False``
+makes the BatchNorms inside the cells non-affine: DC-Bench's NAS proxy (justincui03/dc_benchmark
+``darts-pt/nasbench201``: ``TinyNetworkDarts`` builds its ``NAS201SearchCell`` ops with
+``affine=False, track_running_stats=True``; stem, reduction blocks and ``lastact`` stay affine);
+the nas protocol builds its proxies so. Weights keep PyTorch's default initialisation, as in
+AutoDL-Projects. NAS-Bench-201 trained C=16, N=5 (15 cells); DC-Bench's NAS proxy uses a reduced
+network (N=1, 3 cells).
 
 Parameter counts match NAS-Bench-201's published ones exactly (its "params" field is in MB, meaning
 millions of parameters, 1 MB = 1e6; BN running statistics are buffers and not counted). On CIFAR-10
@@ -267,21 +272,25 @@ class InferCell(nn.Module):
 class TinyNetwork(nn.Module):
     """NAS-Bench-201's macro skeleton around a cell ``arch``; ``forward`` gives logits, ``embed`` features."""
 
-    def __init__(self, arch: str, channels: int = 3, num_classes: int = 10, C: int = 16, N: int = 5):
+    def __init__(self, arch: str, channels: int = 3, num_classes: int = 10, C: int = 16, N: int = 5,
+                 cell_affine: bool = True):
         super().__init__()
         for name, value in (("C", C), ("N", N), ("channels", channels), ("num_classes", num_classes)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"nasbench201: {name} must be a positive integer, got {value!r}")
+        if not isinstance(cell_affine, bool):
+            raise ValueError(f"nasbench201: cell_affine must be true or false, got {cell_affine!r}")
         genotype = parse_arch(arch)
         self.arch = format_arch(genotype)
-        self.C, self.N = C, N
+        self.C, self.N, self.cell_affine = C, N, cell_affine
         self.stem = nn.Sequential(nn.Conv2d(channels, C, kernel_size=3, padding=1, bias=False), nn.BatchNorm2d(C))
         layer_channels = [C] * N + [C * 2] + [C * 2] * N + [C * 4] + [C * 4] * N
         layer_reductions = [False] * N + [True] + [False] * N + [True] + [False] * N
         C_prev = C
         self.cells = nn.ModuleList()
         for C_curr, reduction in zip(layer_channels, layer_reductions):
-            cell = ResNetBasicblock(C_prev, C_curr, 2) if reduction else InferCell(genotype, C_prev, C_curr, 1)
+            cell = (ResNetBasicblock(C_prev, C_curr, 2) if reduction
+                    else InferCell(genotype, C_prev, C_curr, 1, affine=cell_affine))
             self.cells.append(cell)
             C_prev = cell.out_dim
         self.lastact = nn.Sequential(nn.BatchNorm2d(C_prev), nn.ReLU(inplace=True))
@@ -290,7 +299,7 @@ class TinyNetwork(nn.Module):
         self.feature_dim = C_prev
 
     def extra_repr(self):
-        return f"arch={self.arch}, C={self.C}, N={self.N}"
+        return f"arch={self.arch}, C={self.C}, N={self.N}" + ("" if self.cell_affine else ", cell_affine=False")
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         feature = self.stem(x)
@@ -303,13 +312,14 @@ class TinyNetwork(nn.Module):
 
 
 @register_model("nasbench201")
-def nasbench201(channels, num_classes, image_size, arch: str | None = None, C: int = 16, N: int = 5):
+def nasbench201(channels, num_classes, image_size, arch: str | None = None, C: int = 16, N: int = 5,
+                cell_affine: bool = True):
     """NAS-Bench-201 TinyNetwork for cell ``arch`` (required); C=16, N=5 is the benchmark's network,
-    N=1 DC-Bench's reduced search proxy. Image sides must be divisible by 4."""
+    N=1 with ``cell_affine=False`` DC-Bench's reduced search proxy. Image sides must be divisible by 4."""
     if arch is None:
         raise ValueError("model 'nasbench201' needs an architecture: model_kwargs={'arch': '|op~0|+|op~0|op~1|+...'}")
     h, w = image_size
     if h % 4 or w % 4:
         raise ValueError(f"nasbench201 needs image sides divisible by 4 (two stride-2 residual blocks whose "
                          f"average-pool shortcut and strided conv must agree), got {h}x{w}")
-    return TinyNetwork(arch, channels=channels, num_classes=num_classes, C=C, N=N)
+    return TinyNetwork(arch, channels=channels, num_classes=num_classes, C=C, N=N, cell_affine=cell_affine)

@@ -9,9 +9,12 @@ the augmentation with the highest mean over seeds, reported with that augmentati
 mean of per-seed maxima. Random and K-Center subsets of the same size are rows of the same grid
 (``method: [dc, random, kcenter]``), trained identically.
 
-The policy ops draw their parameters per image by default; DC-Bench drew one per batch (and at
-IPC 1 to 10 the set is one batch), which ``{autoaugment: {draw: batch}}`` etc. reproduce: the
-DC-Bench params file uses it.
+The policy ops (``autoaugment``, ``randaugment``, ``imagenet_aug``) draw once per batch, as DC-Bench's
+torchvision calls on the whole batch do (at IPC 1 to 10 the set is one batch, so every image of an
+epoch shares one draw): one behaviour under one name, here, in the notebook, ``ddlib score`` and the
+params files. Per-image draws are a named option, ``{autoaugment: {draw: image}}``, reported as
+``acc_autoaugment_per_image`` (REVISION 4; before, the default drew per image under the bare name).
+Trainings follow DC-Bench's schedule (``scheduler: dc_step``, :mod:`ddlib.protocols.dcbench`).
 """
 
 from __future__ import annotations
@@ -32,13 +35,15 @@ __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", 
 PROTOCOL = "augmentation"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
+REVISION = 4  # 4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop); policy ops draw once per batch by default (DC-Bench)
+# 3: trainings default to precision auto (bf16 where the device computes it natively)
 # 2: best augmentation = highest mean over seeds (was: mean of per-seed maxima)
 
 PARAMS = {
     **SET_PARAMS,
     **RECIPE_PARAMS,
-    # DC-Bench's five settings; each entry is one op of ddlib.engine.augment, a name or {op: {params}}
+    # DC-Bench's five settings (the policies draw once per batch, as DC-Bench); each entry is one op of
+    # ddlib.engine.augment, a name or {op: {params}}
     "augmentations": ["none", "dsa", "autoaugment", "randaugment", "imagenet_aug"],
 }
 

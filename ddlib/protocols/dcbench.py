@@ -7,9 +7,13 @@ lens is a list of :class:`Condition` given to :func:`train_conditions`, which tr
 condition with the one training loop through :meth:`ddlib.protocols.cell.Cell.train_eval` (so identical
 trainings are reused across cells and protocols).
 
-DC-Bench's recipe: ConvNet, SGD lr 0.01, momentum 0.9, weight decay 5e-4, batch 256, lr x 0.1 at
-half; 300 epochs without augmentation, 1000 with (``recipe`` holds the former, ``aug_epochs`` the
-latter). Its compression and transfer tables (Tables 2, 5, 6) train every set, and the whole
+DC-Bench's recipe (:data:`DCBENCH_RECIPE`, the base of ``recipe``): ConvNet, SGD lr 0.01, momentum 0.9,
+weight decay 5e-4, batch 256; 300 epochs without augmentation, 1000 with (``recipe`` holds the
+former, ``aug_epochs`` the latter); and DC's schedule as DC-Bench's code runs it
+(``EvaluatorUtils.evaluate_synset_dataset``, DC's ``utils.evaluate_synset``): ``Epoch + 1`` epochs
+(301 / 1001), lr x 0.1 after epoch ``Epoch // 2 + 1`` with a new SGD optimizer, so momentum
+restarts: ``scheduler: dc_step``. (Before REVISION 4 these protocols trained ``Epoch`` epochs
+and kept momentum across the drop at ``Epoch // 2``: ``recipe: {scheduler: step}`` still does.) Its compression and transfer tables (Tables 2, 5, 6) train every set, and the whole
 training set, with DSA; those two protocols therefore train with ``augment: dsa`` by default.
 """
 
@@ -25,12 +29,16 @@ from ddlib.protocols.cell import Cell, Evaluation
 from ddlib.protocols.common import positive_int, check_recipe
 from ddlib.engine.train import Recipe
 
-__all__ = ["RECIPE_PARAMS", "Condition", "train_conditions", "check_recipe_params", "augment_label",
+__all__ = ["DCBENCH_RECIPE", "RECIPE_PARAMS", "Condition", "train_conditions", "check_recipe_params", "augment_label",
            "condition_recipe", "accuracy_rows", "best_by_mean"]
+
+# DC-Bench's evaluation recipe: Recipe's defaults (SGD 0.01, momentum 0.9, wd 5e-4, batch 256, 300
+# epochs) under DC's own schedule (301 epochs, lr x 0.1 and momentum reset after the first 152).
+DCBENCH_RECIPE = Recipe(scheduler="dc_step")
 
 # How every condition is trained unless it says otherwise.
 RECIPE_PARAMS = {
-    "recipe": {},  # ddlib.engine.train.Recipe keys; defaults are DC-Bench's (300 epochs: the no-augmentation setting)
+    "recipe": {},  # ddlib.engine.train.Recipe keys over DCBENCH_RECIPE (300 epochs: the no-augmentation setting; dc_step)
     "aug_epochs": 1000,  # epochs when a condition trains with an augmentation (DC-Bench); null = recipe's
     "real_recipe": {},  # overrides when training on the whole training set (method full, full-data reference)
 }
@@ -48,8 +56,9 @@ class Condition:
 
 
 def check_recipe_params(p: dict, base: Recipe | None = None) -> Recipe:
-    """Check ``recipe`` (on top of ``base``, the protocol's default recipe), ``real_recipe`` and ``aug_epochs``."""
-    recipe = check_recipe(p, "recipe", base=base)
+    """Check ``recipe`` (on top of ``base``, the protocol's default recipe, :data:`DCBENCH_RECIPE` unless
+    given), ``real_recipe`` and ``aug_epochs``."""
+    recipe = check_recipe(p, "recipe", base=DCBENCH_RECIPE if base is None else base)
     check_recipe(p, "real_recipe", base=recipe)
     if p["aug_epochs"] is not None and not positive_int(p["aug_epochs"]):
         raise ValueError(f"aug_epochs must be null or a positive integer, got {p['aug_epochs']!r}")
@@ -57,13 +66,17 @@ def check_recipe_params(p: dict, base: Recipe | None = None) -> Recipe:
 
 
 def augment_label(spec) -> str:
-    """The short name of a single-op augmentation spec: ``"dsa"`` or ``{dsa: {...}}`` -> ``dsa``."""
+    """The short name of a single-op augmentation spec: ``"dsa"`` or ``{dsa: {...}}`` -> ``dsa``. A
+    policy op drawn per image (``{autoaugment: {draw: image}}``) is ``autoaugment_per_image``: the
+    bare name (``acc_autoaugment``) always means DC-Bench's one draw per batch."""
     if spec is None:
         return "none"
     if isinstance(spec, str):
         return spec
     if isinstance(spec, dict) and len(spec) == 1:
-        return str(next(iter(spec)))
+        op, params = next(iter(spec.items()))
+        per_image = isinstance(params, dict) and params.get("draw") == "image"
+        return f"{op}_per_image" if per_image else str(op)
     raise ValueError(f"each augmentation must be one op, a name or {{op: {{params}}}}, got {spec!r}")
 
 
@@ -78,8 +91,9 @@ def check_augment(spec, key: str) -> None:
 def condition_recipe(p: dict, augment, full: bool | None = None, base: Recipe | None = None) -> Recipe:
     """The params' recipe (on top of ``base``, the protocol's default), with ``aug_epochs`` when the
     condition trains with an augmentation, and ``real_recipe``'s overrides on top when it trains
-    on the whole training set (``full``; by default, when the cell's method is the ``full`` source)."""
-    recipe = Recipe.from_dict(p["recipe"], base=base)
+    on the whole training set (``full``; by default, when the cell's method is the ``full`` source).
+    ``base`` defaults to :data:`DCBENCH_RECIPE`."""
+    recipe = Recipe.from_dict(p["recipe"], base=DCBENCH_RECIPE if base is None else base)
     if augment_label(augment) != "none" and p["aug_epochs"] is not None:
         recipe = replace(recipe, epochs=p["aug_epochs"])
     if full if full is not None else p["source"].get("kind") == "full":

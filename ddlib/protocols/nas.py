@@ -14,7 +14,9 @@ rho, Kendall's tau and Top-1 (the ground truth of the architecture the proxy ran
 cell. References are other rows of the grid: a random subset and the full data (``method: [dc,
 random, full]``; the full data trains 10 epochs on the remaining 80 %, as DC-Bench's).
 
-Every architecture is trained as a *discrete* network. DC-Bench's released code
+The proxy's cells use non-affine BatchNorm (``cell_affine=False``, REVISION 4), as DC-Bench's search
+cells do (``NAS201SearchCell(..., affine=False, track_running_stats=True)``); NAS-Bench-201's own
+networks, the ground truth, are affine. Every architecture is trained as a *discrete* network. DC-Bench's released code
 (``darts-pt/nasbench201``, ``TinyNetworkDarts``) instead trains a DARTS supernet whose
 architecture weights are a one-hot vector passed through a softmax, so every edge computes a
 softmax mixture of all five operations (weight ~0.40 on the chosen one, ~0.15 on each other);
@@ -42,9 +44,13 @@ __all__ = ["PROTOCOL", "PARAMS", "PATH_PARAMS", "validate", "open_cell", "obtain
 PROTOCOL = "nas"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
+REVISION = 4  # 4: the proxies' cell BatchNorms are affine=False, as DC-Bench's search cells
+# 3: trainings default to precision auto (bf16 where the device computes it natively)
 # 2: validation split, seed-averaged proxy, DC-Bench's proxy recipe, uniform sampling
 MODEL = "nasbench201"
+# DC-Bench's proxy cells (darts-pt/nasbench201 TinyNetworkDarts -> NAS201SearchCell(affine=False)):
+# BatchNorm without learned scale and shift inside the cells; stem, reductions and lastact affine.
+CELL_AFFINE = False
 # DC-Bench's proxy training (darts-pt/nasbench201/train_search.py defaults): the base of ``recipe``.
 PROXY_RECIPE = Recipe(epochs=50, batch_size=64, optimizer="sgd", lr=0.025, momentum=0.9, weight_decay=3e-4,
                       scheduler="cosine", lr_min=0.001, grad_clip=5.0)
@@ -130,7 +136,8 @@ def evaluate(cell: Cell, distilled: DistilledSet, architectures: pd.DataFrame | 
     recipe = condition_recipe(p, p["augment"], base=PROXY_RECIPE)
     with cell.guard():
         archs = sample(cell) if architectures is None else architectures
-        conditions = [Condition(arch_key(i), MODEL, recipe, p["augment"], {"arch": a, "C": p["C"], "N": p["N"]})
+        kwargs = {"C": p["C"], "N": p["N"], "cell_affine": CELL_AFFINE}
+        conditions = [Condition(arch_key(i), MODEL, recipe, p["augment"], {"arch": a, **kwargs})
                       for i, a in enumerate(archs["arch"])]
         evaluations = train_conditions(cell, distilled, conditions, role="nas", eval_split="val")
         table = archs[["arch", "accuracy"]].rename(columns={"accuracy": "ground_truth"}).copy()

@@ -9,7 +9,9 @@ reference (``acc_others_avg``). Whether the *ranking of methods* survives the ch
 architecture needs several cells: the summary gives Kendall's tau between the method ranking on
 the reference model and on each other one.
 
-DC-Bench trains every architecture with DSA (1000 epochs): ``augment: dsa`` is the default.
+DC-Bench trains every architecture with DSA (1000 epochs): ``augment: dsa`` is the default, under
+DC-Bench's schedule (``scheduler: dc_step``: 1001 epochs, lr x 0.1 and momentum reset after 502;
+:mod:`ddlib.protocols.dcbench`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ __all__ = ["PROTOCOL", "PARAMS", "DCBENCH_TRANSFER_MODELS", "validate", "open_ce
 PROTOCOL = "transfer"
 # What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
 # computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 3  # 3: trainings default to precision auto (bf16 where the device computes it natively)
+REVISION = 4  # 4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)
+# 3: trainings default to precision auto (bf16 where the device computes it natively)
 # 2: DSA (1000 epochs) by default; DC-Bench's four-architecture Transfer average
 
 PARAMS = {

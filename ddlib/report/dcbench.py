@@ -1,7 +1,9 @@
 """DC-Bench's tables from MLflow: augmentation (none / avg / best), accuracy against IPC with where
 synthesis stops beating selection, transfer across architectures (DC-Bench's four-architecture
 "Transfer" average beside the mean over all) with Kendall's tau of the method ranking, and NAS
-rank correlation (rho, tau, Top-1) of the seed-averaged proxy accuracies."""
+rank correlation (rho, tau, Top-1) of the seed-averaged proxy accuracies. A transfer row without
+DC-Bench's four architectures has no ``acc_transfer``; its ``acc_others_avg`` is never shown under
+DC-Bench's name (the radar gives it its own axis, :func:`ddlib.report.plots.radar_profile`)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ Ops: ``dsa`` (Zhao & Bilen, ICML 2021, ported from VICO-UoE/DatasetCondensation 
 ``mixup`` / ``cutmix`` (timm ``timm/data/mixup.py`` batch mode), ``random_resized_crop``
 (torchvision's sampling), ``flip``, ``patch_shuffle`` (RDED's ``ShufflePatches``), ``torchvision``
 (any ``torchvision.transforms.v2`` list, per sample, seeded), DC-Bench's ``autoaugment``,
-``randaugment`` and ``imagenet_aug`` (torchvision's kernels on uint8 pixels, per sample or, with
-``draw: batch``, one draw per batch as DC-Bench; not differentiable), DC's own evaluation
+``randaugment`` and ``imagenet_aug`` (torchvision's kernels on uint8 pixels, one draw per batch as
+DC-Bench by default, per image with ``draw: image``; not differentiable), DC's own evaluation
 augmentation ``dc_augment`` (crop / scale / rotate / noise, one per image; not differentiable) and
 ``none``. ZCA whitening is a preprocessing module (:class:`ZCA`,
 :func:`fit_zca`), not a random op: it maps pixels to the model's input in place of the

@@ -1,6 +1,7 @@
 """DC-Bench's augmentations: ``autoaugment``, ``randaugment`` and ``imagenet_aug``, torchvision's
-kernels on uint8 pixels, seeded, batched (not differentiable); per image by default, or one draw
-for the whole batch (``draw: batch``) as DC-Bench does. How they differ from DC-Bench is in
+kernels on uint8 pixels, seeded, batched (not differentiable); one draw for the whole batch by
+default (``draw: batch``), as DC-Bench does, or one per image (``draw: image``). How they differ
+from DC-Bench is in
 ``_DCBENCH_NOTE``, appended to each op's docstring."""
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ whole N x C x H x W uint8 batch, ``/ 255`` and re-normalising:
 constant zero padding, flip p = 0.5). The three ops (``autoaugment``, ``randaugment``,
 ``imagenet_aug``) do the same, with these differences, common to all three:
 
-1. Per-sample parameters by default. A torchvision transform called on a 4-D batch draws once,
+1. One draw per batch, as DC-Bench. A torchvision transform called on a 4-D batch draws once,
    so in DC-Bench the whole batch gets the same sub-policy / op, magnitude, sign, crop offset,
    flip and jitter factors (only the data-dependent parts, equalize/autocontrast histograms and
    the contrast mean, are per image); at IPC 1 to 10 (at most 100 images, batch 256) the whole set
-   is one batch, so every image of an epoch shares one draw. Here every image draws its own
-   (``draw: image``); ``draw: batch`` draws once per batch and applies it to every image, which
-   reproduces DC-Bench's behaviour (DC-Bench's params files use it).
+   is one batch, so every image of an epoch shares one draw. The default, ``draw: batch``, draws
+   once per batch and applies it to every image, which is DC-Bench's behaviour, so the op's name
+   means what DC-Bench's table means everywhere (protocol default, notebook, ``ddlib score``,
+   params files); ``draw: image`` gives every image its own draw (a named option; the
+   augmentation protocol reports it as ``acc_<op>_per_image``). Until augmentation REVISION 4 the
+   default was ``image``; the draw is in every evaluation's key, so no result mixes the two.
 2. Randomness from the op's generator (never the global RNG), with our own sampling code that
    draws from torchvision's distributions (same tables, probabilities, ranges), so the same seed
    does not give torchvision's draws.
@@ -189,16 +193,16 @@ def _apply_plan(tv, pixels_u8: torch.Tensor, plan: list[list]) -> torch.Tensor:
 
 
 @register_op("autoaugment")
-def _autoaugment_factory(ctx: AugmentContext, *, policy: str = "auto", draw: str = "image"):
-    """DC-Bench's ``autoaug``: torchvision ``AutoAugment(policy)`` on uint8 pixels, per sample.
+def _autoaugment_factory(ctx: AugmentContext, *, policy: str = "auto", draw: str = "batch"):
+    """DC-Bench's ``autoaug``: torchvision ``AutoAugment(policy)`` on uint8 pixels.
 
     ``policy``: ``auto`` (CIFAR10 for images up to 32 x 32, IMAGENET above, decided per batch from its
     size: :func:`_autoaugment_policy`), ``cifar10``, ``imagenet`` or ``svhn``. Nearest interpolation,
     fill 0 (black pixels), torchvision's tables (25 sub-policies of two ops, magnitude bins of 10,
-    translations of up to 150/331 of the image side: at most 3 px on 8 x 8). ``draw``: ``image``
-    (each image its own sub-policy and signs) or ``batch`` (one for the whole batch, DC-Bench).
+    translations of up to 150/331 of the image side: at most 3 px on 8 x 8). ``draw``: ``batch``
+    (one for the whole batch, DC-Bench; the default) or ``image`` (each image its own sub-policy and signs).
 
-    Differences from DC-Bench: the common ones in the note below (per-sample draws by default, generator,
+    Differences from DC-Bench: the common ones in the note below (generator,
     rounding instead of truncation, dataset mean/std, torchvision 0.29 kernels, grouped batching);
     the ``auto`` policy looks at the image size, DC-Bench at the dataset name (the two agree on
     CIFAR-10/100 and Tiny ImageNet). Grayscale images work (torchvision's ``Color`` op leaves a
@@ -230,15 +234,15 @@ def _autoaugment_factory(ctx: AugmentContext, *, policy: str = "auto", draw: str
 
 @register_op("randaugment")
 def _randaugment_factory(ctx: AugmentContext, *, num_ops: int = 1, magnitude: int = 9, num_magnitude_bins: int = 31,
-                         draw: str = "image"):
+                         draw: str = "batch"):
     """DC-Bench's ``randaug``: torchvision ``RandAugment(num_ops=1)`` (magnitude 9 of 31 bins, nearest,
-    fill 0) on uint8 pixels, per sample: each image draws ``num_ops`` ops uniformly from torchvision's
+    fill 0) on uint8 pixels: each image (or, by default, the batch) draws ``num_ops`` ops uniformly from torchvision's
     14 (Identity, ShearX/Y, TranslateX/Y, Rotate, Brightness, Color, Contrast, Sharpness, Posterize,
     Solarize, AutoContrast, Equalize), each with a random sign where signed. ``magnitude`` must be in
     [0, num_magnitude_bins - 1] (torchvision would fail on the first draw otherwise). ``draw``:
-    ``image`` (each image its own ops and signs) or ``batch`` (one draw for the batch, DC-Bench).
+    ``batch`` (one draw for the batch, DC-Bench; the default) or ``image`` (each image its own ops and signs).
 
-    Differences from DC-Bench: the common ones in the note below (per-sample draws by default, generator,
+    Differences from DC-Bench: the common ones in the note below (generator,
     rounding instead of truncation, dataset mean/std, torchvision 0.29 kernels, grouped batching).
     Grayscale images work (``Color`` leaves 1 channel unchanged, as PIL does)."""
     num_ops = _int_param("randaugment", "num_ops", num_ops, 0)
@@ -356,16 +360,16 @@ def _crop_u8(pixels_u8: torch.Tensor, padding: int, g: torch.Generator, shared: 
 
 @register_op("imagenet_aug")
 def _imagenet_aug_factory(ctx: AugmentContext, *, padding: int = 4, flip: float = 0.5, brightness: float = 0.4,
-                          contrast: float = 0.4, saturation: float = 0.4, hue: float = 0.2, draw: str = "image"):
+                          contrast: float = 0.4, saturation: float = 0.4, hue: float = 0.2, draw: str = "batch"):
     """DC-Bench's ``imagenet_aug``: ``RandomCrop(size, padding=4)``, ``RandomHorizontalFlip()``,
     ``ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.2)``, in that order, on uint8
-    pixels, per sample. Crop: shift by [-padding, padding] px per axis with black fill. Flip with
-    probability ``flip``. Jitter: the four colour ops in a random order per image, factors uniform
+    pixels. Crop: shift by [-padding, padding] px per axis with black fill. Flip with
+    probability ``flip``. Jitter: the four colour ops in a random order per draw, factors uniform
     in [max(0, 1 - v), 1 + v] (hue in [-v, v]); 0 turns an op off (all four 0 and ``padding: 0``,
-    ``flip: 0`` leave only the quantisation). ``draw``: ``image`` (each image its own offset, flip,
-    order and factors) or ``batch`` (one draw for the batch, DC-Bench).
+    ``flip: 0`` leave only the quantisation). ``draw``: ``batch`` (one draw for the batch, DC-Bench; the
+    default) or ``image`` (each image its own offset, flip, order and factors).
 
-    Differences from DC-Bench: the common ones in the note below (per-sample draws by default, generator,
+    Differences from DC-Bench: the common ones in the note below (generator,
     rounding instead of truncation, dataset mean/std, torchvision 0.29 kernels, batched jitter);
     the crop size is the input size (DC-Bench: 32, or 64 for Tiny ImageNet, whatever the input, so a
     28 x 28 batch would come out 32 x 32); ``flip`` is a parameter (DC-Bench: 0.5). Padding stays 4 px
