@@ -46,7 +46,10 @@ def test_bad_parameters_are_refused(bad, message):
 
 def test_beard_defaults():
     p = adversarial.validate({})
-    assert p["recipe"] == {"epochs": 1000} and p["augment"] == "dsa" and p["training"] == "standard"
+    assert p["recipe"] == {} and p["augment"] == "dsa" and p["training"] == "standard"
+    # BEARD's eva_utils.evaluate_synset: Epoch + 1 epochs, lr x 0.1 with a new SGD after Epoch // 2 + 1
+    assert adversarial.BEARD_RECIPE.epochs == 1000 and adversarial.BEARD_RECIPE.scheduler == "dc_step"
+    assert adversarial.check_recipe(p, "recipe", base=adversarial.BEARD_RECIPE) == adversarial.BEARD_RECIPE
     assert p["attacks"] == ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
     assert p["attack_size"] is None  # the whole test set unless asked
     assert p["space"] == "pixel"

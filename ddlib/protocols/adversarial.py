@@ -2,7 +2,8 @@
 
 Per cell: one set (``method``, ``ipc``), one architecture (``model``), one attack ``mode``. The
 set trains one model per seed with BEARD's recipe (ConvNet, SGD 0.01, momentum 0.9, weight decay
-5e-4, 1000 epochs, lr x 0.1 at half, batch 256, DSA), or with an adversarial-training objective
+5e-4, batch 256, DSA, 1000 epochs in DC's loop: 1001 epochs, lr x 0.1 with a fresh optimizer after
+epoch 501, ``scheduler: dc_step``), or with an adversarial-training objective
 (``training``: pgd_at, trades, mart, beard_at). The trained models are stored in MLflow (the model pool), so
 the other mode, another attack list or a rerun attacks them without retraining. A released model
 joins the pool instead with ``source: {kind: checkpoint, path, model}`` (BEARD's own model pool is
@@ -80,7 +81,7 @@ from ddlib.engine.augment import create_augment
 from ddlib.data.datasets import stratified_subset
 from ddlib.data.distilled import DistilledSet
 from ddlib.data.digest import tensor_digest
-from ddlib.engine.train import as_pixels
+from ddlib.engine.train import Recipe, as_pixels
 from ddlib.models import list_models
 from ddlib.protocols.cell import Cell, Evaluation, device_name, group_params
 from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, validate_set_params
@@ -99,7 +100,12 @@ PROTOCOL = "adversarial"
 # longer compares with a clean pass cached from another process or the other mode).
 # 3: each result records its timing process (AE/CREI NaN for a seed timed in several); RR, AE and
 # CREI NaN with fewer than two attacks; RR variants rome and rome+; target kind next_mod10.
-REVISION = 3
+# 4: BEARD's schedule (its eva_utils.evaluate_synset, as DC's): Epoch + 1 epochs, lr x 0.1 with a new
+# optimizer after Epoch // 2 + 1 (``scheduler: dc_step``), the base of every recipe (BEARD_RECIPE).
+REVISION = 4
+# BEARD's training (Code/eva_utils.py evaluate_synset with its train_config.json): SGD lr 0.01, momentum
+# 0.9, weight decay 5e-4, batch 256, 1000 epochs run as DC's loop runs them. A grid's ``recipe`` applies on top.
+BEARD_RECIPE = Recipe(epochs=1000, scheduler="dc_step")
 # The process that times attacks here: a random 52-bit id (exact as an MLflow metric, a float).
 TIMING_PROCESS = float(uuid.uuid4().int & ((1 << 52) - 1))
 TIMING_MIXED_TAG = "ddlib.timing_mixed"
@@ -109,7 +115,7 @@ BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 PARAMS = {
     **SET_PARAMS,
     "seeds": [0],  # models per set (BEARD attacks one)
-    "recipe": {"epochs": 1000},  # BEARD: SGD 0.01, momentum 0.9, wd 5e-4, 1000 epochs, lr x0.1 at half, batch 256
+    "recipe": {},  # Recipe keys over BEARD_RECIPE: SGD 0.01, momentum 0.9, wd 5e-4, 1000 epochs, DC's step (dc_step), batch 256
     "real_recipe": {},  # overrides for method full (the full-size reference), e.g. {epochs: 200}
     "augment": "dsa",  # BEARD trains with DSA
     "number_sign": False,  # BEARD's released training config: the set's quadrants upsampled (4x images) before training
@@ -134,7 +140,7 @@ def validate(params: dict) -> dict:
         _check_checkpoint(p, params)
     if p["space"] not in SPACES:
         raise ValueError(f"space must be one of {SPACES}, got {p['space']!r}")
-    check_recipe(p, "real_recipe", base=check_recipe(p, "recipe"))
+    check_recipe(p, "real_recipe", base=check_recipe(p, "recipe", base=BEARD_RECIPE))
     check_augment(p["augment"], "augment")
     if not isinstance(p["number_sign"], bool):
         raise ValueError(f"number_sign must be true or false, got {p['number_sign']!r}")
@@ -366,7 +372,7 @@ def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]
                                                      num_classes=ds.num_classes)
         objective_name = objective_name if objective is not None else "none"  # plain training: the same key as
         # any other protocol's identical training (DC-Bench's DSA augmentation, say), so it is shared
-        recipe = check_recipe(p, "recipe")
+        recipe = check_recipe(p, "recipe", base=BEARD_RECIPE)
         named = dict(p["recipe"] or {})
         if p["source"].get("kind") == "full":
             recipe = check_recipe(p, "real_recipe", base=recipe)
