@@ -226,12 +226,17 @@ def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,
 
         def different(i, j):
             a, b = seeds[i].dropna(subset=[score]), seeds[j].dropna(subset=[score])
+            if a.empty or b.empty:  # a row without the score (NaN by rule, e.g. CREI from one attack) ranks nowhere
+                return False
             return stats.paired_difference(a[score].to_numpy(), b[score].to_numpy(), seeds_a=list(a["seed"]),
                                            seeds_b=list(b["seed"]), **INTERVALS).significant
 
         ranked = stats.rank_groups(names, estimates, different, higher_is_better)
-        board.loc[index, "rank"] = list(ranked["rank"])
-        board.loc[index, "tied_with"] = [", ".join(t) for t in ranked["tied_with"]]
+        scored = [e == e for e in estimates]  # NaN estimates: no rank, tied with no one
+        board.loc[index, "rank"] = [r if ok else pd.NA for r, ok in zip(ranked["rank"], scored)]
+        unscored = {name for name, ok in zip(names, scored) if not ok}
+        board.loc[index, "tied_with"] = [", ".join(n for n in t if n not in unscored) if ok else ""
+                                         for t, ok in zip(ranked["tied_with"], scored)]
     # the per-seed scores themselves (the CSV's raw data; the summary's rank stability across seeds)
     board[f"{score}_per_seed"] = [json.dumps({str(int(s)): float(v) for s, v in zip(sub["seed"], sub[score])
                                               if pd.notna(v)}) for sub in pooled]
