@@ -186,8 +186,11 @@ def print_plan(path: str | os.PathLike, workers: int = 1, force: bool = False, o
         print(f"error: {one_line(e)}", file=sys.stderr)
         print("dry run: stopped before anything ran", file=sys.stderr)
         return 2
-    print(f"dry run of {plan.path}: protocol {plan.protocol}, experiment {plan.experiment!r}, "
-          f"{len(plan.cells)} cell(s); nothing runs", file=out)
+    from ddlib.protocols.spec import get_spec
+
+    spec = get_spec(plan.protocol)
+    print(f"dry run of {plan.path}: protocol {plan.protocol} ({spec.title}, revision {spec.revision}: "
+          f"{spec.summary}), experiment {plan.experiment!r}, {len(plan.cells)} cell(s); nothing runs", file=out)
     for line in plan.data:
         print(f"data ok: {line}", file=out)
     for note in plan.notes:

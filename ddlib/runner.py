@@ -173,7 +173,7 @@ def expand(spec: GridSpec) -> list[dict]:
                 source["path"] = _absolute(source["path"])
             cell["source"] = source
         # Every path is taken from where `ddlib run` runs (kernels run in notebooks/).
-        for key in ("data_root", *getattr(module, "PATH_PARAMS", ())):
+        for key in ("data_root", *module.SPEC.path_params):
             if isinstance(cell.get(key), str):
                 cell[key] = _absolute(cell[key])
         if isinstance(cell.get("teacher_checkpoints"), list):

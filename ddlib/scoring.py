@@ -28,13 +28,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ddlib.protocols.spec import set_protocols
 from ddlib.shown import shown
 from ddlib.tracking import TAG, Tracker, config_hash, mlruns_dir
 
 __all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", "FILE_OPTIONS", "save_arrays"]
 
 # Protocols that score a set (nas also needs a ground-truth file: run it from a params file).
-SET_PROTOCOLS = ("label_robust", "augmentation_robust", "adversarial", "augmentation", "transfer", "compression")
+SET_PROTOCOLS = tuple(set_protocols())  # from the protocols' specs (nas also needs a ground truth)
 FILE_OPTIONS = ("normalized", "allow_unequal", "experiment", "zca_space", "trusted")  # keys of a file source
 
 
@@ -202,12 +203,8 @@ def _run_steps(protocol: str, experiment: str, params: dict, progress: bool):
     cell = module.open_cell(experiment=experiment, **params)
     cell.progress = progress
     distilled = module.obtain(cell)
-    if protocol == "adversarial":
-        result = module.evaluate(cell, distilled, module.train_models(cell, distilled))
-    else:
-        result = module.evaluate(cell, distilled)
+    result = module.evaluate(cell, distilled)
     cell.close()
-    result.run_id = cell.run_id
     return result
 
 

@@ -31,6 +31,21 @@ def test_has_one_parameters_cell(path):
 
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_the_notebooks_parameters_cell_is_written_from_the_spec(protocol):
+    """`python -m ddlib.protocols` writes it; papermill --help-notebook then shows every parameter's
+    type and one-line help."""
+    from ddlib.protocols.spec import get_spec, parameters_source
+
+    spec = get_spec(protocol)
+    nb = json.loads((NOTEBOOKS / spec.notebook).read_text())
+    (cell,) = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert "".join(cell["source"]) == parameters_source(spec), "run: python -m ddlib.protocols"
+    declared = pm.inspect_notebook(str(NOTEBOOKS / spec.notebook))
+    for name, param in spec.params.items():
+        assert declared[name]["help"] == param.help and declared[name]["inferred_type_name"] == param.type_name, name
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 def test_protocol_notebook_parameters_match_the_protocol(protocol):
     notebook, _ = PROTOCOLS[protocol]
     declared = pm.inspect_notebook(str(NOTEBOOKS / notebook))

@@ -435,9 +435,11 @@ def test_a_leaderboard_row_never_mixes_revisions_or_real_data_pools(mlflow_store
     _fake_cell(tracker, params, current, "pool A", 0.5)
     _fake_cell(tracker, params, current, "pool A", 0.5)  # a rerun: the same row
     _fake_cell(tracker, params, current, "pool B", 0.6)  # other real data: another row
-    with monkeypatch.context() as patch:
-        patch.setattr(label_robust, "REVISION", label_robust.REVISION - 1)
-        _fake_cell(tracker, params, str(label_robust.REVISION), "pool A", 0.7)  # an older definition: another row
+    with monkeypatch.context() as patch:  # an older definition of the protocol (its spec's revision): another row
+        import ddlib.protocols
+
+        patch.setattr(ddlib.protocols, "protocol_revision", lambda name: label_robust.SPEC.revision - 1)
+        _fake_cell(tracker, params, str(label_robust.SPEC.revision - 1), "pool A", 0.7)
     board = report.lrs_leaderboard()
     assert sorted(zip(board["revision"], board["acc_syn_hard_mean"])) == sorted(
         [(current, 0.5), (current, 0.6), (str(int(current) - 1), 0.7)])

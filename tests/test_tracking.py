@@ -84,11 +84,13 @@ def test_a_protocol_revision_changes_every_cell_key(monkeypatch):
 
     params = label_robust.validate({"method": "random", "ipc": 1})
     before = cell_tags("label_robust", params)
-    monkeypatch.setattr(label_robust, "REVISION", label_robust.REVISION + 1)
+    import ddlib.protocols
+
+    monkeypatch.setattr(ddlib.protocols, "protocol_revision", lambda name: label_robust.SPEC.revision + 1)
     after = cell_tags("label_robust", params)
     for key in ("config", "group", "series", "family"):
         assert before[TAG[key]] != after[TAG[key]], key
-    assert after[TAG["revision"]] == str(label_robust.REVISION)
+    assert after[TAG["revision"]] == str(label_robust.SPEC.revision + 1)
 
 
 def test_experiments_open_as_training_projects_in_mlflows_ui(mlflow_store):

@@ -84,25 +84,17 @@ from ddlib.data.digest import tensor_digest
 from ddlib.engine.train import Recipe, as_pixels
 from ddlib.models import list_models
 from ddlib.protocols.cell import Cell, Evaluation, device_name, group_params
+from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, validate_set_params
 from ddlib.protocols.common import obtain as obtain_set
 from ddlib.protocols.dcbench import check_augment
+from ddlib.protocols.inputs import checkpoint_path
 from ddlib.tracking import config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
            "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key", "check_targets", "TIMING_PROCESS",
            "number_sign"]
 
-PROTOCOL = "adversarial"
-# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
-# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-# 2: the space parameter; each attack paired with a clean pass timed in its own process (AE no
-# longer compares with a clean pass cached from another process or the other mode).
-# 3: each result records its timing process (AE/CREI NaN for a seed timed in several); RR, AE and
-# CREI NaN with fewer than two attacks; RR variants rome and rome+; target kind next_mod10.
-# 4: BEARD's schedule (its eva_utils.evaluate_synset, as DC's): Epoch + 1 epochs, lr x 0.1 with a new
-# optimizer after Epoch // 2 + 1 (``scheduler: dc_step``), the base of every recipe (BEARD_RECIPE).
-REVISION = 4
 # BEARD's training (Code/eva_utils.py evaluate_synset with its train_config.json): SGD lr 0.01, momentum
 # 0.9, weight decay 5e-4, batch 256, 1000 epochs run as DC's loop runs them. A grid's ``recipe`` applies on top.
 BEARD_RECIPE = Recipe(epochs=1000, scheduler="dc_step")
@@ -112,24 +104,48 @@ TIMING_MIXED_TAG = "ddlib.timing_mixed"
 MODES = ("untargeted", "targeted")
 BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 
-PARAMS = {
-    **SET_PARAMS,
-    "seeds": [0],  # models per set (BEARD attacks one)
-    "recipe": {},  # Recipe keys over BEARD_RECIPE: SGD 0.01, momentum 0.9, wd 5e-4, 1000 epochs, DC's step (dc_step), batch 256
-    "real_recipe": {},  # overrides for method full (the full-size reference), e.g. {epochs: 200}
-    "augment": "dsa",  # BEARD trains with DSA
-    "number_sign": False,  # BEARD's released training config: the set's quadrants upsampled (4x images) before training
-    "training": "standard",  # or an objective (ddlib.engine.adversarial_training): pgd_at, trades, mart, beard_at
-    "attacks": list(BEARD_ATTACKS),  # ddlib.protocols.attacks specs: names or {name: {params}}
-    "mode": "untargeted",  # untargeted | targeted
-    "target": "next",  # targeted mode: next ((y + 1) mod C) | random (a seeded other class) | next_mod10 (BEARD's)
-    "attack_size": None,  # a seeded, class-stratified test subset of this many images; null = the whole test set
-    "attack_seed": 0,  # the subset, random targets and random starts
-    "attack_batch_size": 256,  # BEARD's test batch size (timings depend on it)
-    "alpha": 0.5,  # CREI = alpha RR + (1 - alpha) AE
-    "eps_curve": None,  # e.g. {attack: pgd, eps: [1/255, 2/255, 4/255, 8/255, 16/255]}: robust accuracy vs epsilon
-    "space": "pixel",  # pixel (eps bounds pixels) | beard_compat (BEARD's normalised-tensor pipeline, to check its numbers)
-}
+SPEC = ProtocolSpec(
+    name="adversarial", revision=4, order=30, title="BEARD: adversarial robustness (targeted and untargeted)",
+    summary="models trained on the set (or released) attacked: robust accuracy, ASR, time per attack, RR, AE, CREI",
+    params={
+        **SET_PARAMS,
+        "seeds": Param([0], "models per set (BEARD attacks one)", "list[int]"),
+        "recipe": Param({}, "Recipe keys over BEARD_RECIPE (SGD 0.01, momentum 0.9, wd 5e-4, batch 256, 1000 epochs "
+                            "in DC's loop: dc_step)"),
+        "real_recipe": Param({}, "overrides for method full (the full-size reference), e.g. {epochs: 200}"),
+        "augment": Param("dsa", "one augmentation spec (ddlib.engine.augment) or null; BEARD trains with DSA", "str"),
+        "number_sign": Param(False, "BEARD's released training config: the set's quadrants upsampled (4x images) "
+                                    "before training"),
+        "training": Param("standard", "or an objective (ddlib.engine.adversarial_training): pgd_at, trades, mart, "
+                                      "beard_at (a name or {name: {params}})", "str"),
+        "attacks": Param(list(BEARD_ATTACKS), "attack specs (ddlib.attacks): names or {name: {params}}", "list"),
+        "mode": Param("untargeted", "untargeted | targeted"),
+        "target": Param("next", "targeted mode: next ((y + 1) mod C) | random (a seeded other class) | next_mod10 "
+                                "(BEARD's)"),
+        "attack_size": Param(None, "a seeded, class-stratified test subset of this many images (null: all)", "int"),
+        "attack_seed": Param(0, "the subset, random targets and random starts"),
+        "attack_batch_size": Param(256, "BEARD's test batch size (timings depend on it)"),
+        "alpha": Param(0.5, "CREI is alpha RR + (1 - alpha) AE"),
+        "eps_curve": Param(None, "e.g. {attack: pgd, eps: [1/255, 2/255, 4/255, 8/255, 16/255]}: robust accuracy "
+                                 "against epsilon", "dict"),
+        "space": Param("pixel", "pixel (eps bounds pixels) | beard_compat (BEARD's normalised-tensor pipeline, to "
+                                "check its numbers)"),
+    },
+    boards=(Board("beard", "BEARD: adversarial robustness (targeted and untargeted)",
+                  "ddlib.report.beard:robustness_leaderboard", "crei", "CREI",
+                  columns=(("clean_acc", "clean accuracy"), ("rr", "RR (0-100)"), ("ae", "AE (0-100)"),
+                           ("crei", "CREI (0-100)"), ("rcr", "RCR = robust / clean accuracy (0-100)")),
+                  more_columns=True, variant=("mode", "space", "training", "model", "attacks"), weight="alpha"),
+            Board("beard_unified", "BEARD: unified over IPCs (RRM, AEM, CREI)", "ddlib.report.beard:unified_leaderboard",
+                  "creim", "CREI over IPCs", weight="alpha")),
+    headline="beard",
+    history=("2: the space parameter; each attack paired with a clean pass timed in its own process",
+             "3: each result records its timing process (AE/CREI NaN for a seed timed in several); RR, AE and CREI "
+             "NaN with fewer than two attacks; RR variants rome and rome+; target kind next_mod10",
+             "4: BEARD's schedule (its eva_utils.evaluate_synset, as DC's): Epoch + 1 epochs, lr x 0.1 with a new "
+             "optimizer after Epoch // 2 + 1 (scheduler: dc_step), the base of every recipe (BEARD_RECIPE)"),
+)
+PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 SPACE_TAG = "ddlib.attack_space"
 MODE_PAIR_TAG = "ddlib.mode_pair"  # the same row in the other mode (the report's clean_time="min_of_modes")
 
@@ -250,15 +266,6 @@ def check_expected_accuracy(cell: Cell, models: list[Evaluation], paths: dict[in
                                             f"expected ({origin}), within {100 * tolerance:g} points"})
 
 
-def checkpoint_path(params: dict, dataset_name: str, seed: int) -> str:
-    """The file of one seed's model for a checkpoint source: ``{seed}``, ``{ipc}`` and ``{dataset}``
-    filled in, every other character (braces included) taken literally."""
-    path = params["source"]["path"]
-    for name, value in (("seed", seed), ("ipc", params["ipc"]), ("dataset", dataset_name)):
-        path = path.replace(f"{{{name}}}", str(value))
-    return path
-
-
 def group_identity(params: dict) -> dict:
     """The leaderboard row of a cell: attacks by their resolved description (``fgsm`` and
     ``{fgsm: {eps: 8/255}}`` are one attack), without what the summary recomputes or only adds
@@ -289,10 +296,10 @@ def curve_key(spec: AttackSpec) -> str:
     return f"curve.{spec.name}.{spec.eps:.6f}"
 
 
-@dataclass
-class AdversarialResult:
-    per_seed: pd.DataFrame  # one row per seed: clean and per-attack measurements, RR (3 variants), AE, CREI, RCR
-    summary: dict[str, float]
+@dataclass(kw_only=True)
+class AdversarialResult(Result):
+    """per_seed: clean and per-attack measurements, RR (3 variants), AE, CREI, RCR per seed."""
+
     attacks: pd.DataFrame  # one row per (seed, attack): measurements, or skipped with the reason
     cell: dict = field(default_factory=dict)  # dataset, method, ipc, training, mode: what the curve is of
 
@@ -456,7 +463,8 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation
         per_seed, summary = cell.record_per_seed(rows)
     label = {"dataset": p["dataset"], "method": p["method"], "ipc": p["ipc"], "mode": p["mode"], "space": p["space"],
              "training": p["training"] if isinstance(p["training"], str) else str(p["training"])}
-    return AdversarialResult(per_seed, summary, pd.DataFrame(attack_rows), label)
+    return AdversarialResult(per_seed=per_seed, summary=summary, attacks=pd.DataFrame(attack_rows), cell=label,
+                             run_id=cell.run_id)
 
 
 def _check_cell_targets(cell: Cell) -> None:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
+from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, augment_label, best_by_mean,
                                      check_augment, check_recipe_params, condition_recipe, mean_std_table,
@@ -32,20 +33,27 @@ from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, au
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationResult"]
 
-PROTOCOL = "augmentation"
-# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
-# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 4  # 4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop); policy ops draw once per batch by default (DC-Bench)
-# 3: trainings default to precision auto (bf16 where the device computes it natively)
-# 2: best augmentation = highest mean over seeds (was: mean of per-seed maxima)
-
-PARAMS = {
-    **SET_PARAMS,
-    **RECIPE_PARAMS,
-    # DC-Bench's five settings (the policies draw once per batch, as DC-Bench); each entry is one op of
-    # ddlib.engine.augment, a name or {op: {params}}
-    "augmentations": ["none", "dsa", "autoaugment", "randaugment", "imagenet_aug"],
-}
+SPEC = ProtocolSpec(
+    name="augmentation", revision=4, order=40, title="DC-Bench: accuracy without and with augmentation",
+    summary="a set's accuracy under each of DC-Bench's augmentations (none, DSA, AutoAugment, RandAugment, ImageNet's)",
+    params={
+        **SET_PARAMS,
+        **RECIPE_PARAMS,
+        "augmentations": Param(["none", "dsa", "autoaugment", "randaugment", "imagenet_aug"],
+                               "DC-Bench's five settings, each one op of ddlib.engine.augment (a name or {op: {params}}); "
+                               "the policies draw once per batch, as DC-Bench", "list"),
+    },
+    boards=(Board("augmentation", "DC-Bench: accuracy without and with augmentation",
+                  "ddlib.report.dcbench:augmentation_leaderboard", "acc_aug_avg", "accuracy, mean over augmentations",
+                  columns=(("acc_noaug", "no augmentation"), ("acc_aug_avg", "average over the augmentations"),
+                           ("acc_aug_best", "best augmentation (highest mean over seeds)")),
+                  more_columns=True, variant=("model",)),),
+    headline="augmentation",
+    history=("2: best augmentation = highest mean over seeds (was: mean of per-seed maxima)",
+             "3: trainings default to precision auto (bf16 where the device computes it natively)",
+             "4: DC-Bench's schedule by default (scheduler dc_step); policy ops draw once per batch by default (DC-Bench)"),
+)
+PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
@@ -62,10 +70,10 @@ def validate(params: dict) -> dict:
     return p
 
 
-@dataclass
-class AugmentationResult:
-    per_seed: pd.DataFrame  # one row per seed: acc_<augmentation>..., acc_noaug, acc_aug_avg, acc_aug_best
-    summary: dict[str, float]
+@dataclass(kw_only=True)
+class AugmentationResult(Result):
+    """per_seed: acc_<augmentation>..., acc_noaug, acc_aug_avg, acc_aug_best per seed."""
+
     labels: list[str]
     best: str | None = None  # the augmentation with the highest mean over seeds (acc_aug_best's)
 
@@ -96,4 +104,5 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationResult:
         if best is not None:
             cell.tracker.set_tags(cell.run_id, {"ddlib.aug_best": best})
         per_seed, summary = cell.record_per_seed(rows)
-    return AugmentationResult(per_seed, summary, [c.label for c in conditions], best)
+    return AugmentationResult(per_seed=per_seed, summary=summary, labels=[c.label for c in conditions], best=best,
+                              run_id=cell.run_id)

@@ -29,25 +29,31 @@ import pandas as pd
 from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.common import PRESET_PARAMS, SET_PARAMS, check_weight, obtain, open_protocol_cell, validate_common
+from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.common import PRESET_PARAMS, SET_PARAMS, check_weight, obtain, validate_common
 from ddlib.protocols.preset_eval import Evaluator, resolve_preset
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationRobustResult"]
 
-PROTOCOL = "augmentation_robust"
-# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
-# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-# 2: per-seed random subsets, teacher labels for the random side of stored-soft-label presets,
-# learned lr, lr_policy, one real-data pool, ZCA-space sets, the preset's student model.
-# 3: trainings default to precision auto (bf16 where the device computes it natively).
-# 4: as DD-Ranking's code (tests/test_conformance_ddranking.py): ZCA fitted on [0, 1] pixels of the whole
-# training set, in place of normalisation; the presets' DSA resamples with align_corners=True; CutMix's box
-# is the CutMix authors' rand_bbox; random baselines from their own stream (no longer the `random`
-# method's draw at seed 0); the preset's labels.teacher.recipe applied.
-REVISION = 4
-
-# The notebook's parameters cell holds exactly these names (plus run_id and experiment).
-PARAMS = {**SET_PARAMS, "gamma": 0.5, **PRESET_PARAMS, "preset": "dsa"}
+SPEC = ProtocolSpec(
+    name="augmentation_robust", revision=4, order=20, title="DD-Ranking: Augmentation-Robust Score",
+    summary="IOR with and without the preset's augmentation, and ARS, against a random subset of the set's size",
+    params={**SET_PARAMS, "gamma": Param(0.5, "ARS's weight on IOR with augmentation"), **PRESET_PARAMS,
+            "preset": Param("dsa", "the method's evaluation preset (its augmentation is what ARS removes)")},
+    boards=(Board("ars", "DD-Ranking: Augmentation-Robust Score", "ddlib.report.ddranking:ars_leaderboard", "ars", "ARS",
+                  columns=(("acc_syn_aug", "accuracy with the preset's augmentation"),
+                           ("acc_syn_noaug", "accuracy without it"), ("acc_rdm_aug", "random subset, with"),
+                           ("acc_rdm_noaug", "random subset, without"), ("ior_aug", "IOR with augmentation"),
+                           ("ior_noaug", "IOR without augmentation"), ("ars", "ARS (0-100)")),
+                  variant=("model", "preset"), weight="gamma"),),
+    headline="ars",
+    history=("2: per-seed random subsets, teacher labels for the random side of stored-soft-label presets, learned lr",
+             "3: trainings default to precision auto (bf16 where the device computes it natively)",
+             "4: as DD-Ranking's code: ZCA fitted on [0, 1] pixels of the whole training set, in place of normalisation; "
+             "the presets' DSA resamples with align_corners=True; CutMix's box is the CutMix authors' rand_bbox; random "
+             "baselines from their own stream; the preset's labels.teacher.recipe applied"),
+)
+PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
@@ -60,15 +66,15 @@ def validate(params: dict) -> dict:
     return p
 
 
-@dataclass
-class AugmentationRobustResult:
-    per_seed: pd.DataFrame  # one row per seed: four accuracies, IOR with and without augmentation, ARS
-    summary: dict[str, float]
+@dataclass(kw_only=True)
+class AugmentationRobustResult(Result):
+    """per_seed: four accuracies, IOR with and without augmentation, ARS per seed."""
+
     sides: pd.DataFrame  # one row per trained side: set, labels, loss, augmentation, ZCA, model, recipe, lr per seed
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
-    return open_protocol_cell(PROTOCOL, validate(params), run_id, experiment)
+    return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationRobustResult:
@@ -90,4 +96,4 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationRobustResult:
             rows.append({"seed": seed, **{f"acc_{k}": v for k, v in a.items()}, "ior_aug": ior_aug,
                          "ior_noaug": ior_noaug, "ars": metrics.ars(ior_aug, ior_noaug, p["gamma"])})
         per_seed, summary = cell.record_per_seed(rows)
-    return AugmentationRobustResult(per_seed, summary, ev.sides())
+    return AugmentationRobustResult(per_seed=per_seed, summary=summary, sides=ev.sides(), run_id=cell.run_id)

@@ -60,6 +60,9 @@ RESULT_KEY_TAG = "ddlib.result_key"
 CLASSES_TAG = "ddlib.num_classes"  # the cell's class count: what "near chance" means (leaderboards' sanity column)
 SANITY_TAG = "ddlib.sanity"  # set where an accuracy that must be well above chance is not (metrics.near_chance)
 PRECISION_TAG = "ddlib.precision"  # the precisions the cell's trainings ran in (fp32, bf16): Recipe.precision resolved
+# Every cell of a dataset that holds out a validation split holds out the same one (VALIDATION_SEED,
+# whatever the preset or method): one real-data pool per (dataset, val_fraction), identified by this tag.
+POOL_TAG = "ddlib.pool"
 SET_DIGEST_TAG = "ddlib.set_digest"  # the obtained set's content (ddlib.protocols.common.obtain): in every row key
 # The seed of every cell's validation split: the real-data pool depends on the dataset and the
 # fraction only, never on the preset or method of a cell.
@@ -149,8 +152,15 @@ class Cell:
 
     @classmethod
     def open(cls, protocol: str, params: dict, run_id: str | None = None, experiment: str | None = None,
-             progress: bool = True, val_fraction: float | None = None) -> "Cell":
-        """Attach to the batch runner's parent run (``run_id``), or start one when run by hand."""
+             progress: bool = True) -> "Cell":
+        """Attach to the batch runner's parent run (``run_id``), or start one when run by hand.
+
+        A protocol with a ``val_fraction`` parameter works on a real-data pool: the training set
+        without a class-stratified validation split (drawn with :data:`VALIDATION_SEED`, the same in
+        every cell of the dataset whatever its preset or method), on which lr searches and proxies are
+        scored; the random subsets and teachers come from the pool. :attr:`unsplit` keeps the whole
+        set (DD-Ranking's full-data reference trains on it, the ZCA is fitted on it). The pool's
+        identity is tagged (:data:`POOL_TAG`)."""
         configure_threads()
         init_store()
         tracker = Tracker(experiment or protocol)
@@ -171,9 +181,21 @@ class Cell:
             if cell.dataset.extra.get("reduced"):
                 tracker.set_tags(run_id, {"ddlib.reduced_data": cell.dataset.source})
             cell.unsplit = cell.dataset
-            if val_fraction:
-                cell.dataset, cell.validation = hold_out_validation(cell.dataset, val_fraction)
+            if "val_fraction" in params:
+                cell._hold_out(params["val_fraction"])
         return cell
+
+    def _hold_out(self, fraction: float | None) -> None:
+        from ddlib.protocols.teachers import dataset_identity
+
+        if fraction:
+            self.dataset, self.validation = hold_out_validation(self.dataset, fraction)
+        held = len(self.validation[1]) if self.validation is not None else 0
+        split = (f"{held} held out for validation (val_fraction {fraction:g}, seed {VALIDATION_SEED})"
+                 if held else "no validation split")
+        self.tracker.set_tags(self.run_id, {POOL_TAG: f"{self.dataset.name}: {len(self.dataset.train_labels)} training "
+                                                      f"images, {split}; content "
+                                                      f"{dataset_identity(self.dataset)['train'][:16]}"})
 
     def zca(self):
         """The dataset's one ZCA whitening (:func:`ddlib.engine.augment.fit_zca`), fitted once per cell

@@ -13,43 +13,44 @@ from ddlib.models import list_models
 from ddlib.data.digest import tensor_digest
 from ddlib.protocols.cell import SET_DIGEST_TAG, VALIDATION_SEED, Cell
 from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SEARCHES, LR_SELECT, resolve_preset
+from ddlib.protocols.spec import Param
 from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source
 from ddlib.engine.train import Recipe
 from ddlib.shown import shown
 
 # Which set, compared with which random subset, on which data and model.
 SET_PARAMS = {
-    "dataset": "digits",
-    "data_root": None,
-    "method": "random",
-    "source": None,  # None: a built-in method (random, kcenter, dm); else a source spec
-    "ipc": 1,
-    "model": "convnet",
-    "seeds": [0, 1, 2, 3, 4],  # DD-Ranking reports 5 seeds
-    "device": "auto",
-    # CPU smoke runs only: fewer real images (per class) and a stratified test subset. null = full.
-    "train_per_class": None,
-    "test_size": None,
+    "dataset": Param("digits", "the real dataset (digits, mnist, cifar10, ..., imagefolder:<path>)"),
+    "data_root": Param(None, "where the dataset is (null: $DDLIB_DATA); a folder, archive or file", "str"),
+    "method": Param("random", "the set's name: a built-in (random, kcenter, kcenter_greedy, dm, full) or a grid method"),
+    "source": Param(None, "where the set comes from (null: the built-in method); the runner fills it from "
+                          "the grid's methods section", "dict"),
+    "ipc": Param(1, "images per class"),
+    "model": Param("convnet", "the architecture trained on the set (ddlib.models)"),
+    "seeds": Param([0, 1, 2, 3, 4], "evaluation seeds, one model each (DD-Ranking reports 5)", "list[int]"),
+    "device": Param("auto", "auto, cpu, cuda, cuda:N or mps"),
+    "train_per_class": Param(None, "CPU smoke runs only: real training images per class (null: all)", "int"),
+    "test_size": Param(None, "CPU smoke runs only: a class-stratified test subset (null: the whole test set)", "int"),
 }
 
 # How the method's own evaluation is reproduced (ddlib.protocols.preset_eval), against which random subset.
 PRESET_PARAMS = {
-    "model": None,  # null: the preset's student (its `model`), else convnet; a name here always wins
-    "baseline_seed": None,  # null: each evaluation seed draws its own random subset (DD-Ranking); an int: one for all
-    "preset": None,  # params/methods/<name>.yaml or a path; null = hard labels only
-    "preset_epochs": None,  # override the preset's epochs (CPU smoke runs)
-    "teacher_recipe": {},  # how the suite trains teachers on the real data (Recipe keys)
-    "teacher_checkpoints": None,  # or your own teachers: one state_dict path per ensemble member
-    "lr_policy": "paper",  # paper | symmetric | fixed (ddlib.protocols.preset_eval)
-    "lr_select": "validation",  # where a search is scored: validation | test (the peer's choice, labelled)
-    "lr_grid": list(LR_GRID),
-    "lr_search": "full",  # full | halving: successive halving, labelled (ddlib.protocols.preset_eval)
-    "val_fraction": 0.1,  # held out of the real training set of every cell (the real-data pool is the rest)
+    "model": Param(None, "null: the preset's student (its model), else convnet; a name here always wins", "str"),
+    "baseline_seed": Param(None, "null: each evaluation seed draws its own random subset (DD-Ranking); an int: "
+                                 "one subset for all", "int"),
+    "preset": Param(None, "the method's evaluation preset: params/methods/<name>.yaml or a path (null: hard labels "
+                          "only)", "str"),
+    "preset_epochs": Param(None, "override the preset's epochs (CPU smoke runs)", "int"),
+    "teacher_recipe": Param({}, "Recipe keys over the preset's teacher recipe (how the suite trains teachers)"),
+    "teacher_checkpoints": Param(None, "your own teachers instead: one state_dict path per ensemble member",
+                                 "list[str]"),
+    "lr_policy": Param("paper", "paper | symmetric | fixed (ddlib.protocols.preset_eval)"),
+    "lr_select": Param("validation", "where an lr search is scored: validation | test (the peer's choice, labelled)"),
+    "lr_grid": Param(list(LR_GRID), "the learning rates an lr search tries", "list[float]"),
+    "lr_search": Param("full", "full | halving (successive halving, labelled)"),
+    "val_fraction": Param(0.1, "held out of the real training set of every cell for lr searches (null: none)"),
 }
 
-# Every DD-Ranking cell of a dataset holds out the same validation split (VALIDATION_SEED, whatever
-# the preset or method): one real-data pool per (dataset, val_fraction), identified by this tag.
-POOL_TAG = "ddlib.pool"
 
 
 MAX_SEED = 2**32 - 1  # NumPy's RandomState takes no more; torch's generators take up to 2**64 - 1
@@ -167,26 +168,6 @@ def validate_common(protocol: str, defaults: dict, params: dict) -> dict:
         raise ValueError(f"teacher_checkpoints must be null or a list of paths, got {checkpoints!r}")
     check_recipe(p, "teacher_recipe")
     return p
-
-
-def open_protocol_cell(protocol: str, p: dict, run_id: str | None, experiment: str | None) -> Cell:
-    """Open the cell's run on its real-data pool: the training set without a class-stratified
-    validation split (``val_fraction``, drawn with :data:`VALIDATION_SEED`), held out for every cell
-    whatever its preset, so the random subsets and teachers of one dataset come from the same images
-    in every cell (the full-data reference trains on the whole training set, as DD-Ranking's:
-    :meth:`ddlib.protocols.preset_eval.Evaluator.run_real`; the ZCA is fitted on it too, as the peers
-    fit theirs). The pool's identity is tagged (:data:`POOL_TAG`)."""
-    from ddlib.protocols.teachers import dataset_identity
-
-    cell = Cell.open(protocol, p, run_id=run_id, experiment=experiment, val_fraction=p["val_fraction"])
-    with cell.guard():
-        pool = cell.dataset
-        held = len(cell.validation[1]) if cell.validation is not None else 0
-        split = (f"{held} held out for validation (val_fraction {p['val_fraction']:g}, seed {VALIDATION_SEED})"
-                 if held else "no validation split")
-        cell.tracker.set_tags(cell.run_id, {POOL_TAG: f"{pool.name}: {len(pool.train_labels)} training images, {split}; "
-                                                      f"content {dataset_identity(pool)['train'][:16]}"})
-    return cell
 
 
 def set_digest(distilled: DistilledSet) -> str:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
+from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, check_augment, check_recipe_params,
                                      condition_recipe, mean_std_table, train_conditions)
@@ -27,19 +28,26 @@ from ddlib.methods.sources import full_set
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "CompressionResult"]
 
-PROTOCOL = "compression"
-# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
-# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 4  # 4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)
-# 3: trainings default to precision auto (bf16 where the device computes it natively)
-# 2: DSA (1000 epochs) by default, as DC-Bench's tables (was: no augmentation)
-
-PARAMS = {
-    **SET_PARAMS,
-    **RECIPE_PARAMS,
-    "augment": "dsa",  # one augmentation spec (ddlib.engine.augment) or null; DC-Bench trains with DSA
-    "full_data": True,  # also train on the whole training set (once, reused): the reference line
-}
+SPEC = ProtocolSpec(
+    name="compression", revision=4, order=60, title="DC-Bench: accuracy against images per class",
+    summary="a set's accuracy at one IPC next to the full data's (DSA, 1000 epochs)",
+    params={
+        **SET_PARAMS,
+        **RECIPE_PARAMS,
+        "augment": Param("dsa", "one augmentation spec (ddlib.engine.augment) or null; DC-Bench trains with DSA", "str"),
+        "full_data": Param(True, "also train on the whole training set (once, reused): the reference line"),
+    },
+    boards=(Board("compression", "DC-Bench: accuracy against images per class",
+                  "ddlib.report.dcbench:compression_leaderboard", "acc_set", "accuracy of the set",
+                  columns=(("acc_set", "accuracy of the set"), ("acc_full", "full training set"),
+                           ("relative", "accuracy relative to the full training set")),
+                  variant=("model",)),),
+    headline="compression",
+    history=("2: DSA (1000 epochs) by default, as DC-Bench's tables (was: no augmentation)",
+             "3: trainings default to precision auto (bf16 where the device computes it natively)",
+             "4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)"),
+)
+PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
@@ -51,10 +59,10 @@ def validate(params: dict) -> dict:
     return p
 
 
-@dataclass
-class CompressionResult:
-    per_seed: pd.DataFrame  # one row per seed: acc (the set), acc_full (whole training set), relative
-    summary: dict[str, float]
+@dataclass(kw_only=True)
+class CompressionResult(Result):
+    """per_seed: acc_set (the set), acc_full (the whole training set), relative, per seed."""
+
     images: int  # training images in the set
     ratio: float  # images in the set / images in the training set
 
@@ -83,4 +91,4 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> CompressionResult:
         ratio = len(distilled) / len(ds.train_labels)
         cell.tracker.log_metrics(cell.run_id, {"images": len(distilled), "compression_ratio": ratio})
         per_seed, summary = cell.record_per_seed(rows)
-    return CompressionResult(per_seed, summary, len(distilled), ratio)
+    return CompressionResult(per_seed=per_seed, summary=summary, images=len(distilled), ratio=ratio, run_id=cell.run_id)

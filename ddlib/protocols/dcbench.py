@@ -26,6 +26,7 @@ import pandas as pd
 from ddlib.engine.augment import create_augment
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell, Evaluation
+from ddlib.protocols.spec import Param
 from ddlib.protocols.common import positive_int, check_recipe
 from ddlib.engine.train import Recipe
 
@@ -38,9 +39,9 @@ DCBENCH_RECIPE = Recipe(scheduler="dc_step")
 
 # How every condition is trained unless it says otherwise.
 RECIPE_PARAMS = {
-    "recipe": {},  # ddlib.engine.train.Recipe keys over DCBENCH_RECIPE (300 epochs: the no-augmentation setting; dc_step)
-    "aug_epochs": 1000,  # epochs when a condition trains with an augmentation (DC-Bench); null = recipe's
-    "real_recipe": {},  # overrides when training on the whole training set (method full, full-data reference)
+    "recipe": Param({}, "Recipe keys over DC-Bench's recipe (300 epochs without augmentation, SGD 0.01, dc_step)"),
+    "aug_epochs": Param(1000, "epochs when a condition trains with an augmentation (DC-Bench); null: the recipe's"),
+    "real_recipe": Param({}, "overrides when training on the whole training set (method full, the full-data reference)"),
 }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from ddlib.data.digest import file_digest
 from ddlib.methods.sources import load_file_source, source_path
 
-__all__ = ["input_files", "input_digests", "check_inputs"]
+__all__ = ["input_files", "input_digests", "check_inputs", "checkpoint_path"]
 
 
 def input_files(params: dict) -> dict[str, list[Path]]:
@@ -29,8 +29,6 @@ def input_files(params: dict) -> dict[str, list[Path]]:
     if source.get("kind") == "file":
         files["source"] = [source_path(source, params["ipc"], params["dataset"])]
     elif source.get("kind") == "checkpoint":
-        from ddlib.protocols.adversarial import checkpoint_path
-
         files["checkpoint"] = [Path(checkpoint_path(params, params["dataset"], seed)).expanduser()
                                for seed in params["seeds"]]
     if params.get("preset") is not None:
@@ -43,6 +41,15 @@ def input_files(params: dict) -> dict[str, list[Path]]:
     if params.get("ground_truth"):
         files["ground_truth"] = [Path(params["ground_truth"]).expanduser()]
     return files
+
+
+def checkpoint_path(params: dict, dataset_name: str, seed: int) -> str:
+    """The file of one seed's model for a checkpoint source: ``{seed}``, ``{ipc}`` and ``{dataset}``
+    filled in, every other character (braces included) taken literally."""
+    path = params["source"]["path"]
+    for name, value in (("seed", seed), ("ipc", params["ipc"]), ("dataset", dataset_name)):
+        path = path.replace(f"{{{name}}}", str(value))
+    return path
 
 
 def input_digests(params: dict) -> dict[str, list[str]]:

@@ -51,33 +51,44 @@ from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.engine.train import Recipe
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain, open_protocol_cell,
+from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain,
                                     validate_common)
 from ddlib.protocols.preset_eval import Evaluator
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "LabelRobustResult"]
 
-PROTOCOL = "label_robust"
-# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
-# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-# 2: hard side under the preset's evaluation, per-seed random subsets, teacher labels for the random
-# side of stored-soft-label presets, learned lr, lr_policy, one real-data pool, ZCA-space sets.
-# 3: trainings default to precision auto (bf16 where the device computes it natively).
-# 4: as DD-Ranking's code (tests/test_conformance_ddranking.py): ZCA fitted on [0, 1] pixels of the whole
-# training set, in place of normalisation; the presets' DSA resamples with align_corners=True; CutMix's box
-# is the CutMix authors' rand_bbox; random baselines from their own stream (no longer the `random`
-# method's draw at seed 0); the preset's labels.teacher.recipe applied; the full-data reference on the
-# whole training set; no rdm_hard side under soft-label presets.
-REVISION = 4
-
-# The notebook's parameters cell holds exactly these names (plus run_id and experiment).
-PARAMS = {
-    **SET_PARAMS,
-    "recipe": {},  # hard-label recipe without a preset (ddlib.engine.train.Recipe keys); base of real_recipe
-    "real_recipe": {},  # overrides for the full-data reference (e.g. fewer epochs)
-    "w": 0.5,
-    **PRESET_PARAMS,
-}
+# What this protocol computes is in the keys of its cells: the spec's revision changes whenever that
+# changes, so nothing computed under an earlier definition is reused or pooled into a leaderboard row.
+SPEC = ProtocolSpec(
+    name="label_robust", revision=4, order=10, title="DD-Ranking: Label-Robust Score",
+    summary="HLR, IOR and LRS of a set against a random subset of its size, under the method's own evaluation",
+    params={
+        **SET_PARAMS,
+        "recipe": Param({}, "the hard-label recipe without a preset (Recipe keys); the base of real_recipe"),
+        "real_recipe": Param({}, "overrides for the full-data reference (e.g. fewer epochs)"),
+        "w": Param(0.5, "LRS's weight on IOR (against 1 - w on HLR)"),
+        **PRESET_PARAMS,
+    },
+    boards=(Board("lrs", "DD-Ranking: Label-Robust Score", "ddlib.report.ddranking:lrs_leaderboard", "lrs", "LRS",
+                  columns=(("acc_syn_any", "accuracy under the method's own preset (acc_syn_any)"),
+                       ("acc_syn_hard", "accuracy, hard labels (acc_syn_hard)"),
+                       ("acc_rdm_any", "random subset, same evaluation (acc_rdm_any)"),
+                       ("acc_real_hard", "full training set, hard labels (acc_real_hard)"),
+                       ("hlr", "HLR = acc_real_hard - acc_syn_hard (lower is better)"),
+                       ("ior", "IOR = acc_syn_any - acc_rdm_any"), ("lrs", "LRS (0-100)")),
+                  variant=("model", "preset"), weight="w"),),
+    headline="lrs",
+    history=("2: hard side under the preset's evaluation, per-seed random subsets, teacher labels for the random side "
+             "of stored-soft-label presets, learned lr, lr_policy, one real-data pool, ZCA-space sets",
+             "3: trainings default to precision auto (bf16 where the device computes it natively)",
+             "4: as DD-Ranking's code (tests/test_conformance_ddranking.py): ZCA fitted on [0, 1] pixels of the whole "
+             "training set, in place of normalisation; the presets' DSA resamples with align_corners=True; CutMix's box "
+             "is the CutMix authors' rand_bbox; random baselines from their own stream; the preset's "
+             "labels.teacher.recipe applied; the full-data reference on the whole training set; no rdm_hard side under "
+             "soft-label presets"),
+)
+PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
@@ -88,20 +99,15 @@ def validate(params: dict) -> dict:
     return p
 
 
-@dataclass
-class LabelRobustResult:
-    per_seed: pd.DataFrame  # one row per seed: accuracies, HLR, IOR, LRS
-    summary: dict[str, float]  # mean and std of each column
-    sides: pd.DataFrame  # one row per trained side: set, labels, loss, augmentation, ZCA, model, recipe, lr per seed
+@dataclass(kw_only=True)
+class LabelRobustResult(Result):
+    """per_seed: accuracies, HLR, IOR, LRS per seed; summary: their mean and std."""
 
-    def table(self) -> pd.DataFrame:
-        cols = [c for c in self.per_seed.columns if c != "seed"]
-        return pd.DataFrame({"mean": [self.summary[f"{c}_mean"] for c in cols],
-                             "std": [self.summary[f"{c}_std"] for c in cols]}, index=cols)
+    sides: pd.DataFrame  # one row per trained side: set, labels, loss, augmentation, ZCA, model, recipe, lr per seed
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
-    return open_protocol_cell(PROTOCOL, validate(params), run_id, experiment)
+    return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
@@ -135,4 +141,4 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
                          "acc_real_hard": f.accuracy, "acc_syn_any": sa.accuracy, "acc_rdm_any": ra.accuracy,
                          "hlr": h, "ior": i, "lrs": metrics.lrs(h, i, p["w"])})
         per_seed, summary = cell.record_per_seed(rows)
-    return LabelRobustResult(per_seed, summary, ev.sides())
+    return LabelRobustResult(per_seed=per_seed, summary=summary, sides=ev.sides(), run_id=cell.run_id)

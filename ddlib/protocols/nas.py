@@ -34,6 +34,7 @@ import pandas as pd
 from ddlib.protocols import nas_space
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
+from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, check_augment, check_recipe_params, condition_recipe,
                                      train_conditions)
@@ -41,12 +42,6 @@ from ddlib.engine.train import Recipe
 
 __all__ = ["PROTOCOL", "PARAMS", "PATH_PARAMS", "validate", "open_cell", "obtain", "evaluate", "NasResult"]
 
-PROTOCOL = "nas"
-# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
-# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 4  # 4: the proxies' cell BatchNorms are affine=False, as DC-Bench's search cells
-# 3: trainings default to precision auto (bf16 where the device computes it natively)
-# 2: validation split, seed-averaged proxy, DC-Bench's proxy recipe, uniform sampling
 MODEL = "nasbench201"
 # DC-Bench's proxy cells (darts-pt/nasbench201 TinyNetworkDarts -> NAS201SearchCell(affine=False)):
 # BatchNorm without learned scale and shift inside the cells; stem, reductions and lastact affine.
@@ -55,23 +50,38 @@ CELL_AFFINE = False
 PROXY_RECIPE = Recipe(epochs=50, batch_size=64, optimizer="sgd", lr=0.025, momentum=0.9, weight_decay=3e-4,
                       scheduler="cosine", lr_min=0.001, grad_clip=5.0)
 
-PARAMS = {
-    **{k: v for k, v in SET_PARAMS.items() if k != "model"},  # the models are the sampled architectures
-    "ipc": 50,  # DC-Bench's NAS sets
-    **RECIPE_PARAMS,
-    "recipe": {},  # overrides of DC-Bench's proxy recipe (PROXY_RECIPE: 50 epochs, SGD 0.025 cosine to 0.001, batch 64, clip 5)
-    "real_recipe": {"epochs": 10},  # the full-data reference: 10 epochs on the training split (DC-Bench)
-    "augment": None,  # one augmentation spec (ddlib.engine.augment) or null; DC-Bench trains without
-    "ground_truth": None,  # CSV: architecture string -> accuracy (e.g. ../shared/data/nasbench201-accuracy.csv)
-    "gt_column": None,  # accuracy column; null = the one for the dataset (cifar10, cifar100)
-    "num_archs": 100,  # DC-Bench's table ranks 100 architectures
-    "arch_seed": 0,
-    "sampling": "uniform",  # uniform over the cell strings (DC-Bench) | isomorphism (one per isomorphism class)
-    "val_fraction": 0.2,  # held out of the training set to measure proxy accuracies (DC-Bench: 20 %)
-    "C": 16,  # channels of the first stage
-    "N": 1,  # cells per stage: 1 = DC-Bench's 3-cell proxy (NAS-Bench-201 trains N=5)
-}
-PATH_PARAMS = ("ground_truth",)  # the batch runner makes these absolute (notebooks run in notebooks/)
+SPEC = ProtocolSpec(
+    name="nas", revision=4, order=70, title="DC-Bench: neural architecture search on the set",
+    summary="NAS-Bench-201 architectures trained on the set as a proxy, rank-correlated with their ground truth",
+    params={
+        **{k: v for k, v in SET_PARAMS.items() if k != "model"},  # the models are the sampled architectures
+        "ipc": Param(50, "images per class (DC-Bench's NAS sets: 50)"),
+        **RECIPE_PARAMS,
+        "recipe": Param({}, "overrides of DC-Bench's proxy recipe (50 epochs, SGD 0.025 cosine to 0.001, batch 64, clip 5)"),
+        "real_recipe": Param({"epochs": 10}, "the full-data reference: 10 epochs on the training split (DC-Bench)"),
+        "augment": Param(None, "one augmentation spec (ddlib.engine.augment) or null; DC-Bench trains without", "str"),
+        "ground_truth": Param(None, "CSV: architecture string -> accuracy (e.g. ../shared/data/nasbench201-accuracy.csv)",
+                              "str"),
+        "gt_column": Param(None, "the accuracy column; null: the one for the dataset (cifar10, cifar100)", "str"),
+        "num_archs": Param(100, "architectures sampled and ranked (DC-Bench: 100)"),
+        "arch_seed": Param(0, "the architecture sample's seed"),
+        "sampling": Param("uniform", "uniform over the cell strings (DC-Bench) | isomorphism (one per isomorphism class)"),
+        "val_fraction": Param(0.2, "held out of the training set to measure proxy accuracies (DC-Bench: 20 %)"),
+        "C": Param(16, "channels of the first stage"),
+        "N": Param(1, "cells per stage: 1 is DC-Bench's 3-cell proxy (NAS-Bench-201 trains 5)"),
+    },
+    boards=(Board("nas", "DC-Bench: neural architecture search on the set", "ddlib.report.dcbench:nas_leaderboard",
+                  "spearman", "NAS Spearman rho",
+                  columns=(("spearman", "Spearman rho (proxy vs ground truth)"), ("kendall", "Kendall tau"),
+                           ("top1", "ground-truth accuracy of the proxy's top architecture (%)"),
+                           ("best_possible", "best ground-truth accuracy in the sample (%)")),
+                  variant=("num_archs", "arch_seed", "C", "N")),),
+    headline="nas", takes_set=False, path_params=("ground_truth",),
+    history=("2: validation split, seed-averaged proxy, DC-Bench's proxy recipe, uniform sampling",
+             "3: trainings default to precision auto (bf16 where the device computes it natively)",
+             "4: the proxies' cell BatchNorms are affine=False, as DC-Bench's search cells"),
+)
+PROTOCOL, REVISION, PARAMS, PATH_PARAMS = SPEC.name, SPEC.revision, SPEC.defaults(), SPEC.path_params
 
 
 def validate(params: dict) -> dict:
@@ -100,9 +110,11 @@ def validate(params: dict) -> dict:
     return p
 
 
-@dataclass
-class NasResult:
-    summary: dict[str, float]  # spearman, kendall, top1, best_possible, num_archs: of the seed-averaged proxy
+@dataclass(kw_only=True)
+class NasResult(Result):
+    """summary: spearman, kendall, top1, best_possible, num_archs of the seed-averaged proxy (DC-Bench's
+    numbers: one value each, not a mean); per_seed: each seed's own proxy against the ground truth."""
+
     architectures: pd.DataFrame  # arch, ground_truth, proxy_seed<s> per seed, proxy (their mean), in percent
 
     def table(self) -> pd.DataFrame:
@@ -111,7 +123,7 @@ class NasResult:
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
     p = validate(params)
-    return Cell.open(PROTOCOL, p, run_id=run_id, experiment=experiment, val_fraction=p["val_fraction"])
+    return Cell.open(PROTOCOL, p, run_id=run_id, experiment=experiment)
 
 
 def sample(cell: Cell) -> pd.DataFrame:
@@ -156,4 +168,7 @@ def evaluate(cell: Cell, distilled: DistilledSet, architectures: pd.DataFrame | 
             path = Path(tmp) / "architectures.csv"
             table.to_csv(path, index=False)
             cell.tracker.log_artifact(cell.run_id, path)
-    return NasResult(summary, table)
+    per_seed = pd.DataFrame([{"seed": seed, **{k: v for k, v in nas_space.rank_correlation(
+        table[f"proxy_seed{seed}"].to_numpy(), table["ground_truth"].to_numpy()).items() if k in summary}}
+        for seed in p["seeds"]])
+    return NasResult(per_seed=per_seed, summary=summary, architectures=table, run_id=cell.run_id)

@@ -23,6 +23,7 @@ import pandas as pd
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import create_model, list_models
 from ddlib.protocols.cell import Cell
+from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, check_augment, check_recipe_params,
                                      condition_recipe, mean_std_table, train_conditions)
@@ -31,20 +32,30 @@ from ddlib.engine.train import Recipe
 __all__ = ["PROTOCOL", "PARAMS", "DCBENCH_TRANSFER_MODELS", "validate", "open_cell", "obtain", "evaluate",
            "TransferResult"]
 
-PROTOCOL = "transfer"
-# What this protocol computes, in the keys of its cells: bump it whenever that changes, so nothing
-# computed under an earlier definition is reused or pooled into a leaderboard row with new results.
-REVISION = 4  # 4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)
-# 3: trainings default to precision auto (bf16 where the device computes it natively)
-# 2: DSA (1000 epochs) by default; DC-Bench's four-architecture Transfer average
-
-PARAMS = {
-    **SET_PARAMS,  # model: the reference architecture the set was distilled with
-    **RECIPE_PARAMS,
-    "models": ["convnet", "mlp", "lenet", "alexnet", "vgg11", "resnet18", "resnet152", "vit"],
-    "model_recipes": {},  # per-architecture recipe overrides, e.g. {vit: {optimizer: adam, lr: 0.001}}
-    "augment": "dsa",  # one augmentation spec (ddlib.engine.augment) or null; DC-Bench trains with DSA
-}
+SPEC = ProtocolSpec(
+    name="transfer", revision=4, order=50, title="DC-Bench: transfer across architectures",
+    summary="a set trained on several architectures: DC-Bench's Transfer (MLP, ResNet-18, ResNet-152, ViT) and the rest",
+    params={
+        **SET_PARAMS,
+        "model": Param("convnet", "the reference architecture the set was distilled with"),
+        **RECIPE_PARAMS,
+        "models": Param(["convnet", "mlp", "lenet", "alexnet", "vgg11", "resnet18", "resnet152", "vit"],
+                        "the architectures trained on the set (ddlib.models)", "list[str]"),
+        "model_recipes": Param({}, "per-architecture recipe overrides, e.g. {vit: {optimizer: adam, lr: 0.001}}"),
+        "augment": Param("dsa", "one augmentation spec (ddlib.engine.augment) or null; DC-Bench trains with DSA", "str"),
+    },
+    boards=(Board("transfer", "DC-Bench: transfer across architectures", "ddlib.report.dcbench:transfer_leaderboard",
+                  "acc_transfer", "DC-Bench Transfer (mean over MLP, ResNet-18, ResNet-152, ViT)",
+                  columns=(("acc_reference", "reference architecture (the set's own)"),
+                           ("acc_transfer", "DC-Bench Transfer: mean over MLP, ResNet-18, ResNet-152, ViT"),
+                           ("acc_others_avg", "mean over every other architecture")),
+                  more_columns=True, variant=("model",)),),
+    headline="transfer",
+    history=("2: DSA (1000 epochs) by default; DC-Bench's four-architecture Transfer average",
+             "3: trainings default to precision auto (bf16 where the device computes it natively)",
+             "4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)"),
+)
+PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 # The architectures DC-Bench's "Transfer" column averages (Table 2: Random CIFAR-10 IPC 10,
 # (25.08 + 29.52 + 15.84 + 26.21) / 4 = 24.16).
 DCBENCH_TRANSFER_MODELS = ("mlp", "resnet18", "resnet152", "vit")
@@ -73,10 +84,10 @@ def validate(params: dict) -> dict:
     return p
 
 
-@dataclass
-class TransferResult:
-    per_seed: pd.DataFrame  # one row per seed: acc_<model>..., acc_reference, acc_transfer, acc_others_avg
-    summary: dict[str, float]
+@dataclass(kw_only=True)
+class TransferResult(Result):
+    """per_seed: acc_<model>..., acc_reference, acc_transfer, acc_others_avg per seed."""
+
     models: list[str]
 
     def table(self) -> pd.DataFrame:
@@ -112,4 +123,4 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> TransferResult:
             if others:
                 row["acc_others_avg"] = sum(row[f"acc_{m}"] for m in others) / len(others)
         per_seed, summary = cell.record_per_seed(rows)
-    return TransferResult(per_seed, summary, list(p["models"]))
+    return TransferResult(per_seed=per_seed, summary=summary, models=list(p["models"]), run_id=cell.run_id)

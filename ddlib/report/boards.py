@@ -1,14 +1,19 @@
-"""Every leaderboard, read from MLflow once: what the summary, the report cards and the site share."""
+"""Every leaderboard, read from MLflow once: what the summary, the report cards and the site share.
+
+The boards are the protocols' (each protocol's spec lists its boards and the function that builds
+each, :class:`ddlib.protocols.spec.Board`); beside them two derived tables: BEARD's robust accuracy
+against epsilon (``eps_curves``) and DC-Bench's ranking across architectures (``transfer_tau``)."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddlib.report import beard, dcbench, ddranking
+from ddlib.protocols.spec import board_specs
 
-__all__ = ["Boards", "load_boards"]
+__all__ = ["Boards", "load_boards", "build_board"]
 
 
 @dataclass
@@ -24,20 +29,22 @@ class Boards:
         return self.tables.get(name, pd.DataFrame())
 
 
+def build_board(name: str, **weights: float) -> pd.DataFrame:
+    """One protocol board by name, at the score weights given (``w``, ``gamma``, ``alpha``)."""
+    _, board = board_specs()[name]
+    module, _, function = board.build.partition(":")
+    build = getattr(importlib.import_module(module), function)
+    return build(**({board.weight: weights[board.weight]} if board.weight in weights else {}))
+
+
 def load_boards(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5) -> Boards:
     """The leaderboards at these score weights (``eps_curves``: BEARD's robust accuracy against epsilon;
     ``transfer_tau``: DC-Bench's ranking across architectures), empty frames where nothing ran."""
-    tables = {
-        "lrs": ddranking.lrs_leaderboard(w=w),
-        "ars": ddranking.ars_leaderboard(gamma=gamma),
-        "beard": beard.robustness_leaderboard(alpha=alpha),
-        "beard_unified": beard.unified_leaderboard(alpha=alpha),
-        "eps_curves": beard.eps_curves(),
-        "augmentation": dcbench.augmentation_leaderboard(),
-        "transfer": dcbench.transfer_leaderboard(),
-        "compression": dcbench.compression_leaderboard(),
-        "nas": dcbench.nas_leaderboard(),
-    }
-    if not tables["transfer"].empty:
+    from ddlib.report import beard, dcbench
+
+    weights = {"w": w, "gamma": gamma, "alpha": alpha}
+    tables = {name: build_board(name, **weights) for name in board_specs()}
+    tables["eps_curves"] = beard.eps_curves()
+    if not tables.get("transfer", pd.DataFrame()).empty:
         tables["transfer_tau"] = dcbench.transfer_tau(tables["transfer"])
     return Boards(w, gamma, alpha, tables)

@@ -22,6 +22,7 @@ import pandas as pd
 import yaml
 
 from ddlib.protocols import PROTOCOLS
+from ddlib.protocols.spec import all_specs
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report import beard, evals, viz
 from ddlib.report.boards import Boards, load_boards
@@ -34,59 +35,24 @@ from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, client, default_tags
 __all__ = ["list_sets", "Block", "Card", "build_card", "render_html", "log_card",
            "write_card", "data_label", "run_command", "format_value"]
 
-# protocol -> (the value the overview shows, its name); the rank shown is the board's where it ranks that value
-HEADLINE = {"label_robust": ("lrs", "LRS"), "augmentation_robust": ("ars", "ARS"), "adversarial": ("crei", "CREI"),
-            "augmentation": ("acc_aug_avg", "accuracy, mean over augmentations"),
-            "transfer": ("acc_transfer", "DC-Bench Transfer (mean over MLP, ResNet-18, ResNet-152, ViT)"),
-            "compression": ("relative", "accuracy relative to the full data"), "nas": ("kendall", "NAS Kendall tau")}
-
-# protocol -> (board, title, value columns as (column, label) with None = every other value column,
-#              the columns that tell this set's rows apart, the board's score)
-LAYOUT = {
-    "label_robust": ("lrs", "DD-Ranking: Label-Robust Score",
-                     [("acc_syn_any", "accuracy under the method's own preset (acc_syn_any)"),
-                      ("acc_syn_hard", "accuracy, hard labels (acc_syn_hard)"),
-                      ("acc_rdm_any", "random subset, same evaluation (acc_rdm_any)"),
-                      ("acc_real_hard", "full training set, hard labels (acc_real_hard)"),
-                      ("hlr", "HLR = acc_real_hard - acc_syn_hard (lower is better)"),
-                      ("ior", "IOR = acc_syn_any - acc_rdm_any"), ("lrs", "LRS (0-100)")],
-                     ("model", "preset"), "lrs"),
-    "augmentation_robust": ("ars", "DD-Ranking: Augmentation-Robust Score",
-                            [("acc_syn_aug", "accuracy with the preset's augmentation"),
-                             ("acc_syn_noaug", "accuracy without it"), ("acc_rdm_aug", "random subset, with"),
-                             ("acc_rdm_noaug", "random subset, without"), ("ior_aug", "IOR with augmentation"),
-                             ("ior_noaug", "IOR without augmentation"), ("ars", "ARS (0-100)")],
-                            ("model", "preset"), "ars"),
-    "adversarial": ("beard", "BEARD: adversarial robustness (targeted and untargeted)",
-                    [("clean_acc", "clean accuracy"), ("rr", "RR (0-100)"), ("ae", "AE (0-100)"),
-                     ("crei", "CREI (0-100)"), ("rcr", "RCR = robust / clean accuracy (0-100)"), None],
-                    ("mode", "space", "training", "model", "attacks"), "crei"),
-    "augmentation": ("augmentation", "DC-Bench: accuracy without and with augmentation",
-                     [("acc_noaug", "no augmentation"), ("acc_aug_avg", "average over the augmentations"),
-                      ("acc_aug_best", "best augmentation (highest mean over seeds)"), None], ("model",),
-                     "acc_aug_avg"),
-    "transfer": ("transfer", "DC-Bench: transfer across architectures",
-                 [("acc_reference", "reference architecture (the set's own)"),
-                  ("acc_transfer", "DC-Bench Transfer: mean over MLP, ResNet-18, ResNet-152, ViT"),
-                  ("acc_others_avg", "mean over every other architecture"), None],
-                 ("model",), "acc_reference"),
-    "compression": ("compression", "DC-Bench: accuracy against images per class",
-                    [("acc_set", "accuracy of the set"), ("acc_full", "full training set"),
-                     ("relative", "accuracy relative to the full training set")], ("model",), None),
-    "nas": ("nas", "DC-Bench: neural architecture search on the set",
-            [("spearman", "Spearman rho (proxy vs ground truth)"), ("kendall", "Kendall tau"),
-             ("top1", "ground-truth accuracy of the proxy's top architecture (%)"),
-             ("best_possible", "best ground-truth accuracy in the sample (%)")],
-            ("num_archs", "arch_seed", "C", "N"), "spearman"),
-}
+def _layout() -> list[tuple]:
+    """Per protocol (from its spec's headline board): (protocol, board, title, value columns as (column,
+    label) with None for every other value column, the columns that tell this set's rows apart, the
+    board's score and its label). The score is the one the board ranks by: the card headlines it."""
+    out = []
+    for spec in all_specs():
+        board = spec.board()
+        values = [*board.columns, *([None] if board.more_columns else [])]
+        out.append((spec.name, board.name, board.title, values, board.variant, board.score, board.label))
+    return out
 
 
 def list_sets(boards: Boards, method: str | None = None, dataset: str | None = None,
               ipc: int | None = None) -> list[tuple[str, str, int]]:
     """The (method, dataset, ipc) sets with at least one finished cell, in a stable order."""
     found = set()
-    for name in ("lrs", "ars", "beard", "augmentation", "transfer", "compression", "nas"):
-        board = boards[name]
+    for spec in all_specs():
+        board = boards[spec.headline]
         if board.empty:
             continue
         for m, d, i in zip(board["method"].astype(str), board["dataset"].astype(str), board["ipc"]):
@@ -274,12 +240,12 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
     method, dataset, ipc = sets[0]
     blocks, headline = [], []
     source, data_source, data = None, "", None
-    for protocol, (name, title, values, keys, score) in LAYOUT.items():
+    for protocol, name, title, values, keys, score, score_label in _layout():
         board = boards[name]
         rows = board_rows(board, method, dataset, ipc)
         if data is None and not rows.empty and "data" in rows and isinstance(rows["data"].iloc[0], str):
             data = rows["data"].iloc[0]  # the label the cell runs carry (ddlib.data), e.g. "CIFAR-10 (JPEG)"
-        main, main_label = HEADLINE[protocol]
+        main, main_label = score, score_label
         if rows.empty:
             blocks.append(Block(protocol, title, False))
             headline.append({"protocol": title, "score": main_label, "value": "not run", "seeds": "", "rank": ""})

@@ -37,7 +37,7 @@ from ddlib.protocols.cell import CLASSES_TAG, PRECISION_TAG, SET_DIGEST_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "aggregate", "rank_caption", "format_leaderboard", "log_summary", "SCORES",
+__all__ = ["per_seed_values", "aggregate", "board_score", "rank_caption", "format_leaderboard", "log_summary", "SCORES",
            "UNSCALED", "INTERVALS", "display_format"]
 
 # How every leaderboard's intervals and rank groups are made (stated in captions).
@@ -201,6 +201,14 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
         board = board.sort_values(order, ascending=[True] * len(sort) + ([False] if descending else []),
                                   na_position="last")
     return board.reset_index(drop=True)
+
+
+def board_score(name: str) -> str | None:
+    """The value a board ranks by: its protocol spec says (:class:`ddlib.protocols.spec.Board`), so the
+    ranking, the report card's headline and rank stability use one and the same."""
+    from ddlib.protocols.spec import board_specs
+
+    return board_specs()[name][1].score
 
 
 def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,

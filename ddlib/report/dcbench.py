@@ -15,7 +15,7 @@ import scipy.stats
 from ddlib import stats
 from ddlib.protocols.dcbench import best_by_mean
 from ddlib.protocols.nas_space import rank_correlation
-from ddlib.report.core import INTERVALS, aggregate, per_seed_values
+from ddlib.report.core import INTERVALS, aggregate, board_score, per_seed_values
 
 __all__ = ["augmentation_leaderboard", "compression_leaderboard", "plot_compression", "synthesis_vs_selection",
            "transfer_leaderboard", "transfer_tau", "nas_leaderboard", "SELECTION"]
@@ -63,7 +63,8 @@ def compression_leaderboard(experiment: str = "compression") -> pd.DataFrame:
     df = _accuracies(experiment, rows, keys=("acc_set",))
     if df.empty:
         return df
-    board = aggregate(df, _value_columns(df, first=("acc_set", "acc_full", "relative")), rows)
+    board = aggregate(df, _value_columns(df, first=("acc_set", "acc_full", "relative")), rows,
+                      descending=board_score("compression"))
     return board.sort_values(["dataset", "model", "method", "ipc"], key=lambda c: c.astype(str) if c.name != "ipc"
                              else c).reset_index(drop=True)
 
@@ -132,7 +133,7 @@ def transfer_leaderboard(experiment: str = "transfer") -> pd.DataFrame:
     if df.empty:
         return df
     return aggregate(df, _value_columns(df, first=("acc_reference", "acc_transfer", "acc_others_avg")), rows,
-                     sort=("dataset", "ipc"), descending="acc_reference")
+                     sort=("dataset", "ipc"), descending=board_score("transfer"))
 
 
 def transfer_tau(board: pd.DataFrame) -> pd.DataFrame:

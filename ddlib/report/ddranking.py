@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ddlib import metrics
-from ddlib.protocols.common import POOL_TAG
+from ddlib.protocols.cell import POOL_TAG
 from ddlib.report.core import KEY_COLUMNS, aggregate, per_seed_values
 from ddlib.tracking import TAG
 

@@ -24,8 +24,9 @@ def board_rows(board: pd.DataFrame, method: str, dataset: str, ipc: int | None) 
 
 
 def radar_profile(boards: Boards, method: str, dataset: str, ipc: int) -> dict[str, tuple[float, str]]:
-    """LRS, ARS, CREI, DC-Bench's transfer average and NAS tau of a set, each scaled to [0, 1]
-    (LRS, ARS, CREI / 100; transfer average accuracy as a fraction; (tau + 1) / 2), NaN if not run.
+    """LRS, ARS, CREI, DC-Bench's transfer average and NAS Spearman rho of a set (each the score its
+    protocol's board ranks by), scaled to [0, 1] (LRS, ARS, CREI / 100; transfer average accuracy as a
+    fraction; (rho + 1) / 2), NaN if not run.
 
     The transfer axis is DC-Bench's "Transfer" (``acc_transfer``: MLP, ResNet-18, ResNet-152, ViT)
     under :data:`TRANSFER_AXIS`. A transfer grid without those four has no such number; its mean over
@@ -41,7 +42,7 @@ def radar_profile(boards: Boards, method: str, dataset: str, ipc: int) -> dict[s
         return float(rows[f"{column}_mean"].iloc[0]) if not rows.empty and f"{column}_mean" in rows else float("nan")
 
     lrs, ars = mean("lrs", "lrs"), mean("ars", "ars")
-    crei, tau = mean("beard", "crei", "untargeted"), mean("nas", "kendall")
+    crei, rho = mean("beard", "crei", "untargeted"), mean("nas", "spearman")
     transfer = mean("transfer", "acc_transfer")  # DC-Bench's Transfer: MLP, ResNet-18, ResNet-152, ViT
     others = mean("transfer", "acc_others_avg") if transfer != transfer else float("nan")
 
@@ -55,7 +56,7 @@ def radar_profile(boards: Boards, method: str, dataset: str, ipc: int) -> dict[s
     return {"LRS": (lrs / 100, label(lrs, f"{lrs:.1f} / 100")), "ARS": (ars / 100, label(ars, f"{ars:.1f} / 100")),
             "CREI": (crei / 100, label(crei, f"{crei:.1f} / 100")),
             axis: (value, label(value, text)),
-            "NAS tau": ((tau + 1) / 2, label(tau, f"tau {tau:.2f} -> {(tau + 1) / 2:.2f}"))}
+            "NAS rho": ((rho + 1) / 2, label(rho, f"rho {rho:.2f} -> {(rho + 1) / 2:.2f}"))}
 
 
 TRANSFER_AXIS = "DC-Bench Transfer"  # acc_transfer: the mean over MLP, ResNet-18, ResNet-152, ViT

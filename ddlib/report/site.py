@@ -22,18 +22,12 @@ from ddlib.report.plots import ipc_points, radar_profile
 from ddlib.report.boards import load_boards
 from ddlib.report.core import INTERVALS, display_format, format_leaderboard, rank_caption
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
-from ddlib.report.stability import SCORED, stability_table
+from ddlib.report.stability import stability_table
+from ddlib.protocols.spec import board_specs
 from ddlib.stats import describe_method
 
 __all__ = ["Page", "build_site"]
 
-TITLES = {
-    "lrs": "DD-Ranking: Label-Robust Score", "ars": "DD-Ranking: Augmentation-Robust Score",
-    "beard": "BEARD: RR, AE, CREI, RCR", "beard_unified": "BEARD: unified over IPCs (RRM, AEM, CREI)",
-    "augmentation": "DC-Bench: augmentation", "compression": "DC-Bench: accuracy against IPC",
-    "transfer": "DC-Bench: transfer across architectures", "nas": "DC-Bench: NAS rank correlation",
-}
-SCORES = {**SCORED, "beard_unified": "creim", "compression": "acc_set"}
 
 
 @dataclass
@@ -107,8 +101,8 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
     out = Path(out)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     boards = load_boards(w, gamma, alpha)
-    tables = {name: boards[name] for name in ("lrs", "ars", "beard", "beard_unified", "augmentation", "compression",
-                                              "transfer", "nas")}
+    specs = {name: board for name, (_, board) in board_specs().items()}  # every protocol's boards, with titles and scores
+    tables = {name: boards[name] for name in specs}
     sweeps = {"lrs": ddranking.weight_sweep("lrs"), "ars": ddranking.weight_sweep("ars")}
 
     card_names = {}
@@ -124,7 +118,7 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
     for name, board in tables.items():
         if board.empty:
             continue
-        score = SCORES.get(name)
+        score = specs[name].score
         by = ["dataset", "ipc"] if "ipc" in board else ["dataset"]
         for key, sub in board.groupby(by, sort=True):
             key = key if isinstance(key, tuple) else (key,)
@@ -132,7 +126,7 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
             slug = _slug(name, dataset, f"ipc{ipc}" if len(key) > 1 else "unified")
             sub = sub.reset_index(drop=True)
             sub.to_csv(out / f"{slug}.csv", index=False)
-            title = f"{TITLES[name]}: {dataset}, IPC {ipc}"
+            title = f"{specs[name].title}: {dataset}, IPC {ipc}"
             caption = (f"Every value: mean over seeds [95 % interval]. {rank_caption(score)}"
                        if score and "rank" in sub and sub["rank"].notna().any()
                        else f"Every value: mean over seeds [95 % interval]; {describe_method(**INTERVALS)}.")
@@ -198,7 +192,8 @@ def _index(out: Path, pages: list[Page], card_names: dict, tables: dict) -> None
     if not pages:
         body.append('<p class="notrun">No finished runs yet: <code>python -m ddlib run params/demo.yaml</code></p>')
     else:
-        index = pd.DataFrame([{"leaderboard": TITLES[p.board], "dataset": p.dataset, "IPC": p.ipc, "rows": p.rows,
+        titles = {name: board.title for name, (_, board) in board_specs().items()}
+        index = pd.DataFrame([{"leaderboard": titles[p.board], "dataset": p.dataset, "IPC": p.ipc, "rows": p.rows,
                                "leader": p.leader, "page": p.file} for p in pages])
         text = table_html(index, "One page per leaderboard x dataset x IPC", sortable=True)
         text = re.sub(r"<td>([A-Za-z0-9_.-]+\.html)</td>", r'<td><a href="\1">\1</a></td>', text)

@@ -18,15 +18,16 @@ import json
 
 import pandas as pd
 
-from ddlib.report import beard, ddranking
+from ddlib.protocols.spec import board_specs
+from ddlib.report.boards import build_board
 from ddlib.report.ddranking import SWEEP
 from ddlib.stats import rank_stability
 
-__all__ = ["SCORED", "stability_table"]
+__all__ = ["scored", "stability_table"]
 
-# board name -> its score (the column its rank groups use)
-SCORED = {"lrs": "lrs", "ars": "ars", "beard": "crei", "augmentation": "acc_aug_avg", "transfer": "acc_reference",
-          "nas": "spearman"}
+def scored() -> dict[str, str]:
+    """board name -> its score (the column its rank groups use), from the protocols' specs."""
+    return {name: board.score for name, (_, board) in board_specs().items() if board.score}
 MIN_METHODS = 3
 
 
@@ -93,22 +94,21 @@ def across_weights(name: str, boards: dict[float, pd.DataFrame], score: str, wei
 
 def stability_table(boards: dict[str, pd.DataFrame], weights: bool = True) -> pd.DataFrame:
     """Kendall's tau of every ranking setting against its reference, for every leaderboard in ``boards``
-    (name -> board, as :data:`SCORED` names them); with ``weights``, the LRS / ARS / CREI sweeps too
+    (name -> board, as :func:`scored` names them); with ``weights``, the LRS / ARS / CREI sweeps too
     (read from MLflow again at each weight)."""
     rows = []
-    for name, score in SCORED.items():
+    for name, score in scored().items():
         board = boards.get(name)
         if board is not None and not board.empty:
             rows += across_seeds(name, board, score)
     if boards.get("transfer") is not None and not boards["transfer"].empty:
         rows += across_architectures(boards["transfer"])
-    if weights:
-        for name, build, score, weight in (("lrs", lambda v: ddranking.lrs_leaderboard(w=v), "lrs", "w"),
-                                           ("ars", lambda v: ddranking.ars_leaderboard(gamma=v), "ars", "gamma"),
-                                           ("beard", lambda v: beard.robustness_leaderboard(alpha=v), "crei", "alpha")):
-            if boards.get(name) is None or boards[name].empty:
+    if weights:  # every board with a score weight (w, gamma, alpha): its sweep
+        for name, (_, board) in board_specs().items():
+            if board.weight is None or not board.score or boards.get(name) is None or boards[name].empty:
                 continue
-            rows += across_weights(name, {v: build(v) for v in SWEEP}, score, weight)
+            sweep = {v: build_board(name, **{board.weight: v}) for v in SWEEP}
+            rows += across_weights(name, sweep, board.score, board.weight)
     if not rows:
         return pd.DataFrame()
     table = pd.DataFrame(rows)
