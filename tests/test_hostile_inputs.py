@@ -314,7 +314,7 @@ def test_16_bit_png_keeps_its_scale(tmp_path):
     assert torch.allclose(ds.images, torch.full_like(ds.images, value / 65535), atol=1e-6)
 
     # the dataset loaders (ImageFolder trees, decoded to uint8): 32768 / 257 -> 128, not clipped to 255
-    from ddlib.data.loaders import _decode_files
+    from ddlib.data.decode import _decode_files
 
     decoded = _decode_files(sorted(str(p) for p in root.rglob("*.png")), channels=None)
     assert decoded.shape == (10, 1, 8, 8) and decoded.dtype == np.uint8 and set(np.unique(decoded)) == {128}

@@ -518,7 +518,8 @@ def _read_npz(path: Path) -> dict:
 def _read_imagefolder(path: Path, dataset: Dataset) -> dict:
     from PIL import Image
 
-    from ddlib.data.loaders import IMAGE_EXTENSIONS, image_array
+    from ddlib.data.decode import image_array
+    from ddlib.data.imagefolder import IMAGE_EXTENSIONS
 
     folders = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
     names = [p.name for p in folders]
@@ -583,7 +584,7 @@ def _image_files(root: Path, folder: Path, ignored: list[str]) -> list[Path]:
     subfolder is refused rather than dropped without a word: the set would silently lose images."""
     from PIL import Image
 
-    from ddlib.data.loaders import IMAGE_EXTENSIONS
+    from ddlib.data.imagefolder import IMAGE_EXTENSIONS
 
     files = []
     for f in sorted(folder.iterdir()):
