@@ -362,21 +362,21 @@ def _dc_file(path: Path, accs) -> Path:
 def test_dc_files_with_numpy_scalars_load_safely_without_trust(tmp_path):
     """DC-format files keep their accuracies as numpy.float64: the allow-list (weights_only=True)
     suffices, no full unpickling and no `trusted: true` needed."""
-    from ddlib.data import distilled
+    from ddlib.data.formats import torch_load
 
     path = _dc_file(tmp_path / "dc.pt", [np.float64(0.5), np.float64(0.25)])
-    obj, safe = distilled._torch_load(path)
+    obj, safe = torch_load(path)
     assert safe and obj["accs_all_exps"]["ConvNet"] == [0.5, 0.25]
     assert load(path, load_dataset("digits")).provenance["accs_all_exps"] == {"ConvNet": [0.5, 0.25]}
 
 
 def test_shared_dc_files_load_with_the_allow_list(shared_data):
-    from ddlib.data import distilled
+    from ddlib.data.formats import torch_load
 
     files = sorted((shared_data / "distilled").glob("dc_*.pt"))
     assert files
     for path in files:
-        obj, safe = distilled._torch_load(path)
+        obj, safe = torch_load(path)
         assert safe, path  # weights_only=True with the numpy allow-list: no trusted: true needed
         assert isinstance(obj["accs_all_exps"]["ConvNet"][0], np.floating)
 
