@@ -20,6 +20,7 @@ import torch
 from PIL import Image
 
 import ddlib.data.datasets as data
+import ddlib.data.decode
 import ddlib.data.loaders as src
 from ddlib.data.datasets import DatasetError, load_dataset
 from ddlib.data.loaders import extract_archive, load_imagefolder_dataset
@@ -328,7 +329,7 @@ def test_disk_cache_written_outside_data_and_reused(tmp_path, monkeypatch):
 
     # the second load must not decode: make decoding impossible and check it still works
     with monkeypatch.context() as m:
-        m.setattr(src, "_decode_files", lambda *a, **k: pytest.fail("decoded instead of using the cache"))
+        m.setattr(ddlib.data.decode, "_decode_files", lambda *a, **k: pytest.fail("decoded instead of using the cache"))
         second = load_imagefolder_dataset(tree)
     assert second.extra["from_cache"] is True
     assert torch.equal(first.train_images, second.train_images) and second.mean == first.mean

@@ -314,7 +314,7 @@ def test_16_bit_png_keeps_its_scale(tmp_path):
     assert torch.allclose(ds.images, torch.full_like(ds.images, value / 65535), atol=1e-6)
 
     # the dataset loaders (ImageFolder trees, decoded to uint8): 32768 / 257 -> 128, not clipped to 255
-    from ddlib.data.loaders import _decode_files
+    from ddlib.data.decode import _decode_files
 
     decoded = _decode_files(sorted(str(p) for p in root.rglob("*.png")), channels=None)
     assert decoded.shape == (10, 1, 8, 8) and decoded.dtype == np.uint8 and set(np.unique(decoded)) == {128}
@@ -362,21 +362,21 @@ def _dc_file(path: Path, accs) -> Path:
 def test_dc_files_with_numpy_scalars_load_safely_without_trust(tmp_path):
     """DC-format files keep their accuracies as numpy.float64: the allow-list (weights_only=True)
     suffices, no full unpickling and no `trusted: true` needed."""
-    from ddlib.data import distilled
+    from ddlib.data.formats import torch_load
 
     path = _dc_file(tmp_path / "dc.pt", [np.float64(0.5), np.float64(0.25)])
-    obj, safe = distilled._torch_load(path)
+    obj, safe = torch_load(path)
     assert safe and obj["accs_all_exps"]["ConvNet"] == [0.5, 0.25]
     assert load(path, load_dataset("digits")).provenance["accs_all_exps"] == {"ConvNet": [0.5, 0.25]}
 
 
 def test_shared_dc_files_load_with_the_allow_list(shared_data):
-    from ddlib.data import distilled
+    from ddlib.data.formats import torch_load
 
     files = sorted((shared_data / "distilled").glob("dc_*.pt"))
     assert files
     for path in files:
-        obj, safe = distilled._torch_load(path)
+        obj, safe = torch_load(path)
         assert safe, path  # weights_only=True with the numpy allow-list: no trusted: true needed
         assert isinstance(obj["accs_all_exps"]["ConvNet"][0], np.floating)
 

@@ -1,6 +1,8 @@
 """Data: real datasets as tensors (``datasets``: the registry and the ``Dataset`` type; ``loaders``:
-the file formats, which register themselves into it), distilled sets (``distilled``) and content
-digests (``digest``); ``streaming``: large ImageFolders (ImageNet) read lazily, batch by batch. Imports run one way: ``loaders`` and ``distilled`` import ``datasets``.
+the registered file-backed datasets, built on ``archives``, ``imagefolder`` (scanning trees) and
+``decode`` (threaded decoding, disk cache)), distilled sets (``distilled``, reading the set formats
+registered in ``formats/``) and content digests (``digest``); ``streaming``: large ImageFolders
+(ImageNet) read lazily, batch by batch. Imports run one way: everything here imports ``datasets``.
 
 The face of the package is the registry: ``from ddlib.data import load_dataset``.
 """

@@ -4,20 +4,9 @@ A :class:`DistilledSet` always holds float pixels (nominally in [0, 1]) so that 
 normalises the same way, whatever the file stored. Synthetic images may stray slightly
 outside [0, 1] after de-normalisation; they are kept as they are (clamping would change the set).
 
-Formats :func:`load` reads (detected from the path and the file's contents):
-
-* DC / DSA / DM results: a ``.pt`` dict whose ``data`` is a list of ``[images, labels]`` pairs,
-  one per experiment, images normalised with the dataset's mean/std.
-* MTT output: a directory holding ``images_best.pt`` and ``labels_best.pt`` (optionally
-  ``lr_best.pt``), or the path of ``images_best.pt`` (any ``images_<tag>.pt`` with a matching
-  ``labels_<tag>.pt``). Images normalised; labels hard (N) or soft (N x C float).
-* Plain ``.pt`` dict ``{images, labels[, soft_labels][, lr][, normalized][, zca_space][, method][,
-  provenance]}``, the format :func:`save` writes. Pixels unless ``normalized`` is true.
-* ``.npz`` with ``images``, ``labels`` (optionally ``soft_labels``, ``lr``, ``normalized``,
-  ``zca_space``); uint8 or float pixels, NCHW, NHWC or N x H x W.
-* An ImageFolder tree of image files (PNG, JPEG, BMP, TIFF, WebP, PPM/PGM), ``<path>/<class>/<file>``,
-  class folders named by the dataset's class names or by indices ``0..C-1`` (ASCII digits); a class
-  folder holding anything else (a dangling link, a text file) is refused, hidden files are skipped.
+Formats :func:`load` reads are registered readers, one file each in :mod:`ddlib.data.formats` (DC/DSA/DM
+``.pt`` results, MTT output, the plain ``.pt`` dict :func:`save` writes, ``.npz``, ImageFolder trees of
+image files); the first whose ``detect`` accepts the path reads it, and adding a format is one file.
 
 ZCA space: MTT and DATM run with ``--zca`` save their images *whitened* (kornia's ZCA of the
 [0, 1] pixels, fitted on the whole training set). Such a set is read with ``zca_space=True`` (the caller's flag, or ``zca_space`` stored in
@@ -27,25 +16,26 @@ marked ``zca_space``. Turning it back into pixels needs the whitening fitted on 
 that obtains the set does it (:func:`ddlib.protocols.common.obtain`), so every set reaches training
 as pixels and a preset with ``zca: true`` whitens it back to the stored values, like the test images.
 
-Security: ``.pt`` files are read with ``torch.load(weights_only=True)``, which unpickles only
-tensors, containers and primitive values, plus the numpy scalars and arrays DC-format files hold
-(their ``accs_all_exps``; :data:`NUMPY_SAFE_GLOBALS`, allow-listed). Anything else in a file (any other
-class or function) would need full unpickling, which can run arbitrary code: :func:`load` refuses
-it unless called with ``trusted=True`` (``trusted: true`` in a grid's file source).
+Security: ``.pt`` files are read with ``torch.load(weights_only=True)`` (numpy scalars and arrays
+allow-listed, :data:`NUMPY_SAFE_GLOBALS`); anything else in a file would need full unpickling, which
+can run arbitrary code: :func:`load` refuses it unless called with ``trusted=True`` (``trusted: true``
+in a grid's file source).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import pickle
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+from ddlib.data import formats
+from ddlib.data.formats import NUMPY_SAFE_GLOBALS, DistilledSetError, SetPath, needs_unpickling
+from ddlib.data.formats.base import plain, short
 
 if TYPE_CHECKING:  # ddlib.data.datasets imports the file-backed loaders; keep this module light to import
     from ddlib.data.datasets import Dataset
@@ -58,24 +48,6 @@ PIXEL_RANGE_SLACK = (-0.5, 1.5)
 # Pixels a set de-normalised by its format's default may reach before we suspect the guess (or the
 # file) is wrong: published DC sets reach [-1.4, 2.6]; a set stored as 0-255 floats reaches ~60.
 NORMALIZED_RANGE = (-10.0, 11.0)
-# What weights_only unpickling may build beyond tensors and primitives: numpy scalars and arrays
-# (DC-format files keep their accuracies as numpy.float64, some as arrays). These only rebuild numpy
-# values from bytes and already-safe objects; they call nothing else. numpy 2 moved them to
-# numpy._core; files written with numpy 1 name them numpy.core.multiarray.*.
-_MULTIARRAY = np._core.multiarray
-NUMPY_SAFE_GLOBALS = [
-    _MULTIARRAY.scalar, (_MULTIARRAY.scalar, "numpy.core.multiarray.scalar"),
-    _MULTIARRAY._reconstruct, (_MULTIARRAY._reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
-    *(getattr(np.dtypes, name) for name in (
-        "BoolDType", "Int8DType", "Int16DType", "Int32DType", "Int64DType", "UInt8DType", "UInt16DType",
-        "UInt32DType", "UInt64DType", "Float16DType", "Float32DType", "Float64DType", "LongLongDType",
-        "ULongLongDType", "LongDType", "ULongDType") if hasattr(np.dtypes, name)),
-]
-_MTT_IMAGES = re.compile(r"^images_(?P<tag>.+)\.pt$")
-
-
-class DistilledSetError(ValueError):
-    """A distilled set is unreadable or inconsistent; the message starts with the file's path."""
 
 
 @dataclass(eq=False)
@@ -150,7 +122,7 @@ def load(
             raise DistilledSetError(f"{path}: {key} must be true, false or None, got {value!r}")
     if not path.exists():
         raise DistilledSetError(f"{path}: no such file or directory")
-    raw = _read(path, dataset, experiment, trusted)
+    raw = formats.read(SetPath(path, dataset, experiment, trusted))
 
     images = _as_tensor(raw["images"], path, "images")
     labels = _as_tensor(raw["labels"], path, "labels")
@@ -290,7 +262,7 @@ def save(ds: DistilledSet, path: str | os.PathLike) -> Path:
         "normalized": False,
         "zca_space": bool(ds.zca_space),
         "method": ds.method,
-        "provenance": _plain(ds.provenance),
+        "provenance": plain(ds.provenance),
     }
     if ds.soft_labels is not None:
         payload["soft_labels"] = ds.soft_labels.detach().cpu().float().contiguous()
@@ -334,284 +306,7 @@ def denormalize(images: torch.Tensor, mean: tuple[float, ...], std: tuple[float,
     return images * s + m
 
 
-# --------------------------------------------------------------------------- format readers
-# Each reader returns a dict: images, labels, optional soft_labels / lr / normalized / method /
-# provenance, plus format, default_normalized and stem (the default method name).
-
-
-def _read(path: Path, dataset: Dataset, experiment: int, trusted: bool = False) -> dict:
-    if path.is_dir():
-        if (path / "images_best.pt").is_file():
-            return _read_mtt(path / "images_best.pt", stem=path.name, trusted=trusted)
-        if any(p.is_dir() and not p.name.startswith(".") for p in path.iterdir()):
-            return _read_imagefolder(path, dataset)
-        raise DistilledSetError(
-            f"{path}: unknown format: a directory without images_best.pt (MTT) or class subfolders (ImageFolder)"
-        )
-    suffix = path.suffix.lower()
-    match = _MTT_IMAGES.match(path.name)
-    if match and (path.parent / f"labels_{match['tag']}.pt").is_file():
-        return _read_mtt(path, stem=path.parent.name or path.stem, trusted=trusted)
-    if suffix in (".pt", ".pth"):
-        return _read_pt(path, experiment, trusted)
-    if suffix == ".npz":
-        return _read_npz(path)
-    raise DistilledSetError(
-        f"{path}: unknown format {suffix or '(no extension)'!r}; expected a .pt/.pth file, a .npz file, "
-        "an MTT directory or an ImageFolder directory"
-    )
-
-
-def _torch_load(path: Path, trusted: bool = False) -> tuple[Any, bool]:
-    """``torch.load`` with ``weights_only=True`` (numpy scalars allow-listed); full unpickling only
-    when the file needs it and ``trusted``. Returns the object and whether the safe loader sufficed."""
-    try:
-        with torch.serialization.safe_globals(NUMPY_SAFE_GLOBALS):
-            return torch.load(path, map_location="cpu", weights_only=True), True
-    except pickle.UnpicklingError as exc:
-        refusal = exc  # holds objects the safe loader does not build
-    except Exception as exc:
-        raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {_short(exc)})") from exc
-    if not trusted:
-        try:
-            needs = ", ".join(torch.serialization.get_unsafe_globals_in_checkpoint(path)) or _short(refusal)
-        except Exception:  # noqa: BLE001 - only for the message
-            needs = _short(refusal)
-        raise DistilledSetError(
-            f"{path}: refused to unpickle: the file holds Python objects that loading with weights_only=True does "
-            f"not build ({needs}), and full unpickling can run arbitrary code. If you trust the file, set "
-            "`trusted: true` in its source spec (methods: {name: {kind: file, path: ..., trusted: true}}) or pass "
-            "trusted=True to ddlib.data.distilled.load; or re-save it with ddlib.data.distilled.save"
-        )
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False), False
-    except Exception as exc:
-        raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {_short(exc)})") from exc
-
-
-def needs_unpickling(path: str | os.PathLike) -> bool:
-    """Whether only full unpickling reads the set at ``path`` (``trusted=True``): the safe loader
-    refuses one of its ``.pt`` files. Runs none of the files' code (a dry run asks this)."""
-    path = Path(path)
-    files = [path]
-    if path.is_dir():
-        files = [path / name for name in ("images_best.pt", "labels_best.pt", "lr_best.pt")]
-    elif (match := _MTT_IMAGES.match(path.name)) is not None:
-        files = [path, path.parent / f"labels_{match['tag']}.pt", path.parent / f"lr_{match['tag']}.pt"]
-    for file in files:
-        if file.is_file() and file.suffix.lower() in (".pt", ".pth"):
-            try:
-                with torch.serialization.safe_globals(NUMPY_SAFE_GLOBALS):
-                    torch.load(file, map_location="cpu", weights_only=True)
-            except pickle.UnpicklingError:
-                return True
-            except Exception:  # noqa: BLE001 - unreadable: the real load says why
-                return False
-    return False
-
-
-def _read_pt(path: Path, experiment: int, trusted: bool = False) -> dict:
-    obj, _ = _torch_load(path, trusted)
-    if not isinstance(obj, dict):
-        raise DistilledSetError(
-            f"{path}: unknown format: file holds a {type(obj).__name__}, expected a dict "
-            "(DC 'data' list, or 'images' and 'labels')"
-        )
-    if "data" in obj:
-        return _read_dc(path, obj, experiment)
-    if "images" in obj or "labels" in obj:
-        _require(path, obj, ("images", "labels"))
-        provenance = obj.get("provenance")
-        return {
-            "images": obj["images"],
-            "labels": obj["labels"],
-            "soft_labels": obj.get("soft_labels"),
-            "lr": obj.get("lr"),
-            "normalized": _flag(obj.get("normalized"), path, "normalized"),
-            "zca_space": _flag(obj.get("zca_space"), path, "zca_space"),
-            "method": obj.get("method") or None,
-            "provenance": _plain(provenance) if isinstance(provenance, dict) else None,
-            "format": "pt",
-            "default_normalized": False,
-            "stem": path.stem,
-        }
-    raise DistilledSetError(
-        f"{path}: unknown format: dict with keys {sorted(map(str, obj))}; expected 'data' (DC/DSA/DM results) "
-        "or 'images' and 'labels'"
-    )
-
-
-def _read_dc(path: Path, obj: dict, experiment: int) -> dict:
-    data = obj["data"]
-    if not isinstance(data, (list, tuple)) or not data:
-        raise DistilledSetError(f"{path}: 'data' must be a non-empty list of [images, labels] pairs")
-    try:
-        index = range(len(data))[experiment]
-    except (IndexError, TypeError):
-        raise DistilledSetError(
-            f"{path}: experiment {experiment} out of range: the file holds {len(data)} experiment(s)"
-        ) from None
-    pair = data[index]
-    if not isinstance(pair, (list, tuple)) or len(pair) < 2:
-        raise DistilledSetError(f"{path}: data[{index}] must be an [images, labels] pair")
-    provenance: dict[str, Any] = {"experiment": index, "num_experiments": len(data)}
-    if "accs_all_exps" in obj:
-        provenance["accs_all_exps"] = _plain(obj["accs_all_exps"])
-    return {
-        "images": pair[0],
-        "labels": pair[1],
-        "format": "dc",
-        "default_normalized": True,
-        "stem": path.stem,
-        "provenance": provenance,
-    }
-
-
-def _read_mtt(images_path: Path, stem: str, trusted: bool = False) -> dict:
-    tag = _MTT_IMAGES.match(images_path.name)["tag"]  # type: ignore[index]
-    folder = images_path.parent
-    labels_path, lr_path = folder / f"labels_{tag}.pt", folder / f"lr_{tag}.pt"
-    if not labels_path.is_file():
-        raise DistilledSetError(f"{images_path}: missing keys: no labels_{tag}.pt next to {images_path.name}")
-    images, _ = _torch_load(images_path, trusted)
-    labels, _ = _torch_load(labels_path, trusted)
-    lr = _torch_load(lr_path, trusted)[0] if lr_path.is_file() else None
-    return {
-        "images": images,
-        "labels": labels,
-        "lr": lr,
-        "format": "mtt",
-        "default_normalized": True,
-        "stem": stem,
-        "provenance": {"files": [p.name for p in (images_path, labels_path, lr_path) if p.is_file()]},
-    }
-
-
-def _read_npz(path: Path) -> dict:
-    try:
-        # Open the file ourselves: np.load leaks its handle when the zip is corrupt.
-        with open(path, "rb") as fh:
-            npz = np.load(fh, allow_pickle=False)
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise DistilledSetError(f"{path}: unknown format: a single .npy array, expected an .npz archive")
-            with npz:
-                arrays = {k: npz[k] for k in npz.files}
-    except DistilledSetError:
-        raise
-    except Exception as exc:
-        raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {_short(exc)})") from exc
-    _require(path, arrays, ("images", "labels"))
-    lr = arrays.get("lr")
-    return {
-        "images": arrays["images"],
-        "labels": arrays["labels"],
-        "soft_labels": arrays.get("soft_labels"),
-        "lr": lr,
-        "normalized": _flag(arrays.get("normalized"), path, "normalized"),
-        "zca_space": _flag(arrays.get("zca_space"), path, "zca_space"),
-        "format": "npz",
-        "default_normalized": False,
-        "stem": path.stem,
-    }
-
-
-def _read_imagefolder(path: Path, dataset: Dataset) -> dict:
-    from PIL import Image
-
-    from ddlib.data.loaders import IMAGE_EXTENSIONS, image_array
-
-    folders = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
-    names = [p.name for p in folders]
-    index_of = {n: i for i, n in enumerate(dataset.class_names)}
-    if all(n in index_of for n in names):
-        classes = [index_of[n] for n in names]
-    elif all(_class_index(n, dataset.num_classes) is not None for n in names):
-        classes = [_class_index(n, dataset.num_classes) for n in names]
-    else:
-        unknown = [n for n in names if n not in index_of and _class_index(n, dataset.num_classes) is None]
-        raise DistilledSetError(
-            f"{path}: class folders not recognised: {', '.join(unknown) or ', '.join(names)}; expected the class names "
-            f"of {dataset.name} ({', '.join(dataset.class_names[:10])}{', ...' if dataset.num_classes > 10 else ''}) "
-            f"or indices 0..{dataset.num_classes - 1}, not a mix"
-        )
-    if len(set(classes)) != len(classes):
-        raise DistilledSetError(f"{path}: two class folders name the same class: {', '.join(names)}")
-    mode = {1: "L", 3: "RGB"}.get(dataset.channels)
-    if mode is None:
-        raise DistilledSetError(f"{path}: cannot read images for a {dataset.channels}-channel dataset")
-    images, labels, ignored = [], [], []
-    for folder, c in sorted(zip(folders, classes), key=lambda fc: fc[1]):
-        for file in _image_files(path, folder, ignored):
-            try:
-                with Image.open(file) as img:
-                    arr = image_array(img, mode, full_range=True)  # float pixels: 16-bit PNGs keep their depth
-            except Exception as exc:
-                raise DistilledSetError(
-                    f"{path}: unreadable or corrupt image {file.relative_to(path)} ({type(exc).__name__}: {_short(exc)})"
-                ) from exc
-            arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
-            if arr.shape != tuple(dataset.image_shape):
-                raise DistilledSetError(
-                    f"{path}: image shape does not match the dataset: expected {tuple(dataset.image_shape)} for "
-                    f"{dataset.name}, got {arr.shape} in {file.relative_to(path)}"
-                )
-            images.append(arr)
-            labels.append(c)
-    if not images:
-        raise DistilledSetError(f"{path}: no {'/'.join(IMAGE_EXTENSIONS)} images in the class folders")
-    return {
-        "images": np.stack(images).astype(np.float32),
-        "labels": np.asarray(labels, dtype=np.int64),
-        "format": "imagefolder",
-        "default_normalized": False,
-        "stem": path.name,
-        "provenance": {"ignored_files": ignored[:20] + ([f"... {len(ignored) - 20} more"] if len(ignored) > 20 else [])}
-        if ignored else None,
-    }
-
-
-def _class_index(name: str, num_classes: int) -> int | None:
-    """A class folder named by its index: ASCII digits only (``"²".isdigit()`` is true, ``int("²")`` fails)."""
-    if re.fullmatch(r"[0-9]+", name) and int(name) < num_classes:
-        return int(name)
-    return None
-
-
-def _image_files(root: Path, folder: Path, ignored: list[str]) -> list[Path]:
-    """The images of one class folder, sorted. A file that is no image (notes, metadata) is skipped
-    and listed in ``ignored``; an image this reader cannot take (``.gif``), a dangling link or a
-    subfolder is refused rather than dropped without a word: the set would silently lose images."""
-    from PIL import Image
-
-    from ddlib.data.loaders import IMAGE_EXTENSIONS
-
-    files = []
-    for f in sorted(folder.iterdir()):
-        if f.name.startswith("."):
-            continue
-        where = f.relative_to(root)
-        if f.is_symlink() and not f.exists():
-            raise DistilledSetError(f"{root}: {where} is a dangling link (its target does not exist)")
-        if not f.is_file():
-            raise DistilledSetError(f"{root}: {where} is not an image file (class folders hold images only)")
-        suffix = f.suffix.lower()
-        if suffix in IMAGE_EXTENSIONS:
-            files.append(f)
-        elif suffix in Image.registered_extensions():
-            raise DistilledSetError(f"{root}: {where} is an image format this reader does not take ({suffix}); save it "
-                                    f"as one of {', '.join(IMAGE_EXTENSIONS)} (PNG keeps every pixel)")
-        else:
-            ignored.append(str(where))
-    return files
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def _require(path: Path, obj: dict, keys: tuple[str, ...]) -> None:
-    missing = [k for k in keys if k not in obj]
-    if missing:
-        raise DistilledSetError(f"{path}: missing keys {missing}; found {sorted(map(str, obj))}")
 
 
 def _as_tensor(value: Any, path: Path, what: str) -> torch.Tensor:
@@ -625,7 +320,7 @@ def _as_tensor(value: Any, path: Path, what: str) -> torch.Tensor:
         try:
             return torch.as_tensor(np.asarray(value))
         except Exception as exc:
-            raise DistilledSetError(f"{path}: {what} is not a numeric array ({_short(exc)})") from exc
+            raise DistilledSetError(f"{path}: {what} is not a numeric array ({short(exc)})") from exc
     raise DistilledSetError(f"{path}: {what} must be a tensor or array, got {type(value).__name__}")
 
 
@@ -650,45 +345,6 @@ def _layout(images: torch.Tensor, channels: int) -> torch.Tensor:
     return images
 
 
-def _flag(value: Any, path: Path, key: str) -> bool | None:
-    """A flag stored in a file: a boolean (or 0/1), else refused. ``bool("False")`` is true, so a
-    string flag read loosely would de-normalise pixels that were never normalised."""
-    if value is None:
-        return None
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    if isinstance(value, np.ndarray):
-        if value.size != 1:
-            raise DistilledSetError(f"{path}: {key} must be true or false (a boolean), got an array of shape "
-                                    f"{value.shape}")
-        value = value.reshape(-1)[0]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)) and value in (0, 1):
-        return bool(value)
-    shown = repr(value.item() if isinstance(value, np.generic) else value)
-    raise DistilledSetError(f"{path}: {key} must be true or false (a boolean), got {shown[:60]}"
-                            f"{' (a string)' if isinstance(value, (str, np.str_)) else ''}")
-
-
-def _plain(value: Any) -> Any:
-    """Numpy / torch values -> plain Python, so provenance logs to MLflow and saves without pickle."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (np.ndarray, torch.Tensor)):
-        return _plain(value.tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 def _shape(value: Any) -> str:
     shape = getattr(value, "shape", None)
     return str(tuple(shape)) if shape is not None else type(value).__name__
-
-
-def _short(exc: Exception, limit: int = 200) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."

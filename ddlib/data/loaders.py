@@ -5,44 +5,34 @@ Registered into :mod:`ddlib.data.datasets` on import. Every loader reads what th
 ``download=True``, so a benchmark never silently fetches data or measures something else than
 what its config names.
 
-ImageFolder trees (CIFAR-10 as JPEGs has 60,000 files) are decoded once with a thread pool and
-kept as one uint8 array in a disk cache under ``${DDLIB_CACHE:-~/.cache/ddlib}``, so the second
-process start loads in about a second. The cache never lives in the user's data folder, which may
-be read-only or shared.
+The parts they share live one concern per module: :mod:`~ddlib.data.archives` (archives extracted
+into the cache), :mod:`~ddlib.data.imagefolder` (scanning trees: class folders, val annotations) and
+:mod:`~ddlib.data.decode` (threaded decoding into one uint8 array, kept in a disk cache under
+``${DDLIB_CACHE:-~/.cache/ddlib}``); their public names are importable from here as well.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import tarfile
-import tempfile
-import warnings
-import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 
-from ddlib.data.datasets import Dataset, DatasetError, register_dataset, register_prefix
+from ddlib.data.archives import extract_archive, extracted_tree, is_archive
+from ddlib.data.datasets import Dataset, DatasetError, cache_dir, register_dataset, register_prefix
+from ddlib.data.decode import decode_image_files, histogram_stats, image_array
+from ddlib.data.imagefolder import IMAGE_EXTENSIONS, read_words, scan_class_split, scan_eval_split, split_tree
 
 __all__ = [
     "cache_dir",
     "extract_archive",
     "decode_image_files",
+    "histogram_stats",
     "image_array",
     "load_imagefolder_dataset",
     "IMAGE_EXTENSIONS",
 ]
-
-# Same extensions torchvision's ImageFolder accepts, compared case-insensitively (Tiny ImageNet uses .JPEG).
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-# Bump when the layout of cached arrays changes, so old cache files are never misread.
-_CACHE_FORMAT = 1
-_CHUNK = 256  # images per decode task: large enough to amortise task overhead, small enough to balance
 
 MNIST_CLASSES = tuple(str(i) for i in range(10))
 # torchvision.datasets.FashionMNIST.classes, copied so the .npz path need not import torchvision (~2 s);
@@ -50,12 +40,6 @@ MNIST_CLASSES = tuple(str(i) for i in range(10))
 FASHIONMNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 )
-
-
-def cache_dir() -> Path:
-    """Where decoded arrays and extracted archives go: ``$DDLIB_CACHE``, else ``~/.cache/ddlib``."""
-    env = os.environ.get("DDLIB_CACHE")
-    return Path(env if env else "~/.cache/ddlib").expanduser()
 
 
 # --------------------------------------------------------------------------- root handling
@@ -86,388 +70,6 @@ def _torchvision_root(root: Path, base_folder: str) -> Path | None:
     return None
 
 
-def _is_archive(path: Path) -> bool:
-    n = path.name.lower()
-    return path.is_file() and n.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip"))
-
-
-def _split_tree(root: Path, aliases: Sequence[str] = ()) -> Path | None:
-    """The folder holding ``train/`` plus ``test/`` or ``val/``: ``root`` itself or ``root/<alias>``."""
-    for cand in [root, *(root / a for a in aliases)]:
-        if (cand / "train").is_dir() and ((cand / "test").is_dir() or (cand / "val").is_dir()):
-            return cand
-    return None
-
-
-def _archive_tree(archive: Path) -> Path:
-    """Extract an archive given as ``root`` into the cache (never beside the archive)."""
-    digest = hashlib.sha1(str(archive.resolve()).encode()).hexdigest()[:12]
-    stem = archive.name.split(".")[0] or "archive"
-    return extract_archive(archive, cache_dir() / "extracted" / f"{stem}-{digest}")
-
-
-# --------------------------------------------------------------------------- archives
-
-
-def _find_train_parent(folder: Path) -> Path | None:
-    """``folder`` if it holds ``train/``, else its only child that does (archives often wrap one folder)."""
-    if (folder / "train").is_dir():
-        return folder
-    hits = [c for c in sorted(folder.iterdir()) if c.is_dir() and (c / "train").is_dir()] if folder.is_dir() else []
-    return hits[0] if hits else None
-
-
-def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """Extract a tar/tar.gz/zip of an ImageFolder tree into ``dest`` once; return the folder holding ``train/``.
-
-    Extraction goes to a temporary sibling folder that is renamed to ``dest`` at the end, so a
-    crash or a concurrent process never leaves a half-extracted ``dest`` that later looks complete.
-    """
-    archive = Path(archive).expanduser()
-    dest = Path(dest).expanduser()
-    if dest.exists():
-        found = _find_train_parent(dest)
-        if found is not None:
-            return found
-        if dest.is_dir() and not any(dest.iterdir()):
-            dest.rmdir()  # an empty leftover; rename would replace it anyway, but be explicit
-        else:
-            raise DatasetError(f"{dest} exists but holds no train/ folder; remove it to re-extract {archive}")
-    if not archive.is_file():
-        raise DatasetError(f"archive {archive} does not exist")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the extracted tree is ordinary data
-    try:
-        name = archive.name.lower()
-        try:
-            if name.endswith(".zip"):
-                with zipfile.ZipFile(archive) as zf:
-                    zf.extractall(tmp)  # zipfile strips absolute paths and '..' itself
-            else:
-                with tarfile.open(archive) as tf:
-                    if hasattr(tarfile, "data_filter"):
-                        tf.extractall(tmp, filter="data")  # refuses paths escaping tmp, links out, devices
-                    else:  # pragma: no cover - Python < 3.11.4
-                        for m in tf.getmembers():
-                            if m.name.startswith("/") or ".." in Path(m.name).parts:
-                                raise DatasetError(f"{archive}: unsafe member path {m.name!r}")
-                        tf.extractall(tmp)
-        except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as exc:
-            raise DatasetError(f"cannot extract {archive}: {exc}") from exc
-        try:
-            os.rename(tmp, dest)
-        except OSError:
-            if _find_train_parent(dest) is None:  # not a concurrent winner: a real failure
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    found = _find_train_parent(dest)
-    if found is None:
-        raise DatasetError(f"archive {archive} holds no train/ folder (extracted to {dest})")
-    return found
-
-
-# --------------------------------------------------------------------------- scanning ImageFolder trees
-
-
-def _walk_images(folder: Path) -> list[str]:
-    """Image files under ``folder`` (recursive, so ``<class>/images/*.JPEG`` works), sorted by path."""
-    out: list[str] = []
-    stack = [str(folder)]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                for e in it:
-                    if e.name.startswith("."):
-                        continue
-                    if e.is_dir():
-                        stack.append(e.path)
-                    elif e.name.lower().endswith(IMAGE_EXTENSIONS):
-                        out.append(e.path)
-        except OSError as exc:
-            raise DatasetError(f"cannot list {d}: {exc}") from exc
-    out.sort()
-    return out
-
-
-def _class_folders(split_dir: Path) -> list[str]:
-    try:
-        return sorted(e.name for e in os.scandir(split_dir) if e.is_dir() and not e.name.startswith("."))
-    except OSError as exc:
-        raise DatasetError(f"cannot list {split_dir}: {exc}") from exc
-
-
-def _scan_class_split(split_dir: Path, classes: Sequence[str] | None = None) -> tuple[list[str], list[str], list[int]]:
-    """(class names, files, labels) for ``split_dir/<class>/...``; ``classes`` fixes the expected names."""
-    found = _class_folders(split_dir)
-    if classes is None:
-        classes = found
-        if not classes:
-            raise DatasetError(f"{split_dir} holds no class folders")
-    elif list(found) != list(classes):
-        raise DatasetError(_class_mismatch(split_dir, classes, found))
-    files: list[str] = []
-    labels: list[int] = []
-    for i, c in enumerate(classes):
-        fs = _walk_images(split_dir / c)
-        if not fs:
-            raise DatasetError(f"class folder {split_dir / c} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
-        files += fs
-        labels += [i] * len(fs)
-    return list(classes), files, labels
-
-
-def _class_mismatch(split_dir: Path, expected: Sequence[str], found: Sequence[str]) -> str:
-    only_train = sorted(set(expected) - set(found))
-    only_here = sorted(set(found) - set(expected))
-    return (
-        f"class folders of {split_dir} differ from train/: "
-        f"missing {only_train[:10]}{'...' if len(only_train) > 10 else ''}, "
-        f"extra {only_here[:10]}{'...' if len(only_here) > 10 else ''}"
-    )
-
-
-def _scan_eval_split(tree: Path, classes: list[str]) -> tuple[Path, list[str], list[int], list[str]]:
-    """The labelled held-out split: ``test/<class>``, ``val/<class>``, or Tiny ImageNet's annotated ``val/``.
-
-    Returns (split folder, files, labels, extra files whose change must invalidate the cache).
-    ``test/images/`` alone is Tiny ImageNet's unlabelled test set, so it is skipped, not read as one class.
-    """
-    test, val = tree / "test", tree / "val"
-    if test.is_dir() and _class_folders(test) not in ([], ["images"]):
-        _, files, labels = _scan_class_split(test, classes)
-        return test, files, labels, []
-    if val.is_dir():
-        ann = val / "val_annotations.txt"
-        if ann.is_file():
-            files, labels = _read_val_annotations(ann, val, classes)
-            return val, files, labels, [str(ann)]
-        _, files, labels = _scan_class_split(val, classes)
-        return val, files, labels, []
-    if test.is_dir():
-        raise DatasetError(f"{test} holds no class folders (unlabelled test images?) and {val} does not exist")
-    raise DatasetError(f"{tree} has train/ but neither test/ nor val/")
-
-
-def _read_val_annotations(ann: Path, val: Path, classes: list[str]) -> tuple[list[str], list[int]]:
-    """Tiny ImageNet's ``val/images/*.JPEG`` labelled by ``val_annotations.txt`` (file<TAB>wnid<TAB>box...)."""
-    index = {c: i for i, c in enumerate(classes)}
-    pairs: list[tuple[str, int]] = []
-    try:
-        lines = ann.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"cannot read {ann}: {exc}") from exc
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        parts = line.split("\t")
-        if len(parts) < 2:
-            raise DatasetError(f"{ann}:{n}: expected '<file>\\t<class>...', got {line!r}")
-        fname, wnid = parts[0].strip(), parts[1].strip()
-        if wnid not in index:
-            raise DatasetError(f"{ann}:{n}: class {wnid!r} has no folder in train/")
-        path = val / "images" / fname
-        if not path.is_file():
-            raise DatasetError(f"{ann}:{n}: {path} does not exist")
-        pairs.append((str(path), index[wnid]))
-    if not pairs:
-        raise DatasetError(f"{ann} lists no images")
-    pairs.sort()
-    return [p for p, _ in pairs], [lab for _, lab in pairs]
-
-
-# --------------------------------------------------------------------------- decoding + disk cache
-
-
-_SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
-
-
-def image_array(im, mode: str, full_range: bool = False) -> np.ndarray:
-    """An opened PIL image as an array in ``mode`` ("L" or "RGB"): uint8 pixels, or with
-    ``full_range`` float32 in [0, 1]. 16-bit grayscale (PNG) is scaled from 0-65535: PIL's own
-    ``convert`` clips it to 0-255, turning every pixel above 255 (almost all) white."""
-    if im.mode in _SIXTEEN_BIT_MODES:
-        arr = np.asarray(im).astype(np.float64)
-        top = 65535.0 if im.mode != "I" or arr.max() > 255 else 255.0  # "I": a 16-bit PNG in older PIL
-        grey = arr / top
-        out = np.repeat(grey[..., None], 3, axis=2) if mode == "RGB" else grey
-        return out.astype(np.float32) if full_range else np.round(out * 255).astype(np.uint8)
-    if im.mode != mode:
-        im = im.convert(mode)
-    arr = np.asarray(im, dtype=np.uint8)
-    return arr.astype(np.float32) / 255.0 if full_range else arr
-
-
-def _decode_chunk(paths: Sequence[str], channels: int | None) -> list:
-    """Decode a few files; returns arrays (H x W for grayscale, H x W x 3 for colour) or the exception.
-
-    Runs in worker threads: PIL releases the GIL while decoding, so threads scale on small JPEGs.
-    """
-    from PIL import Image
-
-    out: list = []
-    for p in paths:
-        try:
-            with Image.open(p) as im:
-                if channels == 1:
-                    want = "L"
-                elif channels == 3:
-                    want = "RGB"
-                else:  # auto: keep grayscale as is; anything else becomes RGB
-                    want = "L" if im.mode in ("L", *_SIXTEEN_BIT_MODES) else "RGB"
-                out.append(image_array(im, want))
-        except Exception as exc:  # noqa: BLE001 - any decoder failure is the file's problem
-            out.append(exc)
-    return out
-
-
-def _num_workers() -> int:
-    # PIL releases the GIL only in the decoder proper; for 32x32 JPEGs ~60 % of each image's time is
-    # Python-side header parsing under the GIL, so threads beyond the core count only add contention.
-    return max(2, min(8, os.cpu_count() or 1))
-
-
-def _decode_files(files: Sequence[str], channels: int | None) -> np.ndarray:
-    """All ``files`` into one N x C x H x W uint8 array, preallocated so peak memory is ~1x the result.
-
-    With ``channels=None`` the result has 1 channel if every image is grayscale ("L"), else 3
-    (grayscale images are replicated into RGB). Every image must have the first image's size.
-    """
-    n = len(files)
-    if n == 0:
-        raise DatasetError("no image files to decode")
-    out: np.ndarray | None = None
-    ref_hw: tuple[int, int] | None = None
-    chunks = [files[i : i + _CHUNK] for i in range(0, n, _CHUNK)]
-    pool = ThreadPoolExecutor(max_workers=_num_workers())
-    try:
-        i = 0
-        for result in pool.map(_decode_chunk, chunks, [channels] * len(chunks)):
-            for arr in result:
-                path = files[i]
-                if isinstance(arr, Exception):
-                    raise DatasetError(f"cannot read image {path}: {arr}") from arr
-                hw = arr.shape[:2]
-                if out is None:
-                    ref_hw = hw
-                    c = 3 if (channels == 3 or arr.ndim == 3) else 1
-                    out = np.empty((n, c, hw[0], hw[1]), dtype=np.uint8)
-                elif hw != ref_hw:
-                    raise DatasetError(
-                        f"image {path} is {hw[1]}x{hw[0]} (WxH) but {files[0]} is {ref_hw[1]}x{ref_hw[0]}: "
-                        f"all images must share one size"
-                    )
-                if arr.ndim == 3 and out.shape[1] == 1:  # first colour image after grayscale ones
-                    rgb = np.empty((n, 3) + out.shape[2:], dtype=np.uint8)
-                    rgb[:i] = out[:i]  # broadcasts the grey channel to R, G and B
-                    out = rgb
-                out[i] = arr.transpose(2, 0, 1) if arr.ndim == 3 else arr  # grey broadcasts over C
-                i += 1
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # on an error, do not decode the rest first
-    assert out is not None
-    return out
-
-
-def _channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Exact per-channel mean and (population) std of uint8 pixels, in [0, 1] units, via 256-bin histograms."""
-    return histogram_stats([np.bincount(images[:, c].reshape(-1), minlength=256) for c in range(images.shape[1])])
-
-
-def histogram_stats(histograms: Sequence[np.ndarray]) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and (population) std, in [0, 1] units, from each channel's 256-bin histogram of
-    uint8 pixels (exact; histograms of batches add up, so a streaming pass gives the same numbers)."""
-    values = np.arange(256, dtype=np.float64) / 255.0
-    means, stds = [], []
-    for hist in histograms:
-        hist = np.asarray(hist, dtype=np.float64)
-        total = hist.sum()
-        m = float((hist * values).sum() / total)
-        var = float((hist * values**2).sum() / total - m * m)
-        means.append(m)
-        stds.append(max(var, 0.0) ** 0.5)
-    return tuple(means), tuple(stds)
-
-
-def _signature(root: Path, files: Sequence[str], channels: int | None, extra_files: Sequence[str]) -> str:
-    """Cache key of a tree: its absolute path, file count, newest mtime and the list of relative paths.
-
-    Adding, removing, renaming or touching a file changes the key; stat-ing 60,000 files takes
-    a fraction of a second, far less than decoding them.
-    """
-    newest = 0.0
-    for p in list(files) + list(extra_files):
-        try:
-            newest = max(newest, os.stat(p).st_mtime)
-        except OSError as exc:
-            raise DatasetError(f"cannot stat {p}: {exc}") from exc
-    h = hashlib.sha1()
-    base = str(root.resolve())
-    h.update(f"{_CACHE_FORMAT}|{base}|{channels}|{len(files)}|{newest!r}|".encode())
-    cut = len(str(root)) + 1
-    for p in files:
-        h.update(p[cut:].encode("utf-8", "surrogateescape") + b"\0")
-    return h.hexdigest()[:20]
-
-
-def decode_image_files(
-    files: Sequence[str],
-    *,
-    root: Path,
-    n_train: int,
-    channels: int | None = None,
-    tag: str = "images",
-    extra_files: Sequence[str] = (),
-) -> tuple[np.ndarray, tuple[float, ...], tuple[float, ...], Path | None, bool]:
-    """Decode ``files`` (all under ``root``) through the disk cache.
-
-    Returns (images N x C x H x W uint8, train mean, train std, cache file or None, loaded from cache).
-    Mean/std cover the first ``n_train`` images and are cached with them. A cache file that cannot
-    be read or does not match is ignored and rebuilt; a cache folder we cannot write is only a warning.
-    """
-    sig = _signature(root, files, channels, extra_files)
-    root_hash = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:10]
-    safe_tag = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in tag)[:40] or "images"
-    folder = cache_dir() / "decoded"
-    path = folder / f"{safe_tag}-{root_hash}-{sig}.npz"
-    if path.is_file():
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                images = z["images"]
-                mean = tuple(float(v) for v in z["mean"])
-                std = tuple(float(v) for v in z["std"])
-                ok = int(z["n_train"]) == n_train
-            if ok and images.dtype == np.uint8 and images.ndim == 4 and images.shape[0] == len(files):
-                return images, mean, std, path, True
-            warnings.warn(f"ignoring stale decoded cache {path} (does not match {root}); rebuilding", stacklevel=3)
-        except Exception as exc:  # noqa: BLE001 - corrupt/truncated cache: rebuild, never crash
-            warnings.warn(f"ignoring unreadable decoded cache {path} ({exc}); rebuilding", stacklevel=3)
-    images = _decode_files(files, channels)
-    mean, std = _channel_stats(images[:n_train]) if n_train else ((), ())
-    written: Path | None = None
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                # Uncompressed: loading 180 MB uncompressed is faster than inflating it.
-                np.savez(f, images=images, mean=np.array(mean), std=np.array(std), n_train=np.array(n_train))
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        written = path
-        for old in folder.glob(f"{safe_tag}-{root_hash}-*.npz"):  # older versions of the same tree
-            if old != path:
-                old.unlink(missing_ok=True)
-    except OSError as exc:
-        warnings.warn(f"could not write decoded cache {path} ({exc}); the next load will decode again", stacklevel=3)
-    return images, mean, std, written, False
-
-
 # --------------------------------------------------------------------------- ImageFolder
 
 
@@ -482,10 +84,10 @@ def _load_tree(
 ) -> Dataset:
     """A Dataset from ``tree/train/<class>/*`` and its labelled test/val split, through the disk cache."""
     train_dir = tree / "train"
-    classes, train_files, train_labels = _scan_class_split(train_dir)
+    classes, train_files, train_labels = scan_class_split(train_dir)
     if num_classes is not None and len(classes) != num_classes:
         raise DatasetError(f"{name}: expected {num_classes} class folders in {train_dir}, found {len(classes)}")
-    eval_dir, test_files, test_labels, extra_files = _scan_eval_split(tree, classes)
+    eval_dir, test_files, test_labels, extra_files = scan_eval_split(tree, classes)
     files = train_files + test_files
     tag = f"imagefolder-{tree.name}" if name.startswith("imagefolder:") else name  # readable cache file names
     images, tmean, tstd, cache_file, from_cache = decode_image_files(
@@ -504,7 +106,7 @@ def _load_tree(
         "computed_std": tstd,
     }
     if (tree / "words.txt").is_file():  # Tiny ImageNet: wnid -> readable names
-        extra["class_descriptions"] = _read_words(tree / "words.txt", classes)
+        extra["class_descriptions"] = read_words(tree / "words.txt", classes)
     return Dataset(
         name=name,
         train_images=images_t[:n],
@@ -519,19 +121,6 @@ def _load_tree(
     )
 
 
-def _read_words(path: Path, classes: Sequence[str]) -> tuple[str, ...]:
-    wanted = set(classes)
-    names: dict[str, str] = {}
-    try:
-        for line in path.read_text(errors="replace").splitlines():
-            k, _, v = line.partition("\t")
-            if k in wanted:
-                names[k] = v.strip()
-    except OSError:
-        return ()
-    return tuple(names.get(c, c) for c in classes)
-
-
 @register_prefix("imagefolder")
 def load_imagefolder_dataset(path: str | os.PathLike, name: str | None = None) -> Dataset:
     """Any ImageFolder tree: ``path/train/<class>/*`` with ``path/test/<class>/*`` (or ``val/``).
@@ -541,13 +130,13 @@ def load_imagefolder_dataset(path: str | os.PathLike, name: str | None = None) -
     """
     path = Path(path).expanduser()
     label = name or f"imagefolder:{path}"
-    if _is_archive(path):
-        path = _archive_tree(path)
+    if is_archive(path):
+        path = extracted_tree(path)
     if not path.exists():
         raise DatasetError(f"{label}: {path} does not exist")
     if not path.is_dir():
         raise DatasetError(f"{label}: {path} is not a folder (expected train/ and test/ or val/ inside)")
-    tree = _split_tree(path)
+    tree = split_tree(path)
     if tree is None:
         raise DatasetError(f"{label}: {path} needs a train/ folder and a test/ or val/ folder of class folders")
     return _load_tree(label, tree, channels=None)
@@ -693,11 +282,11 @@ def load_fashionmnist(root: Path | None, download: bool = False) -> Dataset:
 
 def _load_cifar(name, root, download, *, tv_name, base_folder, aliases, num_classes, mean, std) -> Dataset:
     root = _require_root(name, root, download)
-    if _is_archive(root):
-        root = _archive_tree(root)
+    if is_archive(root):
+        root = extracted_tree(root)
     tv_root = _torchvision_root(root, base_folder)
     if tv_root is None:
-        tree = _split_tree(root, aliases)
+        tree = split_tree(root, aliases)
         if tree is not None:
             return _load_tree(name, tree, channels=3, mean=mean, std=std, num_classes=num_classes)
         if not download:
@@ -793,9 +382,9 @@ def load_tinyimagenet(root: Path | None, download: bool = False) -> Dataset:
         raise DatasetError("tinyimagenet cannot be downloaded by ddlib (torchvision has no loader for it); "
                            "get tiny-imagenet-200.zip and pass its folder (or the zip) as root")
     root = _require_root(name, root, False)
-    if _is_archive(root):
-        root = _archive_tree(root)
-    tree = _split_tree(root, ("tiny-imagenet-200", "tinyimagenet", "tiny-imagenet"))
+    if is_archive(root):
+        root = extracted_tree(root)
+    tree = split_tree(root, ("tiny-imagenet-200", "tinyimagenet", "tiny-imagenet"))
     if tree is None:
         raise DatasetError(
             f"{name}: nothing usable under {root}: looked for train/ plus test/ or val/ "

@@ -152,7 +152,7 @@ class FileImages:
 
 def _channel_stats(images: FileImages, batch_size: int = 64) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Exact per-channel mean and std of uint8 pixels in [0, 1] units, one batch at a time."""
-    from ddlib.data.loaders import histogram_stats
+    from ddlib.data.decode import histogram_stats
 
     hist = np.zeros((images.channels, 256), dtype=np.int64)
     for batch in images.cpu().batches(batch_size):
@@ -170,13 +170,13 @@ def stream_imagefolder(path: str | os.PathLike, name: str | None = None, size: i
     ``mean``/``std``: the normalisation (default: computed from the training images, one pass)."""
     from PIL import Image
 
-    from ddlib.data.loaders import _scan_class_split, _scan_eval_split
+    from ddlib.data.imagefolder import scan_class_split, scan_eval_split
 
     tree = Path(path).expanduser()
     if not (tree / "train").is_dir():
         raise DatasetError(f"{tree}: no train/ folder (expected train/<class>/*, test/<class>/* or val/)")
-    classes, train_files, train_labels = _scan_class_split(tree / "train")
-    eval_dir, test_files, test_labels, _ = _scan_eval_split(tree, classes)
+    classes, train_files, train_labels = scan_class_split(tree / "train")
+    eval_dir, test_files, test_labels, _ = scan_eval_split(tree, classes)
     with Image.open(train_files[0]) as first:
         channels = channels or (1 if first.mode in ("L", "1", "I;16") else 3)
         hw = (size, size) if size else (first.size[1], first.size[0])

@@ -24,38 +24,125 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
   only their accuracy shows it.
 
 The names ``random``, ``kcenter``, ``kcenter_greedy``, ``dm`` and ``full`` work without a spec.
+
+Each kind is a factory registered in :data:`SOURCES` (:class:`ddlib.registry.Registry`): its
+keyword-only parameters are the keys a spec may give, their annotations the types a given value must
+have (a ``float`` takes an int too; a default of ``None`` means "decided elsewhere": the cell's
+model, the file name) and their defaults what runs when a key is left out. The spec itself reaches
+the config key as written (defaults are not filled in), so keys stay those of the dicts users wrote.
 """
 
 from __future__ import annotations
 
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddlib.data.datasets import Dataset
 from ddlib.data.distilled import DistilledSet, DistilledSetError, load
+from ddlib.registry import Entry, Registry
 from ddlib.shown import shown
 
-__all__ = ["SOURCE_KINDS", "MODEL_KINDS", "BUILTIN_SOURCES", "BUILTIN_REVISIONS", "builtin_revision", "resolve_source", "validate_source", "obtain_set", "full_set",
-           "source_path", "load_file_source"]
+__all__ = ["SOURCES", "SetRequest", "MODEL_KINDS", "BUILTIN_SOURCES", "BUILTIN_REVISIONS", "builtin_revision",
+           "resolve_source", "validate_source", "obtain_set", "full_set", "source_keys", "source_path",
+           "load_file_source"]
 
-# kind -> allowed keys (besides "kind") with their expected types
-SOURCE_KINDS: dict[str, dict[str, type | tuple]] = {
-    "random": {"seed": int},
-    "kcenter": {"seed": int, "model": str, "epochs": int, "n_init": int},
-    "kcenter_greedy": {"seed": int, "model": str, "epochs": int},
-    "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
-           "model": str, "init": str, "init_epochs": int, "seed": int},
-    "file": {"path": str, "normalized": (bool, type(None)), "allow_unequal": bool, "experiment": int,
-             "zca_space": (bool, type(None)), "trusted": bool},
-    "full": {},
-    "checkpoint": {"path": str, "model": str, "expected_accuracy": (int, float), "accuracy_tolerance": (int, float)},
-}
-# What each kind that *makes* a set (no file to digest) produces, in the config key of its cells
-# (ddlib.protocols.cell.cell_tags): bump a kind's entry whenever the set it produces changes, so a
-# rerun recomputes its cells instead of skipping them. A kind at revision 1 (absent) adds nothing to
-# the key. kcenter 2: DC-Bench's k-means selection with fp32 features (keys before it were unchanged).
-# Rows are split by the obtained set's digest as well (ddlib.protocols.common.obtain), bumped or not.
-BUILTIN_REVISIONS: dict[str, int] = {"kcenter": 2}
-MODEL_KINDS = ("checkpoint",)
+SOURCES: Registry = Registry("source kind")
+
+
+@dataclass(frozen=True)
+class SetRequest:
+    """What every source kind is asked for: ``ipc`` images per class of ``dataset`` for ``method``."""
+
+    method: str
+    dataset: Dataset
+    ipc: int
+    device: str = "auto"
+    progress: bool = False
+
+
+# --------------------------------------------------------------------------- the kinds
+# Meta: builtin (the kind's name works without a spec), revision (what its sets are, in the config
+# key: bump it whenever the set it produces changes, so a rerun recomputes its cells instead of
+# skipping them; 1 adds nothing to the key), runs (other kinds a spec also runs, for their revisions),
+# needs (keys a spec must give), model (not a set but a trained model: the adversarial protocol attacks it).
+
+
+@SOURCES.register("random", builtin=True)
+def _random(req: SetRequest, *, seed: int = 0) -> DistilledSet:
+    from ddlib.methods.select import random_subset
+
+    return random_subset(req.dataset, req.ipc, seed=seed)
+
+
+# kcenter 2: DC-Bench's k-means selection with fp32 features (keys before it were unchanged).
+@SOURCES.register("kcenter", builtin=True, revision=2)
+def _kcenter(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1, n_init: int = 10) -> DistilledSet:
+    from ddlib.methods.select import kcenter_subset
+
+    return kcenter_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs, n_init=n_init)
+
+
+@SOURCES.register("kcenter_greedy", builtin=True)
+def _kcenter_greedy(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1) -> DistilledSet:
+    from ddlib.methods.select import kcenter_greedy_subset
+
+    return kcenter_greedy_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
+
+
+@SOURCES.register("dm", builtin=True, runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [])
+def _dm(req: SetRequest, *, iterations: int = 200, lr_img: float = 1.0, momentum: float = 0.5, batch_real: int = 64,
+        model: str = "convnet", init: str = "real", init_epochs: int = 1, seed: int = 0) -> DistilledSet:
+    from ddlib.methods.dm import distribution_matching
+
+    return distribution_matching(req.dataset, req.ipc, iterations=iterations, lr_img=lr_img, momentum=momentum,
+                                 batch_real=batch_real, model=model, init=init, init_epochs=init_epochs, seed=seed,
+                                 device=req.device, progress=req.progress)
+
+
+@SOURCES.register("file", needs=("path",))
+def _file(req: SetRequest, *, path: str = None, normalized: bool | None = None, allow_unequal: bool = False,
+          experiment: int = -1, zca_space: bool | None = None, trusted: bool = False) -> DistilledSet:
+    spec = {"kind": "file", "path": path, "normalized": normalized, "allow_unequal": allow_unequal,
+            "experiment": experiment, "zca_space": zca_space, "trusted": trusted}
+    return load_file_source(req.method, spec, req.dataset, req.ipc)
+
+
+@SOURCES.register("full", builtin=True)
+def _full(req: SetRequest) -> DistilledSet:
+    return full_set(req.dataset)
+
+
+# The adversarial protocol reads these keys itself (ddlib.protocols.adversarial): model defaults to
+# the cell's, expected_accuracy to the one a BEARD file name ends with, accuracy_tolerance to 0.04.
+@SOURCES.register("checkpoint", needs=("path",), model=True)
+def _checkpoint(req: SetRequest, *, path: str = None, model: str = None, expected_accuracy: float = None,
+                accuracy_tolerance: float = None) -> DistilledSet:
+    """Declares the keys only: :func:`obtain_set` refuses a model kind before calling its factory."""
+    raise AssertionError("a model kind makes no set")
+
+
+MODEL_KINDS = tuple(name for name in SOURCES if SOURCES.entry(name).meta.get("model"))
+BUILTIN_SOURCES = {name: {"kind": name} for name in SOURCES if SOURCES.entry(name).meta.get("builtin")}
+# What each set-making kind produces, in the config key of its cells (ddlib.protocols.cell.cell_tags);
+# a kind at revision 1 (absent) adds nothing to the key. Rows are split by the obtained set's digest
+# as well (ddlib.protocols.common.obtain), bumped or not.
+BUILTIN_REVISIONS: dict[str, int] = {name: SOURCES.entry(name).meta["revision"] for name in SOURCES
+                                     if SOURCES.entry(name).meta.get("revision", 1) != 1}
+
+
+def source_keys(kind: str) -> dict[str, type | tuple]:
+    """The keys a ``kind`` spec may give, each with the type(s) its value must have: the kind's
+    keyword-only parameters and their annotations (``float`` also takes an int; ``X | None`` None)."""
+    entry: Entry = SOURCES.entry(kind)
+    hints = typing.get_type_hints(entry.factory)
+    keys: dict[str, type | tuple] = {}
+    for name in entry.defaults:
+        types: list[type] = []
+        for t in typing.get_args(hints[name]) or (hints[name],):
+            types += [int, float] if t is float else [t]
+        keys[name] = types[0] if len(types) == 1 else tuple(types)
+    return keys
 
 
 def builtin_revision(spec: dict) -> str | None:
@@ -63,26 +150,25 @@ def builtin_revision(spec: dict) -> str | None:
     as text for the config key; None where every one is at revision 1 (file sources: their digest)."""
     kind = spec.get("kind")
     parts = {kind: BUILTIN_REVISIONS.get(kind, 1)}
-    if kind == "dm" and spec.get("init") == "kcenter":
-        parts["kcenter"] = BUILTIN_REVISIONS.get("kcenter", 1)
+    runs = SOURCES.entry(kind).meta.get("runs") if kind in SOURCES else None
+    for other in runs(spec) if runs else ():
+        parts[other] = BUILTIN_REVISIONS.get(other, 1)
     if all(v == 1 for v in parts.values()):
         return None
-    return ", ".join(f"{k} revision {v}" for k, v in parts.items())  # sources that are trained models, not sets: no set to obtain
-BUILTIN_SOURCES = {"random": {"kind": "random"}, "kcenter": {"kind": "kcenter"},
-                   "kcenter_greedy": {"kind": "kcenter_greedy"}, "dm": {"kind": "dm"}, "full": {"kind": "full"}}
+    return ", ".join(f"{k} revision {v}" for k, v in parts.items())
 
 
 def validate_source(method: str, spec: dict) -> dict:
-    """Check a source spec, naming the method and the offending key."""
+    """Check a source spec, naming the method and the offending key; returns it unchanged."""
     if not isinstance(method, str) or not method:
         raise ValueError(f"a method must be a name (a string), got {shown(method)}")
     if not isinstance(spec, dict):
         raise ValueError(f"method {method!r}: source must be a mapping with a 'kind' (e.g. {{kind: file, path: set.pt}}), "
                          f"got {shown(spec)}")
     kind = spec.get("kind")
-    if kind not in SOURCE_KINDS:
-        raise ValueError(f"method {method!r}: kind must be one of {sorted(SOURCE_KINDS)}, got {kind!r}")
-    allowed = SOURCE_KINDS[kind]
+    if not isinstance(kind, str) or kind not in SOURCES:
+        raise ValueError(f"method {method!r}: kind must be one of {SOURCES.names()}, got {kind!r}")
+    allowed = source_keys(kind)
     for key, value in spec.items():
         if key == "kind":
             continue
@@ -92,8 +178,9 @@ def validate_source(method: str, spec: dict) -> dict:
             raise ValueError(f"method {method!r}: {key} must be {allowed[key]}, got {value!r}")
         if not isinstance(value, allowed[key]):
             raise ValueError(f"method {method!r}: {key} has the wrong type: {shown(value)}")
-    if kind in ("file", "checkpoint") and "path" not in spec:
-        raise ValueError(f"method {method!r}: kind {kind!r} needs a 'path'")
+    for key in SOURCES.entry(kind).meta.get("needs", ()):
+        if key not in spec:
+            raise ValueError(f"method {method!r}: kind {kind!r} needs a {key!r}")
     if "path" in spec:
         try:
             spec["path"].encode("utf-8")
@@ -112,7 +199,7 @@ def resolve_source(method: str, methods: dict | None = None) -> dict:
         return validate_source(method, dict(methods[method]))
     if method in BUILTIN_SOURCES:
         return dict(BUILTIN_SOURCES[method])
-    raise ValueError(f"method {method!r} has no source: add it under 'methods:' (kinds: {sorted(SOURCE_KINDS)})")
+    raise ValueError(f"method {method!r} has no source: add it under 'methods:' (kinds: {SOURCES.names()})")
 
 
 def full_set(dataset: Dataset) -> DistilledSet:
@@ -124,33 +211,15 @@ def full_set(dataset: Dataset) -> DistilledSet:
 
 
 def obtain_set(method: str, spec: dict, dataset: Dataset, ipc: int, device="auto", progress: bool = False) -> DistilledSet:
-    """Produce or load the set ``spec`` describes, with ``ipc`` images per class."""
+    """Produce or load the set ``spec`` describes, with ``ipc`` images per class: its kind's factory,
+    called with the keys the spec gives (the factory's defaults for the rest)."""
     spec = validate_source(method, spec)
     options = {k: v for k, v in spec.items() if k != "kind"}
     kind = spec["kind"]
     if kind in MODEL_KINDS:
         raise ValueError(f"method {method!r}: kind {kind!r} is a trained model, not a set (the adversarial protocol "
                          "attacks it; no protocol can train on it)")
-    if kind == "random":
-        from ddlib.methods.select import random_subset
-
-        out = random_subset(dataset, ipc, **options)
-    elif kind == "kcenter":
-        from ddlib.methods.select import kcenter_subset
-
-        out = kcenter_subset(dataset, ipc, device=device, **options)
-    elif kind == "kcenter_greedy":
-        from ddlib.methods.select import kcenter_greedy_subset
-
-        out = kcenter_greedy_subset(dataset, ipc, device=device, **options)
-    elif kind == "dm":
-        from ddlib.methods.dm import distribution_matching
-
-        out = distribution_matching(dataset, ipc, device=device, progress=progress, **options)
-    elif kind == "full":
-        out = full_set(dataset)
-    else:
-        out = load_file_source(method, spec, dataset, ipc)
+    out = SOURCES.entry(kind).factory(SetRequest(method, dataset, ipc, device, progress), **options)
     out.method = method
     return out
 

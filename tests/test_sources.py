@@ -1,0 +1,81 @@
+"""Source kinds are a registry (ddlib.methods.sources.SOURCES): the keys a spec may give, and their
+types, are each kind's keyword-only parameters; obtain_set calls the kind's factory."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from ddlib.data.datasets import load_dataset
+from ddlib.data.distilled import DistilledSet
+from ddlib.methods import sources
+from ddlib.registry import Registry
+
+NONE = type(None)
+# The table the keys were written in by hand before the registry (ddlib 70c8ab8, SOURCE_KINDS):
+# validation must accept and refuse exactly what it did.
+HAND_WRITTEN = {
+    "random": {"seed": int},
+    "kcenter": {"seed": int, "model": str, "epochs": int, "n_init": int},
+    "kcenter_greedy": {"seed": int, "model": str, "epochs": int},
+    "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
+           "model": str, "init": str, "init_epochs": int, "seed": int},
+    "file": {"path": str, "normalized": (bool, NONE), "allow_unequal": bool, "experiment": int,
+             "zca_space": (bool, NONE), "trusted": bool},
+    "full": {},
+    "checkpoint": {"path": str, "model": str, "expected_accuracy": (int, float), "accuracy_tolerance": (int, float)},
+}
+
+
+def test_the_keys_of_every_kind_are_its_parameters_and_match_the_hand_written_table():
+    assert sources.SOURCES.names() == sorted(HAND_WRITTEN)
+    for kind, keys in HAND_WRITTEN.items():
+        assert sources.source_keys(kind) == keys, kind
+    assert sources.BUILTIN_SOURCES == {k: {"kind": k} for k in ("random", "kcenter", "kcenter_greedy", "dm", "full")}
+    assert sources.MODEL_KINDS == ("checkpoint",) and sources.BUILTIN_REVISIONS == {"kcenter": 2}
+    assert sources.builtin_revision({"kind": "dm", "init": "kcenter"}) == "dm revision 1, kcenter revision 2"
+
+
+def test_a_kind_s_defaults_are_those_of_the_code_it_runs():
+    """The factories restate their implementation's defaults (so a spec's defaults are visible in one
+    place); they must not drift apart."""
+    from ddlib.data.distilled import load
+    from ddlib.methods.dm import distribution_matching
+    from ddlib.methods.select import kcenter_greedy_subset, kcenter_subset, random_subset
+
+    runs = {"random": random_subset, "kcenter": kcenter_subset, "kcenter_greedy": kcenter_greedy_subset,
+            "dm": distribution_matching, "file": load}
+    for kind, fn in runs.items():
+        signature = inspect.signature(fn).parameters
+        for key, default in sources.SOURCES.params(kind).items():
+            if key != "path":  # the file's path has no default: the spec must give it
+                assert signature[key].default == default, (kind, key)
+
+
+def test_a_kind_registered_by_decorator_is_validated_from_its_parameters_and_obtained(monkeypatch):
+    kinds = Registry("source kind")
+    for name in sources.SOURCES:
+        entry = sources.SOURCES.entry(name)
+        kinds.add(name, entry.factory, **entry.meta)
+    monkeypatch.setattr(sources, "SOURCES", kinds)
+
+    @kinds.register("constant")
+    def constant(req: sources.SetRequest, *, value: float = 0.5, tag: str | None = None) -> DistilledSet:
+        labels = torch.arange(req.dataset.num_classes).repeat_interleave(req.ipc)
+        images = torch.full((len(labels), *req.dataset.image_shape), float(value))
+        return DistilledSet(images=images, labels=labels, num_classes=req.dataset.num_classes, method="constant")
+
+    assert sources.source_keys("constant") == {"value": (int, float), "tag": (str, NONE)}
+    spec = {"kind": "constant", "value": 1}
+    assert sources.validate_source("c", spec) is spec  # returned as written: the config key sees what the user wrote
+    out = sources.obtain_set("c", spec, load_dataset("digits"), 2)
+    assert out.method == "c" and out.ipc == 2 and bool((out.images == 1).all())
+    for bad, message in (({"value": "x"}, "value has the wrong type"),
+                         ({"value": True}, r"value must be \(<class 'int'>, <class 'float'>\), got True"),
+                         ({"valu": 1}, r"unknown key 'valu' for kind 'constant'; allowed: \['tag', 'value'\]")):
+        with pytest.raises(ValueError, match=rf"method 'c': {message}"):
+            sources.validate_source("c", {"kind": "constant", **bad})
+    with pytest.raises(ValueError, match=r"kind must be one of \[.*'constant'.*\], got 'nope'"):
+        sources.validate_source("c", {"kind": "nope"})
