@@ -364,3 +364,19 @@ def test_report_notebook_runs_under_papermill(store, tmp_path):
     text = out.read_text()
     assert "image/png" in text and "not run" in text and "LRS (0-100)" in text
     assert (tmp_path / "dm.html").exists()
+
+
+def test_a_method_with_two_rows_is_two_bars_and_two_names():
+    """Scoring one set twice with other epochs (or two ddlib.score() calls, both "mine") gives one
+    method two rows at one IPC: the summary's plots crashed on it; every row gets its own name and bar."""
+    from ddlib.report import ddranking
+    from ddlib.report.core import row_names
+
+    board = pd.DataFrame({"dataset": ["digits"] * 3, "ipc": [2, 2, 2], "method": ["mine", "mine", "random"],
+                          "config": ["b713db5b", "5cdee14f", "0f0f0f0f"], "lrs_mean": [27.0, 30.0, 20.0],
+                          "lrs_std": [0.1, 0.2, 0.3]})
+    assert row_names(board) == ["mine [b713db5b]", "mine [5cdee14f]", "random [0f0f0f0f]"]
+    assert row_names(board.drop(columns="config")) == ["mine", "mine (2)", "random"]
+    fig = ddranking.plot_scores(board, "lrs")
+    bars = [patch.get_height() for patch in fig.axes[0].patches]
+    assert sorted(bars) == [20.0, 27.0, 30.0]

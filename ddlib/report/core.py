@@ -37,7 +37,7 @@ from ddlib.protocols.cell import CLASSES_TAG, PRECISION_TAG, SET_DIGEST_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "aggregate", "board_score", "rank_caption", "format_leaderboard", "log_summary", "SCORES",
+__all__ = ["per_seed_values", "aggregate", "board_score", "row_names", "rank_caption", "format_leaderboard", "log_summary", "SCORES",
            "UNSCALED", "INTERVALS", "display_format"]
 
 # How every leaderboard's intervals and rank groups are made (stated in captions).
@@ -211,6 +211,25 @@ def board_score(name: str) -> str | None:
     return board_specs()[name][1].score
 
 
+def row_names(board: pd.DataFrame, base: str = "method") -> list[str]:
+    """A name per row: the method, and where one method has several rows (two recipes, two sets,
+    two precisions) what tells them apart, so that no table or plot takes two rows for one."""
+    names = list(board[base].astype(str))
+    for column in ("config", "precision", *SET_TAGS):
+        if len(set(names)) == len(names):
+            break
+        if column in board:
+            names = [f"{n} [{str(c)[:8]}]" for n, c in zip(names, board[column])]
+    if len(set(names)) < len(names):  # nothing left to tell them apart: number them
+        seen: dict[str, int] = {}
+        out = []
+        for n in names:
+            seen[n] = seen.get(n, 0) + 1
+            out.append(n if seen[n] == 1 else f"{n} ({seen[n]})")
+        names = out
+    return names
+
+
 def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,
                  higher_is_better: bool = True) -> pd.DataFrame:
     """``rank`` and ``tied_with`` of every row on ``score`` (``pooled[i]``: row i's per-seed values)
@@ -225,10 +244,7 @@ def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,
         return board
     for _, block in board.groupby(block_keys, sort=False, dropna=False):
         index = list(block.index)
-        names = list(block["method"].astype(str))
-        for column in ("config", *SET_TAGS):  # one method twice in a block: what tells its rows apart
-            if len(set(names)) < len(names) and column in block:
-                names = [f"{n} [{str(c)[:8]}]" for n, c in zip(names, block[column])]
+        names = row_names(block)
         seeds = [pooled[i] for i in index]
         estimates = [float(s[score].mean()) for s in seeds]
 

@@ -77,8 +77,10 @@ def plot_scores(board: pd.DataFrame, score: str = "lrs"):
 
     if board.empty:
         return None
-    df = board.assign(series=board["method"].astype(str) + (" / " + board["dataset"].astype(str)
-                                                             if board["dataset"].nunique() > 1 else ""))
+    from ddlib.report.core import row_names
+
+    df = board.assign(series=[n + (f" / {d}" if board["dataset"].nunique() > 1 else "")
+                              for n, d in zip(row_names(board), board["dataset"].astype(str))])
     title = {"lrs": "Label-Robust Score", "ars": "Augmentation-Robust Score"}[score]
     return bar_with_errors(df, group="ipc", series="series", value=f"{score}_mean", error=f"{score}_std",
                            title=f"{title} (mean ± std over seeds)", ylabel=f"{score.upper()} (0-100)")
