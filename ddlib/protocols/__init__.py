@@ -4,9 +4,9 @@ Each protocol module defines ``PARAMS`` (the notebook's parameters and their def
 ``validate(params)`` and the steps its notebook calls; ``PROTOCOLS`` maps a protocol name to its
 notebook and module for the batch runner. Shared pieces: ``cell`` (a grid cell's MLflow run and
 cached evaluations), ``common`` (parameters every protocol takes), ``presets`` and ``preset_eval``
-(a method's own evaluation), ``teachers`` (teacher training and caching), ``attacks`` (BEARD's
-attack registry), ``nas_space`` (NAS-Bench-201 ground truth and sampling), ``dcbench`` (what the
-DC-Bench protocols share)."""
+(a method's own evaluation), ``teachers`` (teacher training and caching), ``nas_space`` (NAS-Bench-201 ground truth and sampling), ``dcbench`` (what the
+DC-Bench protocols share). The attacks the adversarial protocol runs are a package of their own,
+:mod:`ddlib.attacks`."""
 
 from __future__ import annotations
 
