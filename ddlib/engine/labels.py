@@ -330,6 +330,9 @@ class TeacherRelabel:
         by_batch = dict(zip((id(x) for x in distinct), teacher.split([len(x) for x in distinct])))
         return torch.stack([self.loss.compute(logits[s], by_batch[id(x)], targets[s]) for s, x in enumerate(inputs)])
 
+    def describe(self) -> str:
+        return self.name
+
     def __repr__(self) -> str:
         return f"<TeacherRelabel {self.name}>"
 
