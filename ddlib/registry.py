@@ -18,6 +18,10 @@ the kind and the key; numbers may be written as fractions, ``8/255``, by :func:`
 into a :class:`Spec`, whose :meth:`Spec.describe` is the canonical text of what runs (every
 parameter, defaults included): the name a hook carries and the reuse key is derived from, so a
 stale name can never travel beside a changed hook.
+
+A registry whose values need more than the float rule, or whose canonical text is written another
+way (reuse keys written before this module keep their spelling), gives a subclass of :class:`Spec`
+that overrides :meth:`Spec.check` and :meth:`Spec.describe` (``Registry("attack", spec=AttackSpec)``).
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ def describe_value(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered factory: its name, parameter defaults and free-form metadata (``meta``)."""
+    """A registered factory: its name, parameter defaults and free-form metadata (``meta``, also
+    readable as attributes: ``entry.norm`` is ``entry.meta["norm"]``)."""
 
     kind: str
     name: str
@@ -77,11 +82,17 @@ class Entry:
     meta: dict = field(default_factory=dict)
     list_param: str | None = None  # a spec may give this one parameter as a bare list: {name: [...]}
 
+    def __getattr__(self, key: str) -> Any:
+        meta = self.__dict__.get("meta", {})
+        if key in meta:
+            return meta[key]
+        raise AttributeError(f"{self.kind} {self.__dict__.get('name')!r} has no {key!r}")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class Spec:
     """A parsed spec: the entry's name and its parameters, defaults filled in (``given`` says which
-    the spec set). Hashable through :meth:`describe`."""
+    the spec set). Equal and hashed through its kind and :meth:`describe`."""
 
     entry: Entry
     params: dict
@@ -90,6 +101,20 @@ class Spec:
     @property
     def name(self) -> str:
         return self.entry.name
+
+    @classmethod
+    def check(cls, entry: Entry, key: str, value: Any) -> Any:
+        """A value a spec gives for ``key``, checked and converted. Here: numeric parameters (whose
+        default is a float) read numbers and fractions, never a bool; others are taken as given."""
+        if isinstance(entry.defaults[key], float):
+            return parse_number(value, f"{entry.kind} {entry.name!r}: {key}")
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Spec) and (self.entry.kind, self.describe()) == (other.entry.kind, other.describe())
+
+    def __hash__(self) -> int:
+        return hash((self.entry.kind, self.describe()))
 
     def describe(self) -> str:
         """``name`` or ``name(k=v, ...)`` with every parameter, defaults included, in signature order."""
@@ -104,8 +129,9 @@ class Spec:
 class Registry(Generic[T]):
     """Names to factories of one ``kind`` (the word error messages use: "attack", "loss", ...)."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, *, spec: type[Spec] = Spec):
         self.kind = kind
+        self.spec_type = spec  # what parse() returns: a subclass checks values and writes them its way
         self._entries: dict[str, Entry] = {}
 
     # ------------------------------------------------------------------ registration
@@ -139,6 +165,10 @@ class Registry(Generic[T]):
         self._entries[name] = entry
         return entry
 
+    def remove(self, name: str) -> None:
+        """Unregister ``name`` (a test's toy entry); no error if it is not there."""
+        self._entries.pop(name, None)
+
     # ------------------------------------------------------------------ lookup
 
     def names(self) -> list[str]:
@@ -169,6 +199,8 @@ class Registry(Generic[T]):
         with every default filled in. Unknown names and parameters are refused naming the key;
         numeric parameters whose default is a float accept fractions (``8/255``)."""
         if isinstance(spec, Spec):
+            if spec.entry.kind != self.kind:
+                raise ValueError(f"a {spec.entry.kind} spec ({spec.describe()}) given where a {self.kind} is expected")
             return spec
         if isinstance(spec, str):
             name, given = spec, {}
@@ -182,18 +214,17 @@ class Registry(Generic[T]):
             elif not isinstance(given, Mapping):
                 raise ValueError(f"{self.kind} {name!r}: parameters must be a mapping, got {shown(given)}")
         else:
-            raise ValueError(f"a {self.kind} must be a name or a one-key mapping {{name: {{params}}}}, got {shown(spec)}")
+            article = "an" if self.kind[:1] in "aeiou" else "a"
+            raise ValueError(f"{article} {self.kind} must be a name or a one-key mapping {{name: {{params}}}}, "
+                             f"got {shown(spec)}")
         entry = self.entry(name)
         unknown = sorted(str(k) for k in given if k not in entry.defaults)
         if unknown:
             raise ValueError(f"{self.kind} {name!r}: unknown parameter(s) {unknown}; known: {sorted(entry.defaults)}")
         params = dict(entry.defaults)
         for key, value in given.items():
-            default = entry.defaults[key]
-            if isinstance(default, float):  # a numeric parameter: a number or a fraction, never a bool
-                value = parse_number(value, f"{self.kind} {name!r}: {key}")
-            params[key] = value
-        return Spec(entry, params, tuple(given))
+            params[key] = self.spec_type.check(entry, key, value)
+        return self.spec_type(entry, params, tuple(given))
 
     def create(self, spec: "str | Mapping[str, Any] | Spec", *context: Any) -> T:
         """Parse ``spec`` and call its factory with ``context`` and the parameters."""

@@ -278,3 +278,25 @@ def test_beard_at_is_beards_training_attack(digits, targeted):
     assert name == f"beard_at(eps=8/255, alpha={2 / 225!r}, steps=10, targeted={targeted})"
     with pytest.raises(ValueError, match="needs at least 10 classes, got 4"):
         create_objective({"beard_at": {"targeted": True}}, mean=digits.mean, std=digits.std, num_classes=4)
+
+
+def test_an_objective_is_one_registered_function_and_its_hook_carries_its_name(digits):
+    from ddlib.engine.adversarial_training import OBJECTIVES
+
+    @OBJECTIVES.register("toy_ce")
+    def toy_ce(model, x, y, generator, pixels, *, weight: float = 1.0):
+        return weight * F.cross_entropy(model(x), y)
+
+    kw = dict(mean=digits.mean, std=digits.std, num_classes=10)
+    try:
+        objective, name = create_objective({"toy_ce": {"weight": "1/2"}}, **kw)
+        assert name == objective.name == objective.describe() == "toy_ce(weight=0.5)"
+        _, x, y = _batch(digits, n=4)
+        model = _model()
+        assert objective(model, x, y, generator(0)).item() == pytest.approx(0.5 * nn.CrossEntropyLoss()(model(x), y).item())
+        pgd, pgd_name = create_objective("pgd_at", **kw)
+        assert pgd.name == pgd_name == "pgd_at(eps=8/255, alpha=2/255, steps=10, random_start=True)"
+        with pytest.raises(ValueError, match="'toy_ce': weight must be a non-negative number"):
+            create_objective({"toy_ce": {"weight": "-1/2"}}, **kw)
+    finally:
+        OBJECTIVES.remove("toy_ce")

@@ -1,4 +1,4 @@
-"""ddlib.protocols.attacks: the torchattacks registry, pixel-space ε, BEARD's normalised-tensor
+"""ddlib.attacks: the torchattacks registry, pixel-space ε, BEARD's normalised-tensor
 space, targets, seeds and BEARD's measurements.
 
 A tiny ConvNet (width 8, depth 2) trained for a second on synthetic 16x16 colour images, 16 test
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 import torchattacks
 import yaml
 
-from ddlib.protocols import attacks as attacks_module
-from ddlib.protocols.attacks import (
+from ddlib.attacks import run as attacks_module
+from ddlib.attacks import (
     AttackSpec,
     PixelModel,
     batch_seed,
@@ -112,7 +112,7 @@ def test_defaults_and_canonical_descriptions():
     )
 
 
-# Where our defaults differ from the torchattacks 3.5.1 constructor's (documented in ddlib.protocols.attacks).
+# Where our defaults differ from the torchattacks 3.5.1 constructor's (documented in ddlib.attacks.registry).
 OVERRIDES = {
     "pgd": {"random_start"},
     "pgd_l2": {"eps", "alpha", "random_start"},
@@ -482,7 +482,7 @@ def test_timed_regions_cover_crafting_and_classifying_never_the_warm_up(setup, m
 @pytest.mark.parametrize("name", ["deepfool", "autoattack"])
 def test_attacks_that_cannot_target_are_skipped_not_run(setup, name, monkeypatch):
     _, model, x, y = setup
-    monkeypatch.setattr("ddlib.protocols.attacks.create_attack", lambda *a, **k: pytest.fail("must not build the attack"))
+    monkeypatch.setattr("ddlib.attacks.run.create_attack", lambda *a, **k: pytest.fail("must not build the attack"))
     out = run_attack(name, model, x, y, num_classes=C, targeted=True, device="cpu")
     assert out.skipped and out.targeted and out.n == 16 and "no targeted mode" in out.reason
     assert out.robust_acc is None and out.asr is None and out.attack_seconds is None and out.clean_acc is None
@@ -573,3 +573,70 @@ def test_run_attack_refuses_normalised_images_and_grey_tifgsm(setup):
     grey = PixelModel(create_model("convnet", 1, C, 16, width=8, depth=2), [0.5], [0.25])
     with pytest.raises(ValueError, match="3-channel"):
         run_attack("tifgsm", grey, x[:, :1], y, num_classes=C, device="cpu")
+
+
+# --------------------------------------------------------------------------- adding an attack
+
+
+class _ToyStep(torchattacks.attack.Attack):
+    """A one-step sign-gradient attack written out (FGSM), with a targeted mode."""
+
+    def __init__(self, model, eps):
+        super().__init__("ToyStep", model)
+        self.eps = eps
+        self.supported_mode = ["default", "targeted"]
+
+    def forward(self, images, labels):
+        images = images.clone().detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(F.cross_entropy(self.get_logits(images), labels), [images])
+        step = -self.eps if self.targeted else self.eps  # towards the target, away from the true label
+        return (images + step * grad.sign()).clamp(0, 1).detach()
+
+
+def test_a_new_attack_is_one_decorated_function(setup):
+    """Adding an attack touches one file: this test module registers it (one decorated function) and
+    every entry point takes it by name: parse_attack, run_attack (both modes), the protocol's list."""
+    from ddlib.attacks import ATTACKS, register_attack
+
+    @register_attack("toy_step", norm="Linf")
+    def toy_step(model, num_classes, seed, *, eps: float = 8 / 255):
+        return _ToyStep(model, eps)
+
+    _, model, x, y = setup
+    try:
+        assert ATTACKS.entry("toy_step").factory.__module__ == __name__  # nothing outside this file
+        spec = parse_attack({"toy_step": {"eps": "4/255"}})
+        assert spec.describe() == "toy_step(eps=4/255)" and spec.norm == "Linf" and spec.eps == 4 / 255
+        assert "toy_step" in list_attacks() and parse_attacks(["toy_step", "fgsm"])[0] == parse_attack("toy_step")
+        with pytest.raises(ValueError, match=r"'toy_step'.*unknown parameter.*'alpha'"):
+            parse_attack({"toy_step": {"alpha": 1}})
+        for targeted in (False, True):  # the same images as torchattacks' FGSM, the reference
+            ours = run_attack(spec, model, x, y, num_classes=C, targeted=targeted, device="cpu", return_adv=True)
+            ref = run_attack({"fgsm": {"eps": "4/255"}}, model, x, y, num_classes=C, targeted=targeted, device="cpu",
+                             return_adv=True)
+            assert torch.equal(ours.adv, ref.adv) and ours.robust_acc == ref.robust_acc
+            assert ours.description == "toy_step(eps=4/255)" and ours.max_linf <= 4 / 255 + 1e-6
+        assert supports_targeted("toy_step")
+    finally:
+        ATTACKS.remove("toy_step")
+    assert "toy_step" not in list_attacks()
+
+
+def test_a_new_attack_without_a_targeted_mode_is_skipped_when_targeted(setup):
+    from ddlib.attacks import ATTACKS, register_attack
+
+    @register_attack("toy_noise", norm="Linf")
+    def toy_noise(model, num_classes, seed, *, eps: float = 8 / 255):
+        return lambda images, labels: (images + eps * torch.randn_like(images).sign()).clamp(0, 1)
+
+    _, model, x, y = setup
+    try:
+        assert "no targeted mode" in targeted_skip_reason("toy_noise")
+        out = run_attack("toy_noise", model, x, y, num_classes=C, targeted=True, device="cpu")
+        assert out.skipped and out.robust_acc is None
+        a, b = (run_attack("toy_noise", model, x, y, num_classes=C, seed=4, device="cpu", return_adv=True) for _ in "ab")
+        assert torch.equal(a.adv, b.adv) and a.max_linf == pytest.approx(8 / 255, abs=1e-6)  # seeded per batch
+        with pytest.raises(ValueError, match="norm must be one of"):
+            register_attack("toy_l1", norm="L1")
+    finally:
+        ATTACKS.remove("toy_noise")

@@ -423,9 +423,9 @@ def test_register_op_adds_a_custom_op():
         with pytest.raises(ValueError, match="already registered"):
             register_op("test_negate")(_negate)
     finally:
-        from ddlib.engine.augment import registry
+        from ddlib.engine.augment import OPS
 
-        registry._REGISTRY.pop("test_negate", None)
+        OPS.remove("test_negate")
 
 
 # --------------------------------------------------------------------------- ZCA

@@ -127,6 +127,35 @@ def test_loss_names_distinguish_parameters():
     assert len(names) == 6
 
 
+def test_losses_are_one_registry_and_each_hook_carries_its_name():
+    """The registry form {name: {params}} and fractions are read; a new loss is one registered class."""
+    from ddlib.engine.labels import LOSSES, SoftLoss, register_loss
+
+    hook, name = create_loss({"kl": {"temperature": "1/2"}})
+    assert name == hook.name == hook.describe() == "kl(t_squared=True,temperature=0.5)"
+    assert LOSSES.parse({"kl": {"temperature": 0.5}}).describe() == name
+    assert LOSSES.names() == ["ce", "kl", "mse_ce", "sce"] and LOSSES.params("mse_ce") == {"mse_weight": 1.0,
+                                                                                           "ce_weight": 0.1}
+
+    @register_loss("toy_l1")
+    class _L1(SoftLoss):
+        def __init__(self, targets_are_logits=False, *, weight: float = 1.0):
+            super().__init__(targets_are_logits, weight=float(weight))
+
+        def compute(self, logits, target, labels):
+            return self.params["weight"] * F.l1_loss(logits.softmax(1), F.one_hot(target, logits.shape[1]).float())
+
+    try:
+        hook, name = create_loss({"name": "toy_l1", "weight": "1/4"})
+        assert name == "toy_l1(weight=0.25)" and create_loss({"toy_l1": {"weight": 0.25}})[1] == name
+        z, y = torch.tensor([[2.0, 0.0, -1.0]]), torch.tensor([0])
+        assert hook(z, y) == pytest.approx(0.25 * nn.L1Loss()(z.softmax(1), torch.tensor([[1.0, 0.0, 0.0]])).item())
+        with pytest.raises(ValueError, match="weight must be a non-negative number"):
+            create_loss({"name": "toy_l1", "weight": -1})
+    finally:
+        LOSSES.remove("toy_l1")
+
+
 # --------------------------------------------------------------------------- teacher relabelling
 
 

@@ -9,7 +9,7 @@ import torch
 
 from ddlib import metrics, report, tracking
 from ddlib.protocols import adversarial
-from ddlib.protocols import attacks as attacks_module
+from ddlib.attacks import run as attacks_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny 8x8 models: a second thread only adds contention
 

@@ -41,3 +41,37 @@ def test_a_factory_registers_once_and_its_keyword_only_parameters_are_the_spec()
         toys.add("scale", scale)
     with pytest.raises(TypeError, match="needs a default"):
         toys.add("bad", lambda *, k: k)
+
+
+def test_a_spec_subclass_checks_and_writes_its_registry_values():
+    """A registry whose values need their own checks or spelling (reuse keys written before the
+    registry keep theirs) gives a Spec subclass; meta reads as attributes; a toy entry is removed."""
+    from ddlib.registry import Spec
+
+    class Percent(Spec):
+        @classmethod
+        def check(cls, entry, key, value):
+            if not 0 <= parse_number(value, key) <= 100:
+                raise ValueError(f"{entry.kind} {entry.name!r}: {key} must be in [0, 100], got {value!r}")
+            return int(value)
+
+        def describe(self):
+            return f"{self.name}[" + ",".join(f"{k}={v}%" for k, v in sorted(self.params.items())) + "]"
+
+    knobs = Registry("knob", spec=Percent)
+    knobs.add("dial", lambda *, b=50, a=10: a + b, unit="percent")
+    spec = knobs.parse({"dial": {"a": "20"}})
+    assert isinstance(spec, Percent) and spec.describe() == "dial[a=20%,b=50%]" and knobs.create(spec) == 70
+    assert spec == knobs.parse({"dial": {"a": 20, "b": 50}}) and len({spec, knobs.parse({"dial": {"a": 20}})}) == 1
+    assert knobs.entry("dial").unit == "percent"
+    with pytest.raises(AttributeError, match="no 'colour'"):
+        knobs.entry("dial").colour
+    with pytest.raises(ValueError, match=r"knob 'dial': a must be in \[0, 100\]"):
+        knobs.parse({"dial": {"a": 101}})
+    with pytest.raises(ValueError, match="a knob spec .* given where a toy is expected"):
+        Registry("toy").parse(spec)
+    with pytest.raises(ValueError, match="a knob must be a name"):
+        knobs.parse(3)
+    knobs.remove("dial")
+    knobs.remove("dial")  # gone: no error
+    assert "dial" not in knobs and Registry("attack").kind == "attack"

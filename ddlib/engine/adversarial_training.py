@@ -2,7 +2,11 @@
 
 ``create_objective(spec, mean=..., std=..., num_classes=...)`` turns a params entry into
 ``(objective, name)``: ``None`` / ``"standard"`` is plain training (no objective), otherwise a
-name or a one-key mapping ``{name: {param: value}}`` (numbers may be strings such as ``"8/255"``):
+name or a one-key mapping ``{name: {param: value}}`` of :data:`OBJECTIVES` (a
+:class:`ddlib.registry.Registry`; numbers may be strings such as ``"8/255"``). Each objective is one
+function registered with ``@OBJECTIVES.register``: ``fn(model, x, y, generator, pixels, *, param=default)``,
+its keyword-only parameters the spec's. The hook (:class:`AdversarialObjective`) carries its
+canonical name (``objective.name``, every parameter spelled out):
 
 - ``pgd_at`` (Madry et al. 2018, MadryLab/cifar10_challenge): mean CE on PGD-L∞ examples only.
 - ``trades`` (Zhang et al. 2019, yaodongyu/TRADES ``trades.py``): CE(f(x), y) + β·KL(f(x) ‖ f(x_adv)).
@@ -44,9 +48,7 @@ Differences from the official code (deliberate, all noted here):
 
 from __future__ import annotations
 
-import math
-from functools import partial
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -54,10 +56,60 @@ import torch.nn.functional as F
 import torchattacks
 
 from ddlib.engine.train import Objective
+from ddlib.registry import Entry, Registry, Spec, parse_number
 
-__all__ = ["create_objective", "adversarial_batch", "PixelSpace", "OBJECTIVES"]
+__all__ = ["create_objective", "adversarial_batch", "PixelSpace", "OBJECTIVES", "AdversarialObjective"]
 
 EPS, ALPHA = 8 / 255, 2 / 255
+
+
+def _number(name: str, key: str, value) -> float:
+    """A non-negative finite number: int, float, or a string like ``"0.03"`` or ``"8/255"``."""
+    try:
+        out = parse_number(value)
+    except ValueError:
+        out = -1.0
+    if out < 0:
+        raise ValueError(f"adversarial objective {name!r}: {key} must be a non-negative number, got {value!r}")
+    return out
+
+
+def _resolve(name: str, key: str, value):
+    if key == "steps":
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"adversarial objective {name!r}: steps must be a non-negative integer, got {value!r}")
+        return value
+    if key in ("random_start", "targeted"):
+        if not isinstance(value, bool):
+            raise ValueError(f"adversarial objective {name!r}: {key} must be true or false, got {value!r}")
+        return value
+    return _number(name, key, value)
+
+
+def _show(key: str, value) -> str:
+    if not isinstance(value, float):
+        return str(value)
+    if key in ("eps", "alpha") and value and abs(value * 255 - round(value * 255)) < 1e-9:
+        return f"{round(value * 255)}/255"
+    return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+
+
+class ObjectiveSpec(Spec):
+    """An objective's spec: steps a non-negative integer, flags booleans, the rest non-negative
+    numbers; written ``trades(beta=6, eps=8/255, alpha=2/255, steps=10)`` (the reuse keys' spelling)."""
+
+    @classmethod
+    def check(cls, entry: Entry, key: str, value: Any) -> Any:
+        return _resolve(entry.name, key, value)
+
+    def describe(self) -> str:
+        return f"{self.name}(" + ", ".join(f"{k}={_show(k, v)}" for k, v in self.params.items()) + ")"
+
+
+# name -> fn(model, x, y, generator, pixels, *, params); parameter order is the order of the canonical name.
+OBJECTIVES: Registry = Registry("adversarial objective", spec=ObjectiveSpec)
 
 
 class PixelSpace:
@@ -123,7 +175,8 @@ def _int_labels(y: torch.Tensor) -> None:
         )
 
 
-def pgd_at(model, x, y, generator, *, pixels, eps, alpha, steps, random_start):
+@OBJECTIVES.register("pgd_at")
+def pgd_at(model, x, y, generator, pixels, *, eps=EPS, alpha=ALPHA, steps=10, random_start=True):
     """Madry et al.: mean CE on PGD examples (crafted in train mode, as Madry's ``Model(mode='train')``)."""
     _int_labels(y)
     x_adv = adversarial_batch(model, x, lambda logits: F.cross_entropy(logits, y), pixels=pixels, eps=eps,
@@ -132,7 +185,8 @@ def pgd_at(model, x, y, generator, *, pixels, eps, alpha, steps, random_start):
     return F.cross_entropy(model(x_adv), y)
 
 
-def trades(model, x, y, generator, *, pixels, beta, eps, alpha, steps):
+@OBJECTIVES.register("trades")
+def trades(model, x, y, generator, pixels, *, beta=6.0, eps=EPS, alpha=ALPHA, steps=10):
     """TRADES: CE(f(x), y) + β · KLDivLoss(sum)(log_softmax f(x_adv), softmax f(x)) / B, inner KL-PGD
     in eval mode from x + 0.001·N(0, 1)."""
     _int_labels(y)
@@ -150,7 +204,8 @@ def trades(model, x, y, generator, *, pixels, beta, eps, alpha, steps):
     return F.cross_entropy(logits, y) + beta * robust
 
 
-def mart(model, x, y, generator, *, pixels, beta, eps, alpha, steps):
+@OBJECTIVES.register("mart")
+def mart(model, x, y, generator, pixels, *, beta=6.0, eps=EPS, alpha=ALPHA, steps=10):
     """MART: BCE(f(x_adv), y) + β · mean_i[KL(f(x_i) ‖ f(x_adv_i)) · (1 − p_y(x_i))], inner CE-PGD in
     eval mode from x + 0.001·N(0, 1); the constants 1.0001, 1e-12, 1.0000001 are MART's."""
     _int_labels(y)
@@ -170,7 +225,8 @@ def mart(model, x, y, generator, *, pixels, beta, eps, alpha, steps):
     return loss_adv + beta * (kl * (1.0000001 - true_probs)).mean()
 
 
-def beard_at(model, x, y, generator, *, pixels, eps, alpha, steps, targeted):
+@OBJECTIVES.register("beard_at")
+def beard_at(model, x, y, generator, pixels, *, eps=EPS, alpha=2 / 225, steps=10, targeted=False):  # 2/225: BEARD's typo
     """BEARD's "+AT": torchattacks' PGD on the normalised batch ``x`` as BEARD's ``eva_utils.epoch``
     calls it (no random start: ``generator`` is unused), then CE on the adversarial batch."""
     _int_labels(y)
@@ -182,51 +238,22 @@ def beard_at(model, x, y, generator, *, pixels, eps, alpha, steps, targeted):
     return F.cross_entropy(model(atk(x, labels)), y)
 
 
-# name -> (function, defaults); parameter order is the order of the canonical name.
-OBJECTIVES: dict[str, tuple[Callable, dict]] = {
-    "pgd_at": (pgd_at, {"eps": EPS, "alpha": ALPHA, "steps": 10, "random_start": True}),
-    "trades": (trades, {"beta": 6.0, "eps": EPS, "alpha": ALPHA, "steps": 10}),
-    "mart": (mart, {"beta": 6.0, "eps": EPS, "alpha": ALPHA, "steps": 10}),
-    "beard_at": (beard_at, {"eps": EPS, "alpha": 2 / 225, "steps": 10, "targeted": False}),  # BEARD's step typo 2/225
-}
+class AdversarialObjective:
+    """The objective hook ``objective(model, x, y, generator) -> loss`` of a parsed spec, on the
+    normalisation ``pixels``; ``name`` (= ``describe()``) is the spec's canonical text."""
 
+    def __init__(self, spec: ObjectiveSpec, pixels: PixelSpace):
+        self.spec, self.pixels = spec, pixels
+        self.name = spec.describe()
 
-def _number(name: str, key: str, value) -> float:
-    """A non-negative finite number: int, float, or a string like ``"0.03"`` or ``"8/255"``."""
-    out = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        out = float(value)
-    elif isinstance(value, str):
-        num, slash, den = value.partition("/")
-        try:
-            out = float(num) / float(den) if slash else float(num)
-        except (ValueError, ZeroDivisionError):
-            out = None
-    if out is None or not math.isfinite(out) or out < 0:
-        raise ValueError(f"adversarial objective {name!r}: {key} must be a non-negative number, got {value!r}")
-    return out
+    def describe(self) -> str:
+        return self.name
 
+    def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None):
+        return self.spec.entry.factory(model, x, y, generator, self.pixels, **self.spec.params)
 
-def _resolve(name: str, key: str, value):
-    if key == "steps":
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"adversarial objective {name!r}: steps must be a non-negative integer, got {value!r}")
-        return value
-    if key in ("random_start", "targeted"):
-        if not isinstance(value, bool):
-            raise ValueError(f"adversarial objective {name!r}: {key} must be true or false, got {value!r}")
-        return value
-    return _number(name, key, value)
-
-
-def _show(key: str, value) -> str:
-    if not isinstance(value, float):
-        return str(value)
-    if key in ("eps", "alpha") and value and abs(value * 255 - round(value * 255)) < 1e-9:
-        return f"{round(value * 255)}/255"
-    return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+    def __repr__(self) -> str:
+        return f"<objective {self.name}>"
 
 
 def create_objective(
@@ -253,18 +280,18 @@ def create_objective(
             raise ValueError(f"adversarial objective 'standard' takes no parameters, got {sorted(params)}")
         return None, "standard"
     if not isinstance(spec, str) or spec not in OBJECTIVES:
-        raise ValueError(f"unknown adversarial objective {spec!r}; known: {['standard', *OBJECTIVES]}")
-    fn, defaults = OBJECTIVES[spec]
+        raise ValueError(f"unknown adversarial objective {spec!r}; known: {['standard', *OBJECTIVES.names()]}")
+    defaults = OBJECTIVES.params(spec)
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown} for adversarial objective {spec!r}; known: {list(defaults)}")
+    parsed = OBJECTIVES.parse({spec: params})
     if len(mean) != len(std) or not len(mean) or any(float(s) <= 0 for s in std):
         raise ValueError(f"adversarial objective {spec!r}: bad mean/std {mean!r}, {std!r}")
     if spec == "mart" and num_classes < 2:
         raise ValueError(f"adversarial objective 'mart' needs at least 2 classes, got {num_classes}")
-    resolved = {k: _resolve(spec, k, params.get(k, v)) for k, v in defaults.items()}
-    if spec == "beard_at" and resolved["targeted"] and num_classes < 10:
+    if spec == "beard_at" and parsed.params["targeted"] and num_classes < 10:
         raise ValueError(f"adversarial objective 'beard_at': targeted targets (y + 1) mod 10 (BEARD's), which needs at "
                          f"least 10 classes, got {num_classes}")
-    name = f"{spec}(" + ", ".join(f"{k}={_show(k, v)}" for k, v in resolved.items()) + ")"
-    return partial(fn, pixels=PixelSpace(mean, std), **resolved), name
+    objective = AdversarialObjective(parsed, PixelSpace(mean, std))
+    return objective, objective.name

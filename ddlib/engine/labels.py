@@ -16,30 +16,83 @@ Target convention (one for every loss here). A loss is built with ``targets_are_
   set's stored soft labels (probabilities or logits) into such rows for a given temperature.
 
 :class:`TeacherRelabel` sets the flag itself; :func:`create_loss` builds a hook from a YAML spec.
+The losses are registered on :data:`LOSSES` (a :class:`ddlib.registry.Registry`, by
+:func:`register_loss`): each is one class,
+its keyword-only ``__init__`` parameters with their defaults the spec's parameters; every hook
+carries its canonical name (``hook.name``).
 Training, caching and loading the teachers themselves is :mod:`ddlib.protocols.teachers`.
 """
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ddlib.data.digest import tensor_digest
+from ddlib.registry import Entry, Registry, Spec, parse_number
 
 if TYPE_CHECKING:
     from ddlib.data.distilled import DistilledSet
 
 __all__ = [
-    "SoftLoss", "ce_loss", "kl_loss", "sce_loss", "mse_ce_loss", "create_loss", "LOSSES",
+    "SoftLoss", "LossSpec", "register_loss", "ce_loss", "kl_loss", "sce_loss", "mse_ce_loss", "create_loss", "LOSSES",
     "TeacherRelabel", "stored_targets",
 ]
 
 
 # --------------------------------------------------------------------------- losses
+
+
+def _number(value: Any) -> float | None:
+    """A number as params files write it (``4``, ``"1e-3"``, ``"1/2"``), or None."""
+    try:
+        return parse_number(value)
+    except ValueError:
+        return None
+
+
+def _loss_name(kind: str, params: Mapping[str, Any], targets_are_logits: bool = False) -> str:
+    """``kl(t_squared=True,temperature=4.0)``: every parameter, sorted (the reuse keys' spelling)."""
+    parts = [f"{k}={v}" for k, v in sorted(params.items())]
+    if targets_are_logits:
+        parts.append("targets_are_logits=True")
+    return f"{kind}({','.join(parts)})"
+
+
+class LossSpec(Spec):
+    """A loss spec: flags true or false; ``temperature`` a positive number, weights non-negative."""
+
+    @classmethod
+    def check(cls, entry: Entry, key: str, value: Any) -> Any:
+        if isinstance(entry.defaults[key], bool):
+            if not isinstance(value, bool):
+                raise ValueError(f"loss {entry.name!r}: {key} must be true or false, got {value!r}")
+            return value
+        number = _number(value)  # YAML reads 1e-3 as a string
+        if number is None or not (number > 0 if key == "temperature" else number >= 0):
+            raise ValueError(f"loss {entry.name!r}: {key} must be a {'positive' if key == 'temperature' else 'non-negative'} "
+                             f"number, got {value!r}")
+        return number
+
+    def describe(self) -> str:
+        return _loss_name(self.name, self.params)
+
+
+LOSSES: Registry = Registry("loss", spec=LossSpec)
+
+
+def register_loss(name: str):
+    """Decorator: register a :class:`SoftLoss` subclass as loss ``name`` (its ``kind``). Its
+    ``__init__(self, targets_are_logits=False, *, param=default, ...)`` gives the spec's parameters."""
+
+    def decorate(cls):
+        cls.kind = name
+        return LOSSES.register(name)(cls)
+
+    return decorate
 
 
 def _probabilities(targets: torch.Tensor, num_classes: int, are_logits: bool, temperature: float = 1.0) -> torch.Tensor:
@@ -65,10 +118,10 @@ class SoftLoss:
     @property
     def name(self) -> str:
         """Canonical name with every resolved parameter: part of the evaluation cache key."""
-        parts = [f"{k}={v}" for k, v in sorted(self.params.items())]
-        if self.targets_are_logits:
-            parts.append("targets_are_logits=True")
-        return f"{self.kind}({','.join(parts)})"
+        return _loss_name(self.kind, self.params, self.targets_are_logits)
+
+    def describe(self) -> str:
+        return self.name
 
     def __repr__(self) -> str:
         return f"<loss {self.name}>"
@@ -82,8 +135,10 @@ class SoftLoss:
         return self.compute(logits, targets, labels)
 
 
+@register_loss("ce")
 class _CrossEntropy(SoftLoss):
-    kind = "ce"
+    def __init__(self, targets_are_logits: bool = False):
+        super().__init__(targets_are_logits)
 
     def compute(self, logits, target, labels):
         if not target.is_floating_point():
@@ -91,8 +146,10 @@ class _CrossEntropy(SoftLoss):
         return F.cross_entropy(logits, _probabilities(target, logits.shape[1], self.targets_are_logits))
 
 
+@register_loss("kl")
 class _KLDivergence(SoftLoss):
-    kind = "kl"
+    def __init__(self, targets_are_logits: bool = False, *, temperature: float = 4.0, t_squared: bool = True):
+        super().__init__(targets_are_logits, temperature=float(temperature), t_squared=bool(t_squared))
 
     def compute(self, logits, target, labels):
         t = self.params["temperature"]
@@ -101,8 +158,10 @@ class _KLDivergence(SoftLoss):
         return loss * (t * t) if self.params["t_squared"] else loss
 
 
+@register_loss("sce")
 class _SoftCrossEntropy(SoftLoss):
-    kind = "sce"
+    def __init__(self, targets_are_logits: bool = False, *, temperature: float = 1.0):
+        super().__init__(targets_are_logits, temperature=float(temperature))
 
     def compute(self, logits, target, labels):
         t = self.params["temperature"]
@@ -110,8 +169,10 @@ class _SoftCrossEntropy(SoftLoss):
         return -(p * F.log_softmax(logits / t, dim=1)).sum(1).mean()
 
 
+@register_loss("mse_ce")
 class _MSECrossEntropy(SoftLoss):
-    kind = "mse_ce"
+    def __init__(self, targets_are_logits: bool = False, *, mse_weight: float = 1.0, ce_weight: float = 0.1):
+        super().__init__(targets_are_logits, mse_weight=float(mse_weight), ce_weight=float(ce_weight))
 
     def compute(self, logits, target, labels):
         if self.targets_are_logits and target.is_floating_point():
@@ -135,13 +196,13 @@ def kl_loss(temperature: float = 4.0, t_squared: bool = True, *, targets_are_log
     setting. The T² factor keeps gradient magnitudes independent of T (Hinton); SRe2L, RDED and
     EDC's code leave it out (DD-Ranking's ``scale_loss`` defaults to off): set ``t_squared: false``
     to reproduce their numbers. ``p_T`` is ``softmax(targets / T)`` for logits, else the targets."""
-    return _KLDivergence(targets_are_logits, temperature=float(temperature), t_squared=bool(t_squared))
+    return _KLDivergence(targets_are_logits, temperature=temperature, t_squared=t_squared)
 
 
 def sce_loss(temperature: float = 1.0, *, targets_are_logits: bool = False) -> SoftLoss:
     """Soft cross-entropy ``-Σ p · log softmax(z / T)`` (batch mean): DATM's loss for its learned
     soft labels (T = 1 there); equals ``ce`` for one-hot targets at T = 1."""
-    return _SoftCrossEntropy(targets_are_logits, temperature=float(temperature))
+    return _SoftCrossEntropy(targets_are_logits, temperature=temperature)
 
 
 def mse_ce_loss(mse_weight: float = 1.0, ce_weight: float = 0.1, *, targets_are_logits: bool = False) -> SoftLoss:
@@ -155,58 +216,40 @@ def mse_ce_loss(mse_weight: float = 1.0, ce_weight: float = 0.1, *, targets_are_
     ``MSEGTLoss`` is the same. With probability targets (stored soft labels, no teacher) the MSE
     compares ``softmax(z)`` with the targets instead, and the CE term uses the targets themselves.
     """
-    return _MSECrossEntropy(targets_are_logits, mse_weight=float(mse_weight), ce_weight=float(ce_weight))
+    return _MSECrossEntropy(targets_are_logits, mse_weight=mse_weight, ce_weight=ce_weight)
 
 
-LOSSES: dict[str, Callable[..., SoftLoss]] = {"ce": ce_loss, "kl": kl_loss, "sce": sce_loss, "mse_ce": mse_ce_loss}
-_PARAMS: dict[str, dict[str, type]] = {
-    "ce": {},
-    "kl": {"temperature": float, "t_squared": bool},
-    "sce": {"temperature": float},
-    "mse_ce": {"mse_weight": float, "ce_weight": float},
-}
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
-def _check_params(name: str, params: dict) -> dict:
-    known = _PARAMS[name]
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} for loss {name!r}; known: {sorted(known) or 'none'}")
-    checked = {}
-    for key, value in params.items():
-        if known[key] is bool:
-            if not isinstance(value, bool):
-                raise ValueError(f"loss {name!r}: {key} must be true or false, got {value!r}")
-        else:
-            value = _number(value)  # YAML reads 1e-3 as a string
-            lowest_ok = value is not None and (value > 0 if key == "temperature" else value >= 0)
-            if not lowest_ok or not math.isfinite(value):
-                raise ValueError(f"loss {name!r}: {key} must be a {'positive' if key == 'temperature' else 'non-negative'} "
-                                 f"number, got {params[key]!r}")
-        checked[key] = value
-    return checked
+def _split(spec: str | Mapping | None) -> tuple[Any, dict]:
+    """``(name, params)`` of a loss spec: ``"kl"``, ``{"name": "kl", "temperature": 4}`` (the presets'
+    form), ``{"kl": {"temperature": 4}}`` (the registry's) or None (``ce``)."""
+    if spec is None:
+        return "ce", {}
+    if isinstance(spec, str):
+        return spec, {}
+    spec = dict(spec)
+    if "name" not in spec and len(spec) == 1 and next(iter(spec)) in LOSSES:
+        ((name, params),) = spec.items()
+        if params is not None and not isinstance(params, Mapping):
+            raise ValueError(f"loss {name!r}: parameters must be a mapping, got {params!r}")
+        return name, dict(params or {})
+    return spec.pop("name", None), spec
 
 
 def create_loss(spec: str | dict | None, *, targets_are_logits: bool = False) -> tuple[SoftLoss, str]:
     """A loss hook and its canonical name from a params spec ``{"name": "kl", "temperature": 4}``
-    (or just ``"kl"``). Unknown names, unknown keys and bad values raise ``ValueError`` naming them,
-    so a typo never silently trains with a default. ``targets_are_logits`` is not a spec key: it
-    follows from where the targets come from (see the module docstring)."""
-    spec = {"name": spec} if isinstance(spec, str) else {"name": "ce"} if spec is None else dict(spec)
-    name = spec.pop("name", None)
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; known: {sorted(LOSSES)}" if name is not None
-                         else f"loss spec needs a 'name' (one of {sorted(LOSSES)})")
-    hook = LOSSES[name](**_check_params(name, spec), targets_are_logits=targets_are_logits)
+    (or ``{"kl": {"temperature": 4}}``, or just ``"kl"``). Unknown names, unknown keys and bad
+    values raise ``ValueError`` naming them, so a typo never silently trains with a default.
+    ``targets_are_logits`` is not a spec key: it follows from where the targets come from (see the
+    module docstring)."""
+    name, params = _split(spec)
+    if not isinstance(name, str) or name not in LOSSES:
+        raise ValueError(f"unknown loss {name!r}; known: {LOSSES.names()}" if name is not None
+                         else f"loss spec needs a 'name' (one of {LOSSES.names()})")
+    known = LOSSES.params(name)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} for loss {name!r}; known: {sorted(known) or 'none'}")
+    hook = LOSSES.create({name: params}, targets_are_logits)
     return hook, hook.name
 
 
@@ -236,15 +279,14 @@ class TeacherRelabel:
                  loss: str | dict | None = "kl"):
         if not teachers:
             raise ValueError("TeacherRelabel needs at least one teacher")
-        spec = {"name": loss} if isinstance(loss, str) else dict(loss or {"name": "kl"})
+        name, params = _split(loss or "kl")
         if temperature is not None:
-            name = spec.get("name")
-            if name in _PARAMS and "temperature" not in _PARAMS[name]:
+            if name in LOSSES and "temperature" not in LOSSES.params(name):
                 raise ValueError(f"loss {name!r} takes no temperature (got temperature={temperature})")
-            if "temperature" in spec and _number(spec["temperature"]) != _number(temperature):
-                raise ValueError(f"two temperatures: {temperature} and the loss spec's {spec['temperature']}")
-            spec["temperature"] = temperature
-        self.loss, loss_name = create_loss(spec, targets_are_logits=True)
+            if "temperature" in params and _number(params["temperature"]) != _number(temperature):
+                raise ValueError(f"two temperatures: {temperature} and the loss spec's {params['temperature']}")
+            params["temperature"] = temperature
+        self.loss, loss_name = create_loss({"name": name, **params}, targets_are_logits=True)
         self.teachers = list(teachers)
         for teacher in self.teachers:
             teacher.eval()
@@ -287,6 +329,9 @@ class TeacherRelabel:
         teacher = self.teacher_logits(distinct[0] if len(distinct) == 1 else torch.cat(distinct))
         by_batch = dict(zip((id(x) for x in distinct), teacher.split([len(x) for x in distinct])))
         return torch.stack([self.loss.compute(logits[s], by_batch[id(x)], targets[s]) for s, x in enumerate(inputs)])
+
+    def describe(self) -> str:
+        return self.name
 
     def __repr__(self) -> str:
         return f"<TeacherRelabel {self.name}>"

@@ -7,7 +7,7 @@ found from their specs (:mod:`ddlib.protocols.spec`). Shared pieces: ``cell`` (a
 run and cached evaluations), ``common`` (parameters every protocol takes), ``presets`` and
 ``preset_eval`` (a method's own evaluation), ``teachers`` (teacher training and caching),
 ``nas_space`` (NAS-Bench-201 ground truth and sampling), ``dcbench`` (what the DC-Bench protocols
-share)."""
+share). The attacks the adversarial protocol runs are a package of their own, :mod:`ddlib.attacks`."""
 
 from __future__ import annotations
 

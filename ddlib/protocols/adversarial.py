@@ -16,7 +16,7 @@ Each model is attacked on a seeded class-stratified subset of ``attack_size`` te
 (default: the whole test set) by every attack of ``attacks``, in pixel space (``space: pixel``,
 the default: ε bounds the change of pixels in [0, 1]), or as BEARD's code does it (``space:
 beard_compat``: normalised tensors fed to torchattacks, ε in normalised units and torchattacks'
-[0, 1] clamp on normalised values; see :func:`ddlib.protocols.attacks.run_attack`), which
+[0, 1] clamp on normalised values; see :func:`ddlib.attacks.run_attack`), which
 reproduces BEARD's published accuracies and is never a pixel-space robustness: ``space`` is part
 of the leaderboard row, and the run is tagged ``ddlib.attack_space``.
 
@@ -75,8 +75,8 @@ import torch.nn.functional as F
 
 from ddlib import metrics
 from ddlib.engine.adversarial_training import create_objective
-from ddlib.protocols.attacks import (SPACES, TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attack,
-                                    parse_attacks, run_attack, targeted_skip_reason)
+from ddlib.attacks import (SPACES, TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attack,
+                           parse_attacks, run_attack, targeted_skip_reason)
 from ddlib.engine.augment import create_augment
 from ddlib.data.datasets import stratified_subset
 from ddlib.data.distilled import DistilledSet

@@ -78,13 +78,14 @@ key ``lr_search`` of earlier presets is refused with a message saying so.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from ddlib.engine.augment import list_ops, op_params
+from ddlib.engine.labels import LOSSES
 from ddlib.engine.train import Recipe
+from ddlib.registry import parse_number
 from ddlib.yamlfile import load_yaml
 
 __all__ = [
@@ -104,13 +105,8 @@ PRESETS_DIR = Path(__file__).resolve().parents[2] / "params" / "methods"
 
 LABEL_TYPES = ("hard", "stored", "teacher")
 
-# loss name -> its parameters, all required in a preset (the names of ddlib.engine.labels.create_loss)
-LOSS_PARAMS: dict[str, tuple[str, ...]] = {
-    "ce": (),
-    "kl": ("temperature", "t_squared"),
-    "sce": ("temperature",),
-    "mse_ce": ("mse_weight", "ce_weight"),
-}
+# loss name -> its parameters, all required in a preset (the registry of ddlib.engine.labels.create_loss)
+LOSS_PARAMS: dict[str, tuple[str, ...]] = {name: tuple(LOSSES.params(name)) for name in LOSSES}
 
 # augmentation op -> its parameters (all optional here; ddlib.engine.augment gives the defaults)
 AUGMENT_OPS: dict[str, tuple[str, ...]] = {name: op_params(name) for name in list_ops()}
@@ -263,16 +259,13 @@ class _Checker:
         return value
 
     def number(self, value: Any, key: str, *, positive: bool = False) -> float:
-        if isinstance(value, str):  # YAML reads 1e-3 as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        try:
+            number = parse_number(value)  # YAML reads 1e-3 as a string
+        except ValueError:
             self.fail(key, f"must be a number, got {value!r}")
-        if value < 0 or (positive and value == 0):
+        if number < 0 or (positive and number == 0):
             self.fail(key, f"must be a {'positive' if positive else 'non-negative'} number, got {value!r}")
-        return float(value)
+        return number
 
     def recipe(self, value: Any, key: str, *, required: tuple[str, ...]) -> Recipe:
         value = self.mapping(value, key)

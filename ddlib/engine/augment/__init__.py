@@ -26,7 +26,7 @@ augmentation ``dc_augment`` (crop / scale / rotate / noise, one per image; not d
 :func:`fit_zca`), not a random op: it maps pixels to the model's input in place of the
 normalisation, so the ops after it see whitened batches (as in MTT/DATM/DD-Ranking).
 
-This package holds the registry and the hook (``registry.py``), parameter validation (``_params.py``) and
+This package holds the registry (``OPS``, on :class:`ddlib.registry.Registry`) and the hook (``registry.py``), parameter validation (``_params.py``) and
 one file per family, each registering its ops on import: ``dsa_ops.py`` (``dsa``), ``mixing.py``
 (``mixup``, ``cutmix``), ``geometric.py`` (``random_resized_crop``, ``flip``, ``patch_shuffle``),
 ``torchvision_ops.py`` (``torchvision``), ``policies.py`` (DC-Bench's ``autoaugment``, ``randaugment``,
@@ -35,11 +35,12 @@ one file per family, each registering its ops on import: ``dsa_ops.py`` (``dsa``
 op is adding a file that uses :func:`register_op` and importing it here.
 """
 
-from ddlib.engine.augment.registry import Augment, AugmentContext, _fmt, create_augment, list_ops, op_params, register_op  # noqa: F401
+from ddlib.engine.augment.registry import OPS, Augment, AugmentContext, create_augment, list_ops, op_params, register_op  # noqa: F401
 
 __all__ = [
     "Augment",
     "AugmentContext",
+    "OPS",
     "DSAParams",
     "DSA_OPS",
     "ZCA",

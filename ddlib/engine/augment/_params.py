@@ -1,22 +1,18 @@
-"""Validation of op parameters read from YAML: numbers (YAML reads ``1e-3`` and ``3/4`` as strings),
-integers and ``[low, high]`` pairs, range-checked, each error naming the op and the key."""
+"""Validation of op parameters read from YAML: numbers (YAML reads ``1e-3`` and ``3/4`` as strings:
+:func:`ddlib.registry.parse_number`), integers and ``[low, high]`` pairs, range-checked, each error
+naming the op and the key."""
 
 from __future__ import annotations
 
-import math
 import numbers
-from fractions import Fraction
+
+from ddlib.registry import parse_number
 
 
 def _number(op: str, key: str, value, *, lo=None, hi=None, lo_open=False) -> float:
     """A float from YAML (which reads ``1e-3`` or ``3/4`` as strings), range-checked, naming op and key."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        v = float(Fraction(value)) if isinstance(value, str) else float(value)
-    except (TypeError, ValueError, ZeroDivisionError):
-        raise ValueError(f"augmentation op {op!r}: {key!r} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
+    v = parse_number(value, f"augmentation op {op!r}: {key!r}")
+    if (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
         bounds = f"{'(' if lo_open else '['}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
         raise ValueError(f"augmentation op {op!r}: {key!r} must be in {bounds}, got {value!r}")
     return v

@@ -15,7 +15,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-__all__ = ["Augment", "AugmentContext", "create_augment", "list_ops", "op_params", "register_op"]
+from ddlib.registry import Entry, Registry, Spec
+
+__all__ = ["Augment", "AugmentContext", "OPS", "create_augment", "list_ops", "op_params", "register_op"]
 
 OpFn = Callable[[torch.Tensor, torch.Tensor, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
 
@@ -33,14 +35,16 @@ class AugmentContext:
     num_classes: int
 
 
-@dataclass(frozen=True)
-class _Entry:
-    factory: Callable
-    defaults: dict
-    list_param: str | None
+class OpSpec(Spec):
+    """An op's spec. Its values are checked by the op's factory (which may return them resolved),
+    not when the spec is parsed, and written as given (``scale=2`` stays ``2``)."""
+
+    @classmethod
+    def check(cls, entry: Entry, key: str, value: Any) -> Any:
+        return value
 
 
-_REGISTRY: dict[str, _Entry] = {}
+OPS: Registry = Registry("augmentation op", spec=OpSpec)
 
 
 def register_op(name: str, *, list_param: str | None = None):
@@ -52,17 +56,10 @@ def register_op(name: str, *, list_param: str | None = None):
     """
 
     def decorate(factory):
-        if name in _REGISTRY:
-            raise ValueError(f"augmentation op {name!r} is already registered")
-        sig = inspect.signature(factory)
-        defaults = {}
-        for p in list(sig.parameters.values())[1:]:
+        for p in list(inspect.signature(factory).parameters.values())[1:]:
             if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is inspect.Parameter.empty:
                 raise TypeError(f"op {name!r}: params after ctx must be keyword-only with defaults ({p.name})")
-            defaults[p.name] = p.default
-        if list_param is not None and list_param not in defaults:
-            raise TypeError(f"op {name!r}: list_param {list_param!r} is not a parameter")
-        _REGISTRY[name] = _Entry(factory, defaults, list_param)
+        OPS.add(name, factory, list_param=list_param)
         return factory
 
     return decorate
@@ -70,38 +67,26 @@ def register_op(name: str, *, list_param: str | None = None):
 
 def list_ops() -> list[str]:
     """Names of the registered ops, sorted."""
-    return sorted(_REGISTRY)
+    return OPS.names()
 
 
 def op_params(name: str) -> tuple[str, ...]:
     """The YAML parameters of a registered op (all optional: the op's defaults fill them)."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown augmentation op {name!r}; known: {list_ops()}")
-    return tuple(_REGISTRY[name].defaults)
-
-
-def _fmt(value: Any) -> str:
-    """Compact, canonical text for a param value (the describe() string is an MLflow param)."""
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return str(value)
+    return tuple(OPS.params(name))
 
 
 class _Op:
-    """One configured op: its name, resolved params and function."""
+    """One configured op: its spec (name and resolved params) and function."""
 
-    def __init__(self, name: str, params: dict, fn: OpFn):
-        self.name, self.params, self.fn = name, params, fn
+    def __init__(self, spec: OpSpec, fn: OpFn):
+        self.spec, self.fn = spec, fn
+        self.name, self.params = spec.name, spec.params
 
     def __call__(self, x, targets, generator):
         return self.fn(x, targets, generator)
 
     def describe(self) -> str:
-        if not self.params:
-            return self.name
-        return f"{self.name}(" + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params.items()) + ")"
+        return self.spec.describe()
 
 
 class Augment:
@@ -133,7 +118,7 @@ class Augment:
         return f"Augment({self.name})"
 
 
-def _parse_spec(spec) -> list[tuple[str, Any]]:
+def _parse_spec(spec) -> list[OpSpec]:
     if spec is None:
         return []
     if isinstance(spec, (str, Mapping)):
@@ -142,20 +127,16 @@ def _parse_spec(spec) -> list[tuple[str, Any]]:
         items = list(spec)
     else:
         raise ValueError(f"augmentation spec must be None, an op name or a list of ops, got {spec!r}")
-    parsed = []
     for item in items:
-        if isinstance(item, str):
-            parsed.append((item, None))
-        elif isinstance(item, Mapping) and len(item) == 1:
-            ((name, params),) = item.items()
+        if isinstance(item, Mapping) and len(item) == 1:
+            (name,) = item
             if not isinstance(name, str):
                 raise ValueError(f"augmentation op name must be a string, got {name!r}")
-            parsed.append((name, params))
-        else:
+        elif not isinstance(item, str):
             raise ValueError(
                 f"each augmentation op must be a name or a single-key mapping {{op: {{params}}}}, got {item!r}"
             )
-    return parsed
+    return [OPS.parse(item) for item in items]
 
 
 def create_augment(spec, *, mean: Sequence[float], std: Sequence[float], num_classes: int) -> Augment | None:
@@ -171,26 +152,12 @@ def create_augment(spec, *, mean: Sequence[float], std: Sequence[float], num_cla
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     ctx = AugmentContext(mean_t, std_t, int(num_classes))
     ops = []
-    for name, params in _parse_spec(spec):
-        if name not in _REGISTRY:
-            raise ValueError(f"unknown augmentation op {name!r}; known: {list_ops()}")
-        entry = _REGISTRY[name]
-        if params is None:
-            params = {}
-        elif isinstance(params, (list, tuple)) and entry.list_param is not None:
-            params = {entry.list_param: list(params)}
-        elif not isinstance(params, Mapping):
-            raise ValueError(f"augmentation op {name!r}: params must be a mapping, got {params!r}")
-        unknown = sorted(str(k) for k in set(params) - set(entry.defaults))
-        if unknown:
-            raise ValueError(
-                f"augmentation op {name!r}: unknown parameter(s) {unknown}; known: {sorted(entry.defaults)}"
-            )
-        if name == "none":
+    for parsed in _parse_spec(spec):
+        if parsed.name == "none":
             continue
-        made = entry.factory(ctx, **dict(params))
-        fn, resolved = made if isinstance(made, tuple) else (made, {**entry.defaults, **params})
-        ops.append(_Op(name, dict(resolved), fn))
+        made = parsed.entry.factory(ctx, **{k: parsed.params[k] for k in parsed.given})
+        fn, resolved = made if isinstance(made, tuple) else (made, parsed.params)
+        ops.append(_Op(OpSpec(parsed.entry, dict(resolved), parsed.given), fn))
     return Augment(ops) if ops else None
 
 

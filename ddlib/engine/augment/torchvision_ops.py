@@ -9,7 +9,8 @@ from typing import Callable, Mapping
 
 import torch
 
-from ddlib.engine.augment.registry import AugmentContext, _fmt, register_op
+from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.registry import describe_value
 from ddlib.engine.augment._pixels import _PixelSpace
 
 _TV_REFUSED = {"MixUp", "CutMix"}  # they need labels: use the mixup / cutmix ops
@@ -40,7 +41,7 @@ def _build_tv(items) -> tuple[Callable, list]:
         try:
             built.append(cls(**kwargs))
         except (TypeError, ValueError) as e:
-            raise ValueError(f"augmentation op 'torchvision': {name}({_fmt(kwargs)}) is invalid: {e}") from None
+            raise ValueError(f"augmentation op 'torchvision': {name}({describe_value(kwargs)}) is invalid: {e}") from None
         resolved.append({name: dict(kwargs)} if kwargs else name)
     return v2.Compose(built), resolved
 
