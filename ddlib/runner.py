@@ -147,7 +147,8 @@ def load_grid(path: str | os.PathLike) -> GridSpec:
 
 
 def _absolute(value: str) -> str:
-    return str(Path(value).expanduser().absolute())
+    """An absolute, normalised path (``main/../sets/x.npz`` -> ``sets/x.npz``'s absolute path)."""
+    return os.path.abspath(os.path.expanduser(value))
 
 
 def expand(spec: GridSpec) -> list[dict]:

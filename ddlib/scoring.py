@@ -49,7 +49,7 @@ def _file_source(path: str | os.PathLike, options: dict) -> dict:
     unknown = sorted(set(options) - set(FILE_OPTIONS))
     if unknown:
         raise ValueError(f"unknown file option(s) {unknown}; known: {list(FILE_OPTIONS)}")
-    path = str(Path(path).expanduser().absolute())
+    path = os.path.abspath(os.path.expanduser(path))
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:

@@ -6,6 +6,7 @@ key covers the content of its input files."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -122,6 +123,33 @@ def test_a_replaced_input_file_is_a_new_cell(mlflow_store, tmp_path):
     assert after[TAG["family"]] == before[TAG["family"]]  # the methods it is compared with: unchanged
     report = run_grid(path, dry_run=True, progress=False)
     assert report.skipped == [] and report.finished == ["pub-ipc1-convnet"]
+
+
+def test_one_set_reached_by_two_paths_is_one_cell(mlflow_store, tmp_path, monkeypatch):
+    """A file's identity is its content; its path is a label: `ddlib score ../sets/x.pt` from one
+    folder and `ddlib score sets/x.pt` from another (or a copy elsewhere) are one cell and one row."""
+    from ddlib.runner import run_grid
+
+    g = torch.Generator().manual_seed(0)
+    (tmp_path / "sets").mkdir()
+    (tmp_path / "work").mkdir()
+    payload = {"images": torch.rand(10, 1, 8, 8, generator=g), "labels": torch.arange(10)}
+    torch.save(payload, tmp_path / "sets" / "pub_ipc1.pt")
+    shutil.copyfile(tmp_path / "sets" / "pub_ipc1.pt", tmp_path / "copy_ipc1.pt")  # the same bytes elsewhere
+    monkeypatch.chdir(tmp_path / "work")
+    grids = [{"protocol": "label_robust", "params": TINY, "grid": {"method": ["pub"], "ipc": [1]},
+              "methods": {"pub": {"kind": "file", "path": path}}}
+             for path in ("../sets/pub_ipc{ipc}.pt", str(tmp_path / "work" / ".." / "sets" / "pub_ipc{ipc}.pt"),
+                          str(tmp_path / "copy_ipc{ipc}.pt"))]
+    cells = [expand(load_grid(write_grid(tmp_path / "work", grid)))[0] for grid in grids]
+    assert cells[0]["source"]["path"] == str(tmp_path / "sets" / "pub_ipc{ipc}.pt")  # normalised, no "work/.."
+    tags = [cell_tags("label_robust", cell) for cell in cells]
+    for key in ("config", "group", "series", "family"):
+        assert len({t[TAG[key]] for t in tags}) == 1, key
+    tracking.init_store()
+    tracker = Tracker("label_robust")
+    tracker.end_run(tracker.start_run("pub-ipc1-convnet", params=cells[0], tags=tags[0]))  # as if it had run
+    assert run_grid(write_grid(tmp_path / "work", grids[2]), dry_run=True, progress=False).skipped == ["pub-ipc1-convnet"]
 
 
 def test_ray_executor_refuses_a_database_file(mlflow_store, tmp_path):

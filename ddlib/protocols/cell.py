@@ -88,7 +88,8 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
     the same setting for every method)."""
     from ddlib.protocols import PROTOCOLS, protocol_revision
 
-    params = _without_later_defaults(params)
+    raw = _without_later_defaults(params)
+    params = _identity(raw)
     group = group_params(params, protocol)
     series = {k: v for k, v in group.items() if k != "ipc"}
     family = {k: v for k, v in series.items() if k not in ("method", "source")}
@@ -96,7 +97,7 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
     # definitions, and a rerun after a definition change recomputes instead of skipping.
     head = {"protocol": protocol, "revision": protocol_revision(protocol) if protocol in PROTOCOLS else 0}
     # So is the content of every input file (a set replaced at the same path is a new input).
-    digests = input_digests(params)
+    digests = input_digests(raw)
     inputs = {"inputs": digests} if digests else {}
     shared = {k: v for k, v in digests.items() if k != "source"}  # what every method of a family reads
     return {
@@ -107,6 +108,21 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
         TAG["series"]: config_hash({**head, **series, **inputs}),
         TAG["family"]: config_hash({**head, **family, **({"inputs": shared} if shared else {})}),
     }
+
+
+def _identity(params: dict) -> dict:
+    """The params as a cell's keys see them: a file's or checkpoint's path is a label, its content
+    (the input digests, beside) is its identity, so one set reached by two paths is one cell and one
+    row, and another file at the same path is another."""
+    source = params.get("source")
+    if isinstance(source, dict) and source.get("kind") in ("file", "checkpoint") and "path" in source:
+        path = source["path"]
+        placeholders = [p for p in ("{ipc}", "{dataset}", "{seed}") if p in path]
+        source = {k: v for k, v in source.items() if k != "path"}
+        if placeholders:  # what varies with the cell stays part of its identity
+            source["path_placeholders"] = placeholders
+        params = {**params, "source": source}
+    return params
 
 
 def device_name(device: torch.device) -> str:
