@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ddlib.engine.augment import list_ops, op_params
-from ddlib.engine.train import Recipe
+from ddlib.engine.recipe import Recipe
 from ddlib.yamlfile import load_yaml
 
 __all__ = [
