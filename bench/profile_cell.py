@@ -136,18 +136,17 @@ def _wrap(owner, name: str, profile: Profile, category: str):
 def instrument(profile: Profile) -> list:
     """Wrap the functions doing each kind of work; returns what to restore."""
     from ddlib import tracking
-    from ddlib.engine import labels, train
+    from ddlib.engine import evaluation, labels, train
     from ddlib.engine.augment import registry
     from ddlib.protocols import cell as cell_mod, teachers
 
     patches = [
-        _wrap(train, "_train_sequential", profile, "training steps"),
-        _wrap(train, "_train_batched", profile, "training steps"),
+        _wrap(train, "_train", profile, "training steps"),
         _wrap(registry.Augment, "__call__", profile, "augmentation"),
         _wrap(labels.TeacherRelabel, "teacher_logits", profile, "teacher forward passes"),
-        _wrap(train, "_confusion", profile, "test passes"),
-        _wrap(train, "_hits", profile, "test passes"),
-        _wrap(train, "_prepared", profile, "test passes"),
+        _wrap(evaluation, "_confusion", profile, "test passes"),
+        _wrap(evaluation, "_hits", profile, "test passes"),
+        _wrap(evaluation, "_prepared", profile, "test passes"),
         _wrap(cell_mod, "load_dataset", profile, "data loading"),
         _wrap(cell_mod, "reduce_dataset", profile, "data loading"),
         _wrap(cell_mod, "hold_out_validation", profile, "data loading"),

@@ -292,3 +292,24 @@ def test_dc_step_trains_as_the_sequential_mode(digits):
     for s, b in zip(seq, bat):
         assert len(s.epoch_losses) == len(b.epoch_losses) == 6
         assert abs(_test_loss(s.model, digits) - _test_loss(b.model, digits)) <= TEST_LOSS_TOL, s.seed
+
+
+def test_both_modes_take_one_step_function(digits, monkeypatch):
+    """One optimisation step (autocast, loss or objective, backward, clipping, update) for both
+    modes: models in lockstep take it one after another on each batch, a stack once for all."""
+    from ddlib.engine import train as train_mod
+
+    taken, step = [], train_mod._step
+
+    def spy(loop, forward, x, *args):
+        taken.append(len(x) if isinstance(x, list) else 1)
+        return step(loop, forward, x, *args)
+
+    monkeypatch.setattr(train_mod, "_step", spy)
+    subset = random_subset(digits, 2, seed=0)  # 20 images: 2 batches of 10 per epoch
+    recipe = Recipe(precision="fp32", epochs=3, batch_size=10)
+    _train(digits, subset, [0, 0], False, recipe=recipe, lrs=[0.01, 0.02])
+    assert taken == [1] * (2 * 3 * 2)  # 2 models x 3 epochs x 2 batches, one model a step
+    taken.clear()
+    _train(digits, subset, [0, 1], True, recipe=recipe)
+    assert taken == [2] * (3 * 2)  # one step for the stack of 2 models

@@ -208,6 +208,16 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
+def run_precision(recipe, device: torch.device, objective: bool = False) -> str:
+    """The precision a training runs in: ``recipe.precision`` (a :class:`ddlib.engine.recipe.Recipe`'s),
+    with ``auto`` resolved on ``device``. An adversarial-training ``objective`` (gradients with respect
+    to the inputs) keeps ``auto`` at fp32: bf16 was measured to keep accuracy for plain training only;
+    ``bf16`` given explicitly applies."""
+    if objective and recipe.precision == "auto":
+        return "fp32"
+    return resolve_precision(recipe.precision, device)
+
+
 def autocast(precision: str, device: torch.device):
     """The autocast context of a resolved precision: bf16 autocast, or nothing at all for fp32 (so
     fp32 runs are bit for bit what they were without the switch)."""

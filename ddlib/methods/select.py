@@ -26,7 +26,9 @@ import torch
 from ddlib.data.datasets import Dataset
 from ddlib.engine.device import generator, resolve_device
 from ddlib.data.distilled import DistilledSet
-from ddlib.engine.train import Normalize, Recipe, as_pixels, train_and_evaluate
+from ddlib.engine.evaluation import Normalize, as_pixels
+from ddlib.engine.recipe import Recipe
+from ddlib.engine.train import train_and_evaluate
 
 __all__ = ["random_subset", "baseline_subset", "BASELINE_STREAM", "kcenter_subset", "kcenter_greedy_subset", "subset_from_indices",
            "farthest_point_indices", "kmeans_nearest_indices", "feature_model_name", "KMEANS_MAX_ITER"]

@@ -81,7 +81,8 @@ from ddlib.engine.augment import create_augment
 from ddlib.data.datasets import stratified_subset
 from ddlib.data.distilled import DistilledSet
 from ddlib.data.digest import tensor_digest
-from ddlib.engine.train import Recipe, as_pixels
+from ddlib.engine.evaluation import as_pixels
+from ddlib.engine.recipe import Recipe
 from ddlib.models import list_models
 from ddlib.protocols.cell import Cell, Evaluation, device_name, group_params
 from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result

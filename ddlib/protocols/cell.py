@@ -32,13 +32,14 @@ import torch
 import ddlib
 from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.data.digest import tensor_digest
-from ddlib.engine.device import configure_threads, resolve_device
+from ddlib.engine.device import configure_threads, resolve_device, run_precision
 from ddlib.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, image_grid
 from ddlib.protocols.inputs import input_digests
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
-from ddlib.engine.train import (AugmentHook, LossHook, Normalize, Objective, Recipe, evaluate, run_precision,
-                               train_and_evaluate)
+from ddlib.engine.evaluation import Normalize, evaluate
+from ddlib.engine.recipe import Recipe
+from ddlib.engine.train import AugmentHook, LossHook, Objective, train_and_evaluate
 
 __all__ = ["Cell", "Evaluation", "group_params", "cell_tags", "device_name"]
 

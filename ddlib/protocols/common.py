@@ -15,7 +15,7 @@ from ddlib.protocols.cell import SET_DIGEST_TAG, VALIDATION_SEED, Cell
 from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SEARCHES, LR_SELECT, resolve_preset
 from ddlib.protocols.spec import Param
 from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source
-from ddlib.engine.train import Recipe
+from ddlib.engine.recipe import Recipe
 from ddlib.shown import shown
 
 # Which set, compared with which random subset, on which data and model.

@@ -28,7 +28,7 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell, Evaluation
 from ddlib.protocols.spec import Param
 from ddlib.protocols.common import positive_int, check_recipe
-from ddlib.engine.train import Recipe
+from ddlib.engine.recipe import Recipe
 
 __all__ = ["DCBENCH_RECIPE", "RECIPE_PARAMS", "Condition", "train_conditions", "check_recipe_params", "augment_label",
            "condition_recipe", "accuracy_rows", "best_by_mean"]

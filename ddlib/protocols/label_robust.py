@@ -49,7 +49,7 @@ import pandas as pd
 
 from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
-from ddlib.engine.train import Recipe
+from ddlib.engine.recipe import Recipe
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain,

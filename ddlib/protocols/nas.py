@@ -38,7 +38,7 @@ from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, check_augment, check_recipe_params, condition_recipe,
                                      train_conditions)
-from ddlib.engine.train import Recipe
+from ddlib.engine.recipe import Recipe
 
 __all__ = ["PROTOCOL", "PARAMS", "PATH_PARAMS", "validate", "open_cell", "obtain", "evaluate", "NasResult"]
 

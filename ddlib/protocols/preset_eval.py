@@ -82,7 +82,7 @@ import torch
 from ddlib.data.digest import tensor_digest
 from ddlib.data.distilled import DistilledSet
 from ddlib.engine.augment.zca import ZCA_NAME
-from ddlib.engine.train import Recipe
+from ddlib.engine.recipe import Recipe
 from ddlib.methods.select import baseline_subset
 from ddlib.protocols.cell import Cell, Evaluation
 from ddlib.protocols.presets import Preset, load_preset
@@ -264,7 +264,7 @@ class Evaluator:
     def teacher_logits(self, subset: DistilledSet, preset: Preset, name: str) -> torch.Tensor:
         """The preset's teachers' mean logits over ``subset``'s normalised images (no augmentation),
         computed once per subset and kept as artifact ``teacher_labels/<name>.pt`` of the cell run."""
-        from ddlib.engine.train import Normalize, as_pixels
+        from ddlib.engine.evaluation import Normalize, as_pixels
 
         hook = self._teacher_hook(preset)
         cache = self.cell.cache.setdefault("teacher_logits", {})
@@ -351,7 +351,7 @@ class Evaluator:
         """The lr of one seed's search, and whether another cell had already searched it. The search
         is a cached result keyed by everything it trains (not by the method or the cell), so the
         random subset of one (dataset, IPC, preset, seed, pool) is searched once per store."""
-        from ddlib.engine.train import run_precision
+        from ddlib.engine.device import run_precision
 
         cell = self.cell
         recipe = replace(setting.recipe, precision=run_precision(setting.recipe, cell.device))

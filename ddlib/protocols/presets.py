@@ -84,7 +84,7 @@ from typing import Any, Mapping
 
 from ddlib.engine.augment import list_ops, op_params
 from ddlib.engine.labels import LOSSES
-from ddlib.engine.train import Recipe
+from ddlib.engine.recipe import Recipe
 from ddlib.registry import parse_number
 from ddlib.yamlfile import load_yaml
 

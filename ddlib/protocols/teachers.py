@@ -23,8 +23,9 @@ import torch.nn as nn
 
 import ddlib
 from ddlib.data.digest import tensor_digest
-from ddlib.engine.device import resolve_device
-from ddlib.engine.train import AugmentHook, Recipe, run_precision, train_and_evaluate
+from ddlib.engine.device import resolve_device, run_precision
+from ddlib.engine.recipe import Recipe
+from ddlib.engine.train import AugmentHook, train_and_evaluate
 from ddlib.models import create_model
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
 

@@ -27,7 +27,7 @@ from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, check_augment, check_recipe_params,
                                      condition_recipe, mean_std_table, train_conditions)
-from ddlib.engine.train import Recipe
+from ddlib.engine.recipe import Recipe
 
 __all__ = ["PROTOCOL", "PARAMS", "DCBENCH_TRANSFER_MODELS", "validate", "open_cell", "obtain", "evaluate",
            "TransferResult"]

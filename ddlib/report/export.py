@@ -52,7 +52,7 @@ def _mapping(run, name: str) -> dict | None:
 
 def _recipe_epochs(run, key: str, base: str | None = None) -> int | None:
     """The epochs of the recipe ``key`` (over ``base``'s keys, as the protocol merges them)."""
-    from ddlib.engine.train import Recipe
+    from ddlib.engine.recipe import Recipe
 
     values = _mapping(run, key)
     if values is None:

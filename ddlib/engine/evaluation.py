@@ -1,0 +1,201 @@
+"""The test pass: top-1 accuracy and confusion counts of trained models, in inference mode.
+
+A cell tests dozens of models on one test set, so the set is converted and normalised once
+(cached per test tensor and in-place version, :func:`_prepared`) and run in the largest batches
+that fit on a GPU (:func:`_largest_fitting`). :class:`Normalize` and :func:`as_pixels` map stored
+pixels to a model's input, here and in the training loop alike.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+
+from ddlib.engine.device import autocast
+
+__all__ = ["Normalize", "as_pixels", "evaluate", "evaluate_confusion", "standard_layout", "PreparedTestSet"]
+
+
+class Normalize(nn.Module):
+    """Per-channel (x - mean) / std on tensors already on the device."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+def as_pixels(x: torch.Tensor) -> torch.Tensor:
+    return x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
+
+
+
+# Prepared (converted, normalised, preprocessed) test sets, per test tensor: a cell evaluates
+# dozens of models on one test set, which is converted once instead of once per pass. Keyed by
+# the tensor's id and in-place version; an entry goes when its tensor does.
+_PREPARED: dict[int, tuple[weakref.ref, dict]] = {}
+_PREPARED_PER_TENSOR = 2  # e.g. with and without a ZCA preprocess
+_EVAL_BATCH: dict[tuple, int] = {}  # CUDA: the largest test batch that fitted, per model and shape
+
+
+class _LazyPrepared:
+    """A test set read lazily (``stream:`` datasets, too large to hold converted): each slice is
+    read, converted and normalised when a test pass asks for it, so memory stays one chunk."""
+
+    def __init__(self, images, normalize: nn.Module, device: torch.device, memory_format=torch.contiguous_format):
+        self.images, self.normalize, self.device, self.memory_format = images, normalize, device, memory_format
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size(self.images.shape)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def contiguous(self, memory_format=torch.contiguous_format) -> "_LazyPrepared":
+        return _LazyPrepared(self.images, self.normalize, self.device, memory_format)
+
+    def __getitem__(self, index: slice) -> torch.Tensor:
+        with torch.inference_mode():
+            x = self.normalize(as_pixels(self.images[index].to(self.device, non_blocking=True)))
+        return x.contiguous(memory_format=self.memory_format)
+
+
+def _prepared(images: torch.Tensor, normalize: nn.Module, key, device: torch.device, chunk: int) -> torch.Tensor:
+    """``normalize(as_pixels(images))`` on ``device``, computed once per (tensor, key, device);
+    lazily, a chunk at a time, for images that are not a tensor (read from files on demand)."""
+    if not isinstance(images, torch.Tensor):
+        return _LazyPrepared(images, normalize, device)
+    entry = _PREPARED.get(id(images))
+    if entry is None or entry[0]() is not images:
+        ident = id(images)
+        entry = (weakref.ref(images, lambda _ref, ident=ident: _PREPARED.pop(ident, None)), {})
+        _PREPARED[ident] = entry
+    cache = entry[1]
+    full_key = (key, getattr(images, "_version", 0) if not images.is_inference() else -1, str(device))
+    if full_key not in cache:
+        with torch.inference_mode():
+            parts = [normalize(as_pixels(images[i : i + chunk].to(device, non_blocking=True)))
+                     for i in range(0, len(images), chunk)]
+            prepared = torch.cat(parts) if parts else images.new_zeros((0,), dtype=torch.float32, device=device)
+        while len(cache) >= _PREPARED_PER_TENSOR:
+            cache.pop(next(iter(cache)))
+        cache[full_key] = (prepared, normalize)  # the module too: its id is in the key, keep it alive
+    return cache[full_key][0]
+
+
+def standard_layout(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with the row-major strides of its shape: a copy only where they differ. A 1-channel
+    batch may carry stride 1 on its channel axis (contiguous all the same); oneDNN's bf16 convolution
+    takes a path about 4x slower on that layout (digits training 11.3 s against 3.0 s). Applied to
+    bf16 work only: fp32 keeps the layout its numbers were measured with (see the README). Images
+    that are not a tensor (read from files on demand) pass through."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    expected, step = [], 1
+    for size in reversed(t.shape):
+        expected.append(step)
+        step *= max(size, 1)
+    if t.stride() == tuple(reversed(expected)):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)  # row-major strides, whatever t's were
+
+
+def _largest_fitting(fn, n: int, batch: int, device: torch.device, memo_key) -> list:
+    """``[fn(start, stop), ...]`` over ``range(n)`` in chunks. On CUDA the first chunk is the whole
+    range (or the size that fitted before), halved on out-of-memory and remembered."""
+    if device.type == "cuda":
+        batch = _EVAL_BATCH.get(memo_key, max(n, 1))
+    while True:
+        try:
+            return [fn(i, min(i + batch, n)) for i in range(0, n, batch)]
+        except torch.cuda.OutOfMemoryError:
+            if device.type != "cuda" or batch == 1:
+                raise
+            batch = max(1, batch // 2)
+            torch.cuda.empty_cache()
+        finally:
+            if device.type == "cuda":
+                _EVAL_BATCH[memo_key] = batch
+
+
+def _confusion(forward, x: torch.Tensor, labels: torch.Tensor, num_classes: int, batch: int, device: torch.device,
+               precision: str, memo_key) -> torch.Tensor:
+    """Test counts per (true class, predicted class), on the CPU: K x K for one model, or S x K x K
+    when ``forward(x_chunk)`` gives S x b x K logits (S models on the same images)."""
+    k2 = num_classes * num_classes
+
+    def chunk(i, j):
+        with autocast(precision, device):
+            predicted = forward(standard_layout(x[i:j]) if precision == "bf16" else x[i:j]).argmax(-1)
+        pairs = labels[i:j] * num_classes + predicted
+        models = 1 if pairs.dim() == 1 else pairs.shape[0]
+        if pairs.dim() == 2:  # model s counts in its own K x K block
+            pairs = pairs + torch.arange(models, device=pairs.device)[:, None] * k2
+        return torch.bincount(pairs.flatten(), minlength=models * k2)
+
+    parts = _largest_fitting(chunk, len(labels), batch, device, memo_key)
+    counts = torch.stack(parts).sum(0) if parts else torch.zeros(k2, dtype=torch.long)
+    return counts.view(-1, num_classes, num_classes).squeeze(0).cpu()
+
+
+@torch.inference_mode()
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize: nn.Module,
+             batch_size: int = 1024, precision: str = "fp32") -> float:
+    """Top-1 accuracy (a fraction) of ``model`` on pixel ``images``, in large batches; ``normalize``
+    maps pixels to the model's input (the normalisation, or a preprocess such as ZCA in its place)."""
+    device = next(model.parameters()).device
+    model.eval()
+    x = _prepared(images, normalize, ("module", id(normalize)), device, batch_size)
+    y = labels.to(device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    for hits in _largest_fitting(lambda i, j: _hits(model, x[i:j], y[i:j], precision, device), len(y), batch_size,
+                                 device, (type(model).__name__, tuple(x.shape[1:]), 1)):
+        correct += hits
+    return correct.item() / max(1, len(labels))
+
+
+def _hits(model, x, y, precision, device) -> torch.Tensor:
+    x = standard_layout(x) if precision == "bf16" else x
+    with autocast(precision, device):
+        return (model(x).argmax(-1) == y).sum()
+
+
+@torch.inference_mode()
+def evaluate_confusion(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize: nn.Module,
+                       num_classes: int, batch_size: int = 1024, precision: str = "fp32") -> torch.Tensor:
+    """Test counts per (true class, predicted class), on the CPU: the accuracy is its trace over
+    the number of images, and the matrix is what a report shows of the model's mistakes."""
+    device = next(model.parameters()).device
+    model.eval()
+    x = _prepared(images, normalize, ("module", id(normalize)), device, batch_size)
+    return _confusion(model, x, labels.to(device), num_classes, batch_size, device, precision,
+                      (type(model).__name__, tuple(x.shape[1:]), 1))
+
+
+class PreparedTestSet:
+    """The test set of one ``train_and_evaluate`` call: prepared on first use (after the first
+    training, so hooks see training batches first) and shared by every model the call tests."""
+
+    def __init__(self, images, labels: torch.Tensor, normalize: nn.Module, key, device: torch.device,
+                 num_classes: int, batch_size: int, precision: str, memo_key: tuple):
+        self.images, self.labels, self.normalize, self.key, self.device = images, labels.to(device), normalize, key, device
+        self.num_classes, self.batch_size, self.precision, self.memo_key = num_classes, batch_size, precision, memo_key
+
+    def confusions(self, forward, models: int = 1, channels_last: bool = False) -> torch.Tensor:
+        """S x K x K test counts: ``forward`` is one model (S = 1) or gives S x b x K logits."""
+        x = _prepared(self.images, self.normalize, self.key, self.device, self.batch_size)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        k = self.num_classes
+        return _confusion(forward, x, self.labels, k, max(1, self.batch_size // models), self.device, self.precision,
+                          (*self.memo_key, models)).expand(models, k, k)
+
+    def accuracy(self, confusion: torch.Tensor) -> float:
+        return confusion.trace().item() / max(1, len(self.labels))
