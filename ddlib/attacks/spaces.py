@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn as nn
 
-from ddlib.engine.train import Normalize
+from ddlib.engine.evaluation import Normalize
 
 __all__ = ["SPACES", "PixelModel", "attack_space"]
 
