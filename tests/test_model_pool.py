@@ -62,11 +62,32 @@ def test_the_objective_is_part_of_the_reuse_key(mlflow_store):
         return torch.nn.functional.cross_entropy(model(xb), yb)
 
     (a,) = cell.train_eval("syn", x, y, TINY, [0])
-    (b,) = cell.train_eval("syn", x, y, TINY, [0], objective=objective, objective_name="ce-objective")
+    with pytest.raises(TypeError, match="no canonical name"):  # a hook carries the name it is keyed by
+        cell.train_eval("syn", x, y, TINY, [0], objective=objective)
+    objective.name = "ce-objective"
+    (b,) = cell.train_eval("syn", x, y, TINY, [0], objective=objective)
     assert not b.reused and b.run_id != a.run_id
     assert b.accuracy == a.accuracy  # the same loss written as an objective trains the same model
-    (c,) = cell.train_eval("syn", x, y, TINY, [0], objective=objective, objective_name="ce-objective")
+    (c,) = cell.train_eval("syn", x, y, TINY, [0], objective=objective)
     assert c.reused and c.run_id == b.run_id
+
+
+def test_the_reuse_key_comes_from_the_hook_itself(mlflow_store):
+    """Hooks carry their canonical names (every parameter); a changed hook is a new key, however it
+    was built, and the same hook built twice is one key."""
+    from ddlib.engine.augment import create_augment
+
+    cell = _cell()
+    ds = cell.dataset
+    x, y = ds.train_images[:50], ds.train_labels[:50]
+
+    def augment(spec):
+        return create_augment(spec, mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
+
+    (a,) = cell.train_eval("syn", x, y, TINY, [0], augment=augment({"flip": {"p": 0.5}}))
+    (b,) = cell.train_eval("syn", x, y, TINY, [0], augment=augment("flip"))  # the default p: the same hook
+    (c,) = cell.train_eval("syn", x, y, TINY, [0], augment=augment({"flip": {"p": 1.0}}))
+    assert b.reused and b.run_id == a.run_id and not c.reused
 
 
 @pytest.mark.filterwarnings("ignore:.*near chance")  # untrained weights: only their identity matters here

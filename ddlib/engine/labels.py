@@ -25,6 +25,8 @@ Training, caching and loading the teachers themselves is :mod:`ddlib.protocols.t
 
 from __future__ import annotations
 
+import copy
+
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
@@ -110,6 +112,7 @@ class SoftLoss:
     term), so :class:`TeacherRelabel` can pass the teachers' logits and the batch's labels apart."""
 
     kind = ""
+    source = ""  # "stored:" for labels shipped with a set (stored()): part of the name
 
     def __init__(self, targets_are_logits: bool = False, **params: Any):
         self.targets_are_logits = bool(targets_are_logits)
@@ -118,7 +121,14 @@ class SoftLoss:
     @property
     def name(self) -> str:
         """Canonical name with every resolved parameter: part of the evaluation cache key."""
-        return _loss_name(self.kind, self.params, self.targets_are_logits)
+        return self.source + _loss_name(self.kind, self.params, self.targets_are_logits)
+
+    def stored(self) -> "SoftLoss":
+        """The same loss on soft labels stored with a set (or computed once by a teacher and kept):
+        named ``stored:<name>``, so its trainings are keyed apart from online relabelling."""
+        other = copy.copy(self)
+        other.source = "stored:"
+        return other
 
     def describe(self) -> str:
         return self.name

@@ -58,7 +58,7 @@ from ddlib.engine.device import resolve_precision  # noqa: F401
 from ddlib.engine.evaluation import _EVAL_BATCH, _largest_fitting  # noqa: F401
 from ddlib.engine.recipe import _scheduler  # noqa: F401
 
-__all__ = ["train_and_evaluate", "SeedResult", "NonFiniteLossError", "choose_mode", "MODES", "lockstep", "AugmentHook",
+__all__ = ["hook_name", "train_and_evaluate", "SeedResult", "NonFiniteLossError", "choose_mode", "MODES", "lockstep", "AugmentHook",
            "LossHook", "Objective", "cross_entropy_loss",
            # re-exported from their own files
            "Recipe", "epochs_trained", "run_precision", "evaluate", "evaluate_confusion", "Normalize", "as_pixels",
@@ -75,6 +75,19 @@ LossHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # objective(model, x, targets, generator) -> scalar: the whole per-batch objective, for training that
 # needs the model itself (adversarial training crafts examples against it). Default: loss(model(x), y, x).
 Objective = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]
+
+
+def hook_name(hook, default: str) -> str:
+    """The canonical name a hook carries (``hook.name``: every parameter spelled out), which reuse
+    keys are derived from; ``default`` for no hook. A hook without a name is refused: a name passed
+    beside a hook could go stale and let a changed hook reuse the old one's results."""
+    if hook is None:
+        return default
+    name = getattr(hook, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{hook!r} has no canonical name (.name): every augmentation, loss, objective and "
+                        "preprocessing hook carries the name its results are keyed by")
+    return name
 
 
 def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:

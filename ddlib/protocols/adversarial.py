@@ -376,10 +376,9 @@ def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]
         raise ValueError(f"method {p['method']!r}: no set to train on")
     with cell.guard():
         hook = create_augment(p["augment"], mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
-        objective, objective_name = create_objective(p["training"], mean=ds.mean, std=ds.std,
-                                                     num_classes=ds.num_classes)
-        objective_name = objective_name if objective is not None else "none"  # plain training: the same key as
-        # any other protocol's identical training (DC-Bench's DSA augmentation, say), so it is shared
+        # plain training (objective None) has the key of any other protocol's identical training
+        # (DC-Bench's DSA augmentation, say), so its models are shared
+        objective, _ = create_objective(p["training"], mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
         recipe = check_recipe(p, "recipe", base=BEARD_RECIPE)
         named = dict(p["recipe"] or {})
         if p["source"].get("kind") == "full":
@@ -390,9 +389,8 @@ def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]
         images, labels = distilled.images, distilled.labels
         if p["number_sign"] and p["source"].get("kind") != "full":
             images, labels = number_sign(images, labels)
-        return cell.train_eval("model", images, labels, recipe, p["seeds"],
-                               augment=hook, augment_name=hook.name if hook is not None else "none",
-                               objective=objective, objective_name=objective_name, keep_models=True)
+        return cell.train_eval("model", images, labels, recipe, p["seeds"], augment=hook, objective=objective,
+                               keep_models=True)
 
 
 def attack_subset(cell: Cell) -> tuple[torch.Tensor, torch.Tensor]:

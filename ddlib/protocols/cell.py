@@ -39,7 +39,7 @@ from ddlib.protocols.inputs import input_digests
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
 from ddlib.engine.evaluation import Normalize, evaluate
 from ddlib.engine.recipe import Recipe
-from ddlib.engine.train import AugmentHook, LossHook, Objective, train_and_evaluate
+from ddlib.engine.train import AugmentHook, LossHook, Objective, hook_name, train_and_evaluate
 
 __all__ = ["Cell", "Evaluation", "group_params", "cell_tags", "device_name"]
 
@@ -308,13 +308,9 @@ class Cell:
         lrs: Sequence[float] | None = None,
         model: str | None = None,
         augment: AugmentHook | None = None,
-        augment_name: str = "none",
         loss: LossHook | None = None,
-        loss_name: str = "ce",
         objective: Objective | None = None,
-        objective_name: str = "none",
         preprocess: torch.nn.Module | None = None,
-        preprocess_name: str = "none",
         model_kwargs: dict | None = None,
         eval_split: str = "test",
         keep_models: bool = False,
@@ -322,8 +318,9 @@ class Cell:
         """Train and test one model per seed, reusing any identical evaluation already FINISHED.
 
         ``eval_split="val"`` scores on the cell's held-out validation split (learning-rate search).
-        ``objective`` (adversarial training) replaces the loss; ``*_name`` arguments describe the
-        hooks and are part of the reuse key, so give a distinct name per configuration.
+        ``objective`` (adversarial training) replaces the loss. Every hook carries its canonical name
+        (``.name``: :func:`ddlib.engine.train.hook_name`), which is part of the reuse key: the key is
+        derived from the hook itself, never from a name passed beside it.
         ``keep_models=True`` returns each seed's model (eval mode, on the cell's device) and stores
         its weights in MLflow, where later cells find them instead of retraining.
 
@@ -353,10 +350,11 @@ class Cell:
             "train": tensor_digest(images, targets),
             "test": f"{ds.name}:{ds.source}:{eval_split}:{tensor_digest(eval_labels)}",
             "model": model, "model_kwargs": model_kwargs or {}, "recipe": recipe.to_dict(),
-            "augment": augment_name, "loss": loss_name, "preprocess": preprocess_name, "version": ddlib.__version__,
+            "augment": hook_name(augment, "none"), "loss": hook_name(loss, "ce"),
+            "preprocess": hook_name(preprocess, "none"), "version": ddlib.__version__,
         }
-        if objective_name != "none":  # only when used, so earlier keys (and their runs) stay valid
-            identity["objective"] = objective_name
+        if objective is not None:  # only when used, so earlier keys (and their runs) stay valid
+            identity["objective"] = hook_name(objective, "none")
         identities = {lr: {**identity, "recipe": r.to_dict()} for lr, r in recipes.items()}
         group = config_hash([identities[lr] for lr in dict.fromkeys(lrs)])
         runs = list(zip(seeds, lrs))
@@ -385,8 +383,9 @@ class Cell:
                     run_id = self.tracker.start_run(
                         f"{role_of(lr)}-s{r.seed}",  # nested under the cell's run in the MLflow UI
                         params={"role": role_of(lr), "seed": r.seed, "model": model, "model_kwargs": model_kwargs or {},
-                                "recipe": recipes[lr].to_dict(), "augment": augment_name, "loss": loss_name,
-                                "objective": objective_name, "preprocess": preprocess_name, "eval_split": eval_split,
+                                "recipe": recipes[lr].to_dict(), "augment": identity["augment"], "loss": identity["loss"],
+                                "objective": hook_name(objective, "none"), "preprocess": identity["preprocess"],
+                                "eval_split": eval_split,
                                 "dataset": ds.name, "train_size": len(targets), "train_digest": identity["train"]},
                         tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "eval",
                               TAG["role"]: role_of(lr), TAG["eval_key"]: keys[i], TRAIN_MODE_TAG: r.mode},

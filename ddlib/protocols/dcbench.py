@@ -113,7 +113,7 @@ def train_conditions(cell: Cell, subset: DistilledSet, conditions: list[Conditio
             hook = create_augment(c.augment, mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
             out[c.label] = cell.train_eval(
                 f"{role}-{c.label}", subset.images, subset.labels, c.recipe, cell.params["seeds"], model=c.model,
-                augment=hook, augment_name=hook.name if hook is not None else "none", model_kwargs=c.model_kwargs,
+                augment=hook, model_kwargs=c.model_kwargs,
                 keep_models=keep_models, eval_split=eval_split)
     return out
 

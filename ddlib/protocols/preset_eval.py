@@ -81,8 +81,8 @@ import torch
 
 from ddlib.data.digest import tensor_digest
 from ddlib.data.distilled import DistilledSet
-from ddlib.engine.augment.zca import ZCA_NAME
 from ddlib.engine.recipe import Recipe
+from ddlib.engine.train import hook_name
 from ddlib.methods.select import baseline_subset
 from ddlib.protocols.cell import Cell, Evaluation
 from ddlib.protocols.presets import Preset, load_preset
@@ -124,11 +124,17 @@ class Setting:
     model: str
     preset: Preset | None  # its labels, unless ``hard``
     hard: bool  # hard labels with cross-entropy
-    augment: object = field(default=None, repr=False)
-    augment_name: str = "none"
+    augment: object = field(default=None, repr=False)  # hooks carry their canonical names (hook_name)
     preprocess: torch.nn.Module | None = field(default=None, repr=False)
-    preprocess_name: str = "none"
     own: bool = False  # the method's own evaluation (where a learned lr applies)
+
+    @property
+    def augment_name(self) -> str:
+        return hook_name(self.augment, "none")
+
+    @property
+    def preprocess_name(self) -> str:
+        return hook_name(self.preprocess, "none")
 
 
 @dataclass(frozen=True)
@@ -199,15 +205,13 @@ class Evaluator:
         from ddlib.engine.augment import create_augment
 
         ds = self.cell.dataset
-        hook = create_augment(spec, mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
-        return hook, (hook.describe() if hook is not None else "none")
+        return create_augment(spec, mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
 
     def _from_preset(self, name: str, preset: Preset, with_augment: bool, own: bool) -> Setting:
         recipe = preset.recipe if self.epochs is None else replace(preset.recipe, epochs=self.epochs)
-        augment, augment_name = self._augment(preset.augment if with_augment else [])
+        augment = self._augment(preset.augment if with_augment else [])
         return Setting(name, recipe, self.cell.params["model"], preset, preset.label_type == "hard",
-                       augment, augment_name, self.cell.zca() if preset.zca else None,
-                       ZCA_NAME if preset.zca else "none", own)
+                       augment, self.cell.zca() if preset.zca else None, own)
 
     def hard_setting(self, recipe: Recipe) -> Setting:
         """Hard labels: the preset's recipe, augmentation, ZCA and model; without one, ``recipe``."""
@@ -287,18 +291,18 @@ class Evaluator:
         from ddlib.engine.labels import create_loss, stored_targets
 
         if setting.hard:
-            return subset.labels, None, "ce", "hard labels"
+            return subset.labels, None, "hard labels"
         preset = setting.preset
         if preset.label_type == "teacher":
             hook = self._teacher_hook(preset)
-            return subset.labels, hook, hook.name, f"relabelled online by {len(hook.teachers)} teacher(s)"
-        loss, loss_name = create_loss(preset.loss)
+            return subset.labels, hook, f"relabelled online by {len(hook.teachers)} teacher(s)"
+        loss = create_loss(preset.loss)[0].stored()
         temperature = preset.loss.get("temperature", 1.0)
         if subset.soft_labels is not None:
-            return stored_targets(subset, temperature=temperature), loss, f"stored:{loss_name}", "soft labels shipped with the set"
+            return stored_targets(subset, temperature=temperature), loss, "soft labels shipped with the set"
         labelled = replace(subset, soft_labels=self.teacher_logits(subset, preset, name))
         note = f"teacher logits ({'+'.join(preset.teacher_archs())}), computed once (artifact teacher_labels/{name}.pt)"
-        return stored_targets(labelled, temperature=temperature), loss, f"stored:{loss_name}", note
+        return stored_targets(labelled, temperature=temperature), loss, note
 
     # ------------------------------------------------------------------ learning rates
 
@@ -311,24 +315,23 @@ class Evaluator:
             seeds: Sequence[int], set_name: str) -> list[Evaluation]:
         """Train every seed's subset under ``setting`` at the lr the policy gives; one evaluation per seed."""
         cell = self.cell
-        common = dict(model=setting.model, augment=setting.augment, augment_name=setting.augment_name,
-                      preprocess=setting.preprocess, preprocess_name=setting.preprocess_name)
+        common = dict(model=setting.model, augment=setting.augment, preprocess=setting.preprocess)
         results, lrs, sources, label_notes, loss_names = [], {}, {}, set(), set()
         searches = {False: 0, True: 0}
         for seed in seeds:
             subset = subsets[seed]
             name = "distilled" if side == "syn" else f"random_seed{seed if cell.params['baseline_seed'] is None else cell.params['baseline_seed']}"
-            targets, loss, loss_name, note = self._labels(setting, subset, name)
+            targets, loss, note = self._labels(setting, subset, name)
             label_notes.add(note)
-            loss_names.add(loss_name)
+            loss_names.add(hook_name(loss, "ce"))
             plan = self.lr_plan(setting, side, subset)
             lr = plan.lr
             if plan.search:
-                lr, reused = self.search(role, subset, targets, setting, seed, loss, loss_name, common)
+                lr, reused = self.search(role, subset, targets, setting, seed, loss, common)
                 searches[reused] += 1
                 self.searches["reused" if reused else "run"] += 1
             (evaluation,) = cell.train_eval(role, subset.images, targets, replace(setting.recipe, lr=float(lr)), [seed],
-                                            loss=loss, loss_name=loss_name, **common)
+                                            loss=loss, **common)
             results.append(evaluation)
             lrs[seed], sources[seed] = float(lr), plan.source
         self.log_lrs(role, lrs, sources)
@@ -347,7 +350,7 @@ class Evaluator:
         return results
 
     def search(self, role: str, subset: DistilledSet, targets: torch.Tensor, setting: Setting, seed: int,
-               loss, loss_name: str, common: dict) -> tuple[float, bool]:
+               loss, common: dict) -> tuple[float, bool]:
         """The lr of one seed's search, and whether another cell had already searched it. The search
         is a cached result keyed by everything it trains (not by the method or the cell), so the
         random subset of one (dataset, IPC, preset, seed, pool) is searched once per store."""
@@ -362,15 +365,14 @@ class Evaluator:
             "train": tensor_digest(subset.images, targets),
             "scored_on": f"{ds.name}:{ds.source}:{self.split}:{tensor_digest(eval_labels)}",
             "model": setting.model, "recipe": {k: v for k, v in recipe.to_dict().items() if k != "lr"},
-            "augment": setting.augment_name, "loss": loss_name, "preprocess": setting.preprocess_name,
+            "augment": setting.augment_name, "loss": hook_name(loss, "ce"), "preprocess": setting.preprocess_name,
         }
 
         def trials(lrs: Sequence[float], epochs: int | None = None) -> dict[float, float]:
             r = recipe if epochs is None else replace(recipe, epochs=epochs)
             suffix = "" if epochs is None else f"-e{epochs}"
             done = cell.train_eval(lambda c: f"{role}-lr{c:g}-{self.split}{suffix}", subset.images, targets, r,
-                                   [seed] * len(lrs), lrs=list(lrs), eval_split=self.split, loss=loss,
-                                   loss_name=loss_name, **common)
+                                   [seed] * len(lrs), lrs=list(lrs), eval_split=self.split, loss=loss, **common)
             return {float(c): e.accuracy for c, e in zip(lrs, done)}
 
         def compute() -> dict[str, float]:

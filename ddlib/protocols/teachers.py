@@ -25,7 +25,7 @@ import ddlib
 from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import resolve_device, run_precision
 from ddlib.engine.recipe import Recipe
-from ddlib.engine.train import AugmentHook, train_and_evaluate
+from ddlib.engine.train import AugmentHook, hook_name, train_and_evaluate
 from ddlib.models import create_model
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
 
@@ -129,7 +129,6 @@ def get_teachers(
     checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     progress: bool = False,
     augment: AugmentHook | None = None,
-    augment_name: str = "none",
     model_kwargs: dict | None = None,
 ) -> list[nn.Module]:
     """``count`` teachers of architecture ``arch`` for ``dataset``, in eval mode on ``device``.
@@ -140,7 +139,7 @@ def get_teachers(
     ddlib version): the state_dict is logged as artifact ``teacher.pt`` of a run in MLflow
     experiment ``teachers`` (tags ``ddlib.kind=teacher``, ``ddlib.teacher_key``), and any later
     call, in any process, downloads it instead of training. A file lock keeps parallel workers from
-    training the same teachers twice. ``augment``/``augment_name`` train them with an augmentation
+    training the same teachers twice. ``augment`` (a hook carrying its name) trains them with an augmentation
     hook (the name is part of the key, so give a distinct one per hook configuration).
     """
     dev = resolve_device(device)
@@ -156,6 +155,7 @@ def get_teachers(
         raise ValueError(f"need {count} distinct seeds, got {seeds}")
     init_store()
     tracker = Tracker(TEACHER_EXPERIMENT)
+    augment_name = hook_name(augment, "none")
     keys = {s: teacher_key(dataset, arch, recipe, s, augment_name, model_kwargs) for s in seeds}
     # One lock per (data, arch, recipe, augment): overlapping seed lists never train a teacher twice.
     group = config_hash(_teacher_group(dataset, arch, recipe, augment_name, model_kwargs))

@@ -33,6 +33,11 @@ class ZCA(nn.Module):
         self.whitening = kornia.enhance.ZCAWhitening(eps=self.eps, compute_inv=True)
 
     @property
+    def name(self) -> str:
+        """What runs whitened with it are keyed by (:data:`ZCA_NAME` at the peers' eps 0.1)."""
+        return f"zca(eps={self.eps:g}, fitted on [0, 1] pixels of the whole training set)"
+
+    @property
     def fitted(self) -> bool:
         return bool(self.whitening.fitted)
 
