@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine import machine_info  # noqa: E402
 from ddlib.data.datasets import load_dataset  # noqa: E402
-from ddlib.engine.train import Normalize, Recipe, train_and_evaluate  # noqa: E402
+from ddlib.engine.train import Normalize, Recipe, train_and_test  # noqa: E402
 from ddlib.methods.select import random_subset  # noqa: E402
 
 
@@ -61,8 +61,8 @@ def main() -> None:
             seeds = list(range(args.seeds))
             kw = dict(num_classes=10, mean=ds.mean, std=ds.std, recipe=recipe, seeds=seeds, device="cpu",
                       keep_models=True)
-            seq = train_and_evaluate(model, subset.images, subset.labels, ds.test_images, ds.test_labels, batched=False, **kw)
-            bat = train_and_evaluate(model, subset.images, subset.labels, ds.test_images, ds.test_labels, batched=True, **kw)
+            seq = train_and_test(model, subset.images, subset.labels, ds.test_images, ds.test_labels, batched=False, **kw)
+            bat = train_and_test(model, subset.images, subset.labels, ds.test_images, ds.test_labels, batched=True, **kw)
             for s, b in zip(seq, bat):
                 rows.append({"model": model, "epochs": epochs, "seed": s.seed,
                              "weight_diff": _state_diff(s.model, b.model),

@@ -8,7 +8,7 @@ measured faster.
     python bench/engine_throughput.py --quick    # S = 1, 5 at IPC 1, 10 on the CPU (~1 min)
 
 Workload: ConvNet-3 (``convnet``, instance norm) on random CIFAR-shaped images (10 classes x IPC),
-the default recipe's SGD with batch 256, S seeds trained by one ``train_and_evaluate`` call
+the default recipe's SGD with batch 256, S seeds trained by one ``train_and_test`` call
 (``batched=False`` / ``True``). images/s = S x epochs x images / wall time of the training (test
 passes excluded). Peak memory: CUDA ``max_memory_allocated``; CPU the peak resident set size
 above the row's start, sampled every 5 ms. Runs on the CPU and, when present, on CUDA. Each
@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ddlib.engine.train import Recipe, choose_mode, train_and_evaluate  # noqa: E402
+from ddlib.engine.train import Recipe, choose_mode, train_and_test  # noqa: E402
 
 BATCH = 256
 GAIN = 1.10  # "faster" means at least 10 % more images/s
@@ -94,7 +94,7 @@ def run(device, ipc, S, mode, epochs):
     recipe = Recipe(epochs=epochs, batch_size=BATCH)
     with PeakMemory(device) as mem:
         t = time.perf_counter()
-        results = train_and_evaluate("convnet", images, labels, test, test_labels, num_classes=10,
+        results = train_and_test("convnet", images, labels, test, test_labels, num_classes=10,
                                      mean=(0.5,) * 3, std=(0.25,) * 3, recipe=recipe, seeds=list(range(S)),
                                      device=device, batched=mode == "batched")
         wall = time.perf_counter() - t
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
                           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                           "load_average_start": [round(v, 2) for v in os.getloadavg()]},
               "workload": f"convnet (ConvNet-3, instance norm), random 32x32x3 uint8 images, 10 classes x IPC, "
-                          f"SGD batch {BATCH}, S seeds per train_and_evaluate call",
+                          f"SGD batch {BATCH}, S seeds per train_and_test call",
               "rule": choose_mode.__doc__.split("\n\n")[1].strip(), "gain_threshold": GAIN, "rows": [], "choices": []}
     print(f"load average {result['machine']['load_average_start']}, {torch.get_num_threads()} threads")
     print(f"{'device':<7}{'ipc':>4}{'S':>4}  {'mode':<11}{'epochs':>7}{'images/s':>10}{'peak MB':>9}{'load':>6}")

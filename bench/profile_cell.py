@@ -136,7 +136,7 @@ def _wrap(owner, name: str, profile: Profile, category: str):
 def instrument(profile: Profile) -> list:
     """Wrap the functions doing each kind of work; returns what to restore."""
     from ddlib import tracking
-    from ddlib.engine import evaluation, labels, train
+    from ddlib.engine import labels, test_pass, train
     from ddlib.engine.augment import registry
     from ddlib.protocols import cell as cell_mod, teachers
 
@@ -160,7 +160,7 @@ def instrument(profile: Profile) -> list:
                    "log_dict", "end_run", "fail_run", "find_finished"):
         patches.append(_wrap(tracking.Tracker, method, profile, "MLflow"))
 
-    original_train = cell_mod.train_and_evaluate
+    original_train = cell_mod.train_and_test
 
     @functools.wraps(original_train)
     def train_in_context(*args, **kwargs):
@@ -168,8 +168,8 @@ def instrument(profile: Profile) -> list:
         with profile.in_context(context):
             return original_train(*args, **kwargs)
 
-    cell_mod.train_and_evaluate = train_in_context
-    patches.append((cell_mod, "train_and_evaluate", original_train))
+    cell_mod.train_and_test = train_in_context
+    patches.append((cell_mod, "train_and_test", original_train))
 
     original_teachers = teachers.get_teachers
 

@@ -6,7 +6,7 @@
     python bench/step_speed.py --quick      # batches of 100 only, fewer steps (~1 min)
     python bench/step_speed.py --accuracy   # also DC CIFAR-10 (JPEG) IPC 10, 5 seeds, per switch (~30 min on 2 cores)
 
-Throughput is measured with ``ddlib.engine.train.train_and_evaluate`` itself (ConvNet-3, random
+Throughput is measured with ``ddlib.engine.train.train_and_test`` itself (ConvNet-3, random
 32x32x3 images, one SGD step per batch), on the device ``auto`` picks; ``compile`` is timed after a
 warm-up run (its compile time is reported apart). The accuracy check trains the DC-distilled
 CIFAR-10 IPC 10 set (``../shared/data/distilled/dc_cifar10_convnet_ipc10.pt``) with the default
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ddlib.engine.device import bf16_supported, resolve_device  # noqa: E402
-from ddlib.engine.train import Recipe, train_and_evaluate  # noqa: E402
+from ddlib.engine.train import Recipe, train_and_test  # noqa: E402
 
 SHARED = Path(os.environ.get("DDLIB_SHARED") or ROOT.parent / "shared") / "data"
 SWITCHES = {  # name -> Recipe overrides (the recipe's default precision is "auto": every row says its own)
@@ -66,10 +66,10 @@ def throughput(batch: int, steps: int, overrides: dict, device: torch.device) ->
     warm = 0.0
     if overrides.get("compile"):
         t = time.perf_counter()
-        train_and_evaluate("convnet", images, labels, test, torch.arange(10), **{**kw, "recipe": Recipe(
+        train_and_test("convnet", images, labels, test, torch.arange(10), **{**kw, "recipe": Recipe(
             epochs=2, batch_size=batch, **overrides)})
         warm = time.perf_counter() - t
-    (r,) = train_and_evaluate("convnet", images, labels, test, torch.arange(10), **kw)
+    (r,) = train_and_test("convnet", images, labels, test, torch.arange(10), **kw)
     return {"images_per_second": round(steps * batch / r.train_seconds, 1), "steps": steps,
             "train_seconds": round(r.train_seconds, 3), "compile_warmup_seconds": round(warm, 1) if warm else None,
             "load_average": round(os.getloadavg()[0], 2)}
@@ -77,7 +77,7 @@ def throughput(batch: int, steps: int, overrides: dict, device: torch.device) ->
 
 def test_pass(batch: int, precision: str, device: torch.device, n: int = 4096) -> dict:
     """images/s of a test pass (inference mode, test set prepared once) of a ConvNet-3 at ``batch``."""
-    from ddlib.engine.train import Normalize, evaluate
+    from ddlib.engine.train import Normalize, model_accuracy
     from ddlib.models import create_model
 
     g = torch.Generator().manual_seed(0)
@@ -85,9 +85,9 @@ def test_pass(batch: int, precision: str, device: torch.device, n: int = 4096) -
     labels = torch.arange(n) % 10
     model = create_model("convnet", 3, 10, (32, 32)).to(device)
     normalize = Normalize((0.5,) * 3, (0.25,) * 3).to(device)
-    evaluate(model, images, labels, normalize, batch, precision)  # prepares the set once, warms up
+    model_accuracy(model, images, labels, normalize, batch, precision)  # prepares the set once, warms up
     t = time.perf_counter()
-    evaluate(model, images, labels, normalize, batch, precision)
+    model_accuracy(model, images, labels, normalize, batch, precision)
     return {"batch": batch, "precision": precision, "images_per_second": round(n / (time.perf_counter() - t), 1),
             "load_average": round(os.getloadavg()[0], 2)}
 
@@ -101,7 +101,7 @@ def accuracy(overrides: dict, seeds: list[int], device: torch.device, epochs: in
     ds = load_dataset("cifar10", tree)
     dc = load(SHARED / "distilled" / "dc_cifar10_convnet_ipc10.pt", ds)
     t = time.perf_counter()
-    results = train_and_evaluate("convnet", dc.images, dc.labels, ds.test_images, ds.test_labels,
+    results = train_and_test("convnet", dc.images, dc.labels, ds.test_images, ds.test_labels,
                                  num_classes=ds.num_classes, mean=ds.mean, std=ds.std,
                                  recipe=Recipe(epochs=epochs, **overrides), seeds=seeds, device=device)
     accs = [r.test_accuracy * 100 for r in results]

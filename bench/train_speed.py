@@ -3,7 +3,7 @@
     python bench/train_speed.py            # training-loop throughput (about a minute on a 2-core CPU)
     python bench/train_speed.py --demo     # also the wall time of the demo grid in a scratch MLflow store
 
-Throughput is measured with ddlib.engine.train.train_and_evaluate itself (the loop every protocol uses),
+Throughput is measured with ddlib.engine.train.train_and_test itself (the loop every protocol uses),
 on the device `auto` picks, so CPU and GPU numbers are comparable run to run.
 """
 
@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ddlib.engine.device import resolve_device  # noqa: E402
-from ddlib.engine.train import Recipe, train_and_evaluate  # noqa: E402
+from ddlib.engine.train import Recipe, train_and_test  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def measure(shape, n, epochs, batch, device):
     images = torch.rand((n, *shape), generator=g)
     labels = torch.arange(n) % 10
     test = torch.rand((1000, *shape), generator=g)
-    (r,) = train_and_evaluate("convnet", images, labels, test, torch.arange(1000) % 10, num_classes=10,
+    (r,) = train_and_test("convnet", images, labels, test, torch.arange(1000) % 10, num_classes=10,
                               mean=(0.5,) * shape[0], std=(0.25,) * shape[0],
                               recipe=Recipe(epochs=epochs, batch_size=batch), seeds=[0], device=device)
     steps = epochs * -(-n // batch)

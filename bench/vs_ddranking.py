@@ -263,7 +263,7 @@ def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, exp
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     from ddlib.protocols.teachers import get_teachers
     from ddlib.protocols import augmentation_robust, label_robust
-    from ddlib.engine.train import Normalize, Recipe, evaluate
+    from ddlib.engine.train import Normalize, Recipe, model_accuracy
 
     module = label_robust if protocol == "lrs" else augmentation_robust
     t0 = time.perf_counter()
@@ -278,7 +278,7 @@ def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, exp
     teacher_seconds = time.perf_counter() - t
     state = {k: v.detach().cpu().clone() for k, v in teacher.state_dict().items()}
     teacher_digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in state.values())).hexdigest()[:24]
-    teacher_acc = evaluate(teacher, ds.test_images, ds.test_labels, Normalize(ds.mean, ds.std).to(cell.device))
+    teacher_acc = model_accuracy(teacher, ds.test_images, ds.test_labels, Normalize(ds.mean, ds.std).to(cell.device))
     if export_teacher is not None:
         export_teacher.parent.mkdir(parents=True, exist_ok=True)
         torch.save(state, export_teacher)

@@ -10,7 +10,7 @@ from ddlib.data.datasets import load_dataset
 from ddlib.engine.device import generator
 from ddlib.models import create_model
 from ddlib.methods.select import random_subset
-from ddlib.engine.train import Recipe, train_and_evaluate
+from ddlib.engine.train import Recipe, train_and_test
 
 EPS, ALPHA = 8 / 255, 2 / 255
 
@@ -238,7 +238,7 @@ def test_train_and_evaluate_with_each_objective(digits, name):
     objective, _ = create_objective({name: {"steps": 3}}, mean=digits.mean, std=digits.std, num_classes=10)
 
     def run():
-        return train_and_evaluate("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels,
+        return train_and_test("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels,
                                   num_classes=10, mean=digits.mean, std=digits.std,
                                   recipe=Recipe(epochs=3, batch_size=25), seeds=[0], objective=objective,
                                   device="cpu", model_kwargs={"width": 16})[0]

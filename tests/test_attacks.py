@@ -33,7 +33,7 @@ from ddlib.attacks import (
     targeted_skip_reason,
 )
 from ddlib.models import create_model
-from ddlib.engine.train import Normalize, evaluate
+from ddlib.engine.train import Normalize, model_accuracy
 
 C = 10
 MEAN, STD = [0.5, 0.5, 0.5], [0.25, 0.25, 0.25]
@@ -388,11 +388,11 @@ def test_clean_pass_matches_the_training_loop_evaluation(setup):
     net, model, x, y = setup
     out = clean_pass(model, x, y, batch_size=5, device="cpu")
     assert out.n == 16 and out.correct.dtype == torch.bool and out.correct.shape == (16,)
-    assert out.accuracy == pytest.approx(evaluate(net, x, y, Normalize(MEAN, STD), batch_size=5))
+    assert out.accuracy == pytest.approx(model_accuracy(net, x, y, Normalize(MEAN, STD), batch_size=5))
     assert out.accuracy >= 0.75  # the tiny model did learn
     u8 = (x * 255).round().to(torch.uint8)
     assert clean_pass(model, u8, y, device="cpu").accuracy == pytest.approx(
-        evaluate(net, u8, y, Normalize(MEAN, STD))
+        model_accuracy(net, u8, y, Normalize(MEAN, STD))
     )
 
 

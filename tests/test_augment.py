@@ -479,7 +479,7 @@ def test_fit_zca_fits_pixels_as_they_are():
 
 
 def test_augment_plugs_into_the_training_loop_deterministically():
-    from ddlib.engine.train import Recipe, train_and_evaluate
+    from ddlib.engine.train import Recipe, train_and_test
 
     g = gen(0)
     images = torch.rand(40, 3, 8, 8, generator=g)
@@ -487,7 +487,7 @@ def test_augment_plugs_into_the_training_loop_deterministically():
     aug = create_augment(["dsa", "cutmix"], mean=(0.5,) * 3, std=(0.25,) * 3, num_classes=4)
 
     def run():
-        return train_and_evaluate("mlp", images, labels, images, labels, num_classes=4, mean=(0.5,) * 3,
+        return train_and_test("mlp", images, labels, images, labels, num_classes=4, mean=(0.5,) * 3,
                                   std=(0.25,) * 3, recipe=Recipe(epochs=2, batch_size=16), seeds=[0],
                                   augment=aug, device="cpu")[0].epoch_losses
 

@@ -9,7 +9,7 @@ Neither peer installs from a package index, so these tests are hand-derived from
 (read, not copied), each section naming its source:
 
 * DC-Bench (github.com/justincui03/dc_benchmark) ``evaluator/evaluator_utils.py``,
-  ``Evaluator.custom_aug``: de-normalise, clamp to [0, 1], x 255, ``.to(torch.uint8)``, one
+  ``SideTrainer.custom_aug``: de-normalise, clamp to [0, 1], x 255, ``.to(torch.uint8)``, one
   torchvision call on the whole batch (``AutoAugment`` with the ``IMAGENET`` policy for
   tinyimagenet and ``CIFAR10`` otherwise; ``RandAugment(num_ops=1)``; ``imagenet_aug`` =
   ``RandomCrop(size, padding=4)``, ``RandomHorizontalFlip()``, ``ColorJitter(0.4, 0.4, 0.4, 0.2)``),
@@ -17,7 +17,7 @@ Neither peer installs from a package index, so these tests are hand-derived from
   in ``ddlib/engine/augment/policies.py``).
 * DC (github.com/VICO-UoE/DatasetCondensation) ``utils.py::augment`` with its inner ``cropfun``,
   ``scalefun``, ``rotatefun`` and ``noisefun`` (DC-Bench's copy: ``evaluator/evaluator_utils.py``
-  ``Evaluator.augment``), and ``get_daparam`` for the defaults. The outcome sets below enumerate what
+  ``SideTrainer.augment``), and ``get_daparam`` for the defaults. The outcome sets below enumerate what
   that code can produce for each of its draws (crop offsets, scaled sizes, integer angles), built
   with torch/scipy kernels, not with ddlib's code, so an implementation copied into both places
   cannot pass by construction.
@@ -124,7 +124,7 @@ def test_describe_spells_out_every_param():
 
 
 # --------------------------------------------------------------------------- draw: batch (DC-Bench's per-batch draws)
-# Derived from DC-Bench evaluator/evaluator_utils.py Evaluator.custom_aug: data_transforms(normalized_d.to(torch.uint8))
+# Derived from DC-Bench evaluator/evaluator_utils.py SideTrainer.custom_aug: data_transforms(normalized_d.to(torch.uint8))
 # is one call on the N x C x H x W batch, so torchvision draws once and every image gets the same transform.
 
 
@@ -167,7 +167,7 @@ def test_draw_is_validated():
 
 
 # --------------------------------------------------------------------------- autoaugment policy
-# Derived from DC-Bench Evaluator.custom_aug: AutoAugmentPolicy.IMAGENET for tinyimagenet (64 x 64),
+# Derived from DC-Bench SideTrainer.custom_aug: AutoAugmentPolicy.IMAGENET for tinyimagenet (64 x 64),
 # AutoAugmentPolicy.CIFAR10 for every other dataset (32 x 32 and the 28 x 28 MNIST family).
 
 
@@ -285,7 +285,7 @@ def test_jitter_draws_a_random_order_and_factors_in_range():
 
 
 # --------------------------------------------------------------------------- imagenet_aug geometry
-# Derived from DC-Bench Evaluator.custom_aug's 'imagenet_aug': RandomCrop(size, padding=4) (zero fill),
+# Derived from DC-Bench SideTrainer.custom_aug's 'imagenet_aug': RandomCrop(size, padding=4) (zero fill),
 # RandomHorizontalFlip(), ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.2).
 
 
@@ -356,7 +356,7 @@ def test_saturation_and_hue_are_no_ops_on_grayscale():
 
 
 # --------------------------------------------------------------------------- uint8 quantisation
-# Derived from DC-Bench Evaluator.custom_aug: clamp to [0, 1], * 255, .to(torch.uint8) (truncation;
+# Derived from DC-Bench SideTrainer.custom_aug: clamp to [0, 1], * 255, .to(torch.uint8) (truncation;
 # ddlib rounds to nearest, a named deviation), then / 255.
 
 
@@ -372,7 +372,7 @@ def test_quantisation_rounds_clamps_and_keeps_real_images():
 
 
 # --------------------------------------------------------------------------- dc_augment (DC's utils.augment)
-# Derived from DC utils.py::augment (VICO-UoE/DatasetCondensation; DC-Bench's copy Evaluator.augment):
+# Derived from DC utils.py::augment (VICO-UoE/DatasetCondensation; DC-Bench's copy SideTrainer.augment):
 # cropfun pads by crop with the batch's per-channel mean and cuts at np.random.permutation(2 * crop)[0]
 # per axis; scalefun resizes to int((1 + U(-scale, scale)) * size) per axis (F.interpolate, nearest)
 # and centre-crops or zero-pads; rotatefun is scipy.ndimage.rotate by np.random.randint(-rotate,

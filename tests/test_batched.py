@@ -32,7 +32,7 @@ from ddlib.data.datasets import load_dataset
 from ddlib.engine.augment import create_augment
 from ddlib.engine.labels import TeacherRelabel
 from ddlib.engine.stacked import StackedModels
-from ddlib.engine.train import Recipe, choose_mode, train_and_evaluate
+from ddlib.engine.train import Recipe, choose_mode, train_and_test
 from ddlib.methods.select import random_subset
 from ddlib.models import create_model
 
@@ -50,7 +50,7 @@ def digits():
 
 def _train(ds, subset, seeds, batched, model="convnet", **kw):
     recipe = kw.pop("recipe", Recipe(precision="fp32", epochs=1, batch_size=16))
-    return train_and_evaluate(model, subset.images, kw.pop("targets", subset.labels), ds.test_images, ds.test_labels,
+    return train_and_test(model, subset.images, kw.pop("targets", subset.labels), ds.test_images, ds.test_labels,
                               num_classes=10, mean=ds.mean, std=ds.std, recipe=recipe, seeds=seeds, device="cpu",
                               batched=batched, keep_models=True, **kw)
 
@@ -256,9 +256,9 @@ def test_batched_on_cuda_equals_sequential(digits):
     subset = random_subset(digits, 5, seed=0)
     kw = dict(num_classes=10, mean=digits.mean, std=digits.std, recipe=Recipe(precision="fp32", epochs=2, batch_size=16),
               seeds=[0, 1, 2], device="cuda", keep_models=True)
-    seq = train_and_evaluate("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels,
+    seq = train_and_test("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels,
                              batched=False, **kw)
-    auto = train_and_evaluate("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels, **kw)
+    auto = train_and_test("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels, **kw)
     assert [r.mode for r in auto] == ["batched"] * 3
     for s, b in zip(seq, auto):
         assert _max_state_diff(s.model, b.model) < 1e-4
@@ -271,12 +271,12 @@ def test_models_with_dropout_train_sequentially(digits, monkeypatch):
     images = torch.nn.functional.interpolate(subset.images.float(), size=(32, 32))  # the ViT wants 32x32
     test = torch.nn.functional.interpolate(digits.test_images[:20].float(), size=(32, 32))
     with pytest.raises(ValueError, match="random layers"):
-        train_and_evaluate("vit", images, subset.labels, test, digits.test_labels[:20], batched=True, **kw)
+        train_and_test("vit", images, subset.labels, test, digits.test_labels[:20], batched=True, **kw)
     from ddlib.engine import train as train_mod
     from ddlib.engine.stacked import stochastic_layers
 
     monkeypatch.setattr(train_mod, "choose_mode", lambda *a, **k: "batched")  # as the rule picks on CUDA
-    results = train_and_evaluate("vit", images, subset.labels, test, digits.test_labels[:20], **kw)
+    results = train_and_test("vit", images, subset.labels, test, digits.test_labels[:20], **kw)
     assert [r.mode for r in results] == ["sequential", "sequential"]
     assert stochastic_layers(create_model("vit", 1, 10, (32, 32)))
     assert not stochastic_layers(create_model("convnet_bn", 1, 10, (32, 32)))

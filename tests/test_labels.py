@@ -11,7 +11,7 @@ from ddlib.engine.labels import TeacherRelabel, create_loss, kl_loss, mse_ce_los
 from ddlib.protocols import teachers
 from ddlib.protocols.teachers import CheckpointError, get_teachers, load_teacher
 from ddlib.models import create_model
-from ddlib.engine.train import Recipe, train_and_evaluate
+from ddlib.engine.train import Recipe, train_and_test
 
 TINY = Recipe(epochs=1, batch_size=256)
 
@@ -225,7 +225,7 @@ def test_teacher_relabel_inside_the_training_loop_never_updates_teachers(small_d
     def constant_augment(x, y, gen):  # the teacher must see the augmented batch, not the clean one
         return torch.full_like(x, 0.25), y
 
-    results = train_and_evaluate("convnet", ds.train_images, ds.train_labels, ds.test_images, ds.test_labels,
+    results = train_and_test("convnet", ds.train_images, ds.train_labels, ds.test_images, ds.test_labels,
                                  num_classes=ds.num_classes, mean=ds.mean, std=ds.std, recipe=Recipe(epochs=2, batch_size=32),
                                  seeds=[0], augment=constant_augment, loss=relabel, device="cpu")
     assert math.isfinite(results[0].test_accuracy) and all(math.isfinite(v) for v in results[0].epoch_losses)
@@ -257,7 +257,7 @@ def test_get_teachers_trains_once_and_reuses_the_mlflow_artifact(small_digits, m
     def no_training(*args, **kwargs):
         raise AssertionError("teachers were trained a second time")
 
-    monkeypatch.setattr(teachers, "train_and_evaluate", no_training)
+    monkeypatch.setattr(teachers, "train_and_test", no_training)
     second = get_teachers(digits, "convnet", 2, TINY, device="cpu")
     for a, b in zip(first, second):
         sa, sb = a.state_dict(), b.state_dict()
@@ -353,7 +353,7 @@ def test_stored_soft_labels_train_with_kl(small_digits):
     distilled = DistilledSet(ds.pixels(), ds.train_labels, ds.num_classes, soft_labels=logits)
     hook, _ = create_loss({"name": "kl", "temperature": 4.0})
     targets = stored_targets(distilled, temperature=4.0)
-    result = train_and_evaluate("convnet", distilled.images, targets, ds.test_images, ds.test_labels,
+    result = train_and_test("convnet", distilled.images, targets, ds.test_images, ds.test_labels,
                                 num_classes=ds.num_classes, mean=ds.mean, std=ds.std, recipe=Recipe(epochs=2, batch_size=50),
                                 seeds=[0], loss=hook, device="cpu")[0]
     assert math.isfinite(result.epoch_losses[-1]) and 0.0 <= result.test_accuracy <= 1.0

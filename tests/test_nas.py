@@ -407,13 +407,13 @@ def test_rank_correlation_constant_and_bad_inputs():
 
 def test_smoke_training_two_architectures_on_digits():
     from ddlib.data.datasets import load_dataset
-    from ddlib.engine.train import Recipe, train_and_evaluate
+    from ddlib.engine.train import Recipe, train_and_test
 
     ds = load_dataset("digits")
     recipe = Recipe(epochs=2, batch_size=128)
     accuracies = []
     for arch in (EXAMPLE, "|nor_conv_1x1~0|+|skip_connect~0|avg_pool_3x3~1|+|none~0|nor_conv_3x3~1|skip_connect~2|"):
-        (result,) = train_and_evaluate("nasbench201", ds.train_images, ds.train_labels, ds.test_images,
+        (result,) = train_and_test("nasbench201", ds.train_images, ds.train_labels, ds.test_images,
                                        ds.test_labels, num_classes=10, mean=ds.mean, std=ds.std, recipe=recipe,
                                        seeds=[0], device="cpu", model_kwargs={"arch": arch, "C": 8, "N": 1})
         assert len(result.epoch_losses) == 2 and all(math.isfinite(v) for v in result.epoch_losses)

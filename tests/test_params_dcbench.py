@@ -30,7 +30,7 @@ import pytest
 from ddlib.engine.augment import create_augment
 from ddlib.engine.train import Recipe, epochs_trained
 from ddlib.protocols import nas, transfer
-from ddlib.protocols.dcbench import augment_label, condition_recipe
+from ddlib.protocols.dcbench import augment_label, setting_recipe
 from ddlib.runner import expand, load_grid
 
 PARAMS = Path(__file__).resolve().parents[1] / "params"
@@ -87,7 +87,7 @@ def test_augmentation_grid(tmp_path):
         for spec in cell["augmentations"]:
             label = augment_label(spec)
             epochs = 300 if label == "none" else 1000
-            _dcbench_recipe(condition_recipe(cell, None if label == "none" else spec), epochs, label)
+            _dcbench_recipe(setting_recipe(cell, None if label == "none" else spec), epochs, label)
             if label == "dsa":
                 assert _hook_name(spec) == DSA
             elif label in POLICIES:
@@ -104,11 +104,11 @@ def test_compression_and_transfer_grids_train_everything_with_dsa(name, tmp_path
     assert ipcs["dc"] <= DC_IPCS
     for cell in cells:
         assert cell["model"] == "convnet" and _hook_name(cell["augment"]) == DSA
-        recipe = condition_recipe(cell, cell["augment"])
+        recipe = setting_recipe(cell, cell["augment"])
         _dcbench_recipe(recipe, 1000, name)
         if name == "compression":
             assert cell["full_data"] is True
-            _dcbench_recipe(condition_recipe(cell, cell["augment"], full=True), 1000, "full data")
+            _dcbench_recipe(setting_recipe(cell, cell["augment"], full=True), 1000, "full data")
         else:
             assert set(transfer.DCBENCH_TRANSFER_MODELS) <= set(cell["models"]) and "convnet" in cell["models"]
             for model in cell["models"]:
@@ -124,10 +124,10 @@ def test_nas_grid(tmp_path):
         assert (cell["num_archs"], cell["sampling"], cell["val_fraction"], cell["C"], cell["N"]) == \
             (100, "uniform", 0.2, 16, 1)
         assert cell["augment"] is None
-        proxy = condition_recipe(cell, None, full=False, base=nas.PROXY_RECIPE)
+        proxy = setting_recipe(cell, None, full=False, base=nas.PROXY_RECIPE)
         assert proxy == dataclasses.replace(nas.PROXY_RECIPE, precision="fp32")
         assert (proxy.epochs, proxy.lr, proxy.lr_min, proxy.scheduler, proxy.batch_size, proxy.grad_clip) == \
             (50, 0.025, 0.001, "cosine", 64, 5.0)
-        full = condition_recipe(cell, None, full=True, base=nas.PROXY_RECIPE)
+        full = setting_recipe(cell, None, full=True, base=nas.PROXY_RECIPE)
         assert full.epochs == 10 and full.precision == "fp32"
     assert nas.CELL_AFFINE is False  # DC-Bench's search cells

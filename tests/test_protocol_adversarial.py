@@ -412,12 +412,12 @@ def _beard_checkpoint(path, seed: int) -> float:
     """A ConvNet trained briefly on a random 10-per-class digits subset and saved as BEARD saves its
     model pool (``torch.save(model.state_dict(), path)``); returns the trainer's test accuracy."""
     from ddlib.data.datasets import load_dataset
-    from ddlib.engine.train import Recipe, train_and_evaluate
+    from ddlib.engine.train import Recipe, train_and_test
     from ddlib.methods.select import random_subset
 
     ds = load_dataset("digits")
     subset = random_subset(ds, 10, seed=seed)
-    (result,) = train_and_evaluate("convnet", subset.images, subset.labels, ds.test_images, ds.test_labels,
+    (result,) = train_and_test("convnet", subset.images, subset.labels, ds.test_images, ds.test_labels,
                                    num_classes=ds.num_classes, mean=ds.mean, std=ds.std,
                                    recipe=Recipe(epochs=30, batch_size=64, precision="fp32"), seeds=[seed], device="cpu",
                                    keep_models=True)

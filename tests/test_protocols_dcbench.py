@@ -11,8 +11,8 @@ from ddlib import tracking
 from ddlib import report
 from ddlib.data.datasets import Dataset
 from ddlib.protocols import augmentation, compression, nas, transfer
-from ddlib.protocols.cell import Evaluation
-from ddlib.protocols.dcbench import best_by_mean, condition_recipe
+from ddlib.protocols.cell import TrainedModel
+from ddlib.protocols.dcbench import best_by_mean, setting_recipe
 
 TINY = {"dataset": "digits", "seeds": [0], "device": "cpu", "recipe": {"epochs": 2, "batch_size": 64}, "aug_epochs": 2}
 ARCHS = [
@@ -52,11 +52,11 @@ def test_bad_parameters_are_refused_naming_the_key(module, bad, message):
 
 def test_recipe_epochs_follow_dcbench():
     p = augmentation.validate({"real_recipe": {"epochs": 7}})
-    assert condition_recipe(p, None).epochs == 300  # DC-Bench without augmentation
-    assert condition_recipe(p, "dsa").epochs == 1000  # and with
-    assert condition_recipe(p, "dsa", full=True).epochs == 7  # the full data's overrides win
+    assert setting_recipe(p, None).epochs == 300  # DC-Bench without augmentation
+    assert setting_recipe(p, "dsa").epochs == 1000  # and with
+    assert setting_recipe(p, "dsa", full=True).epochs == 7  # the full data's overrides win
     full = augmentation.validate({"method": "full", "real_recipe": {"epochs": 7}})
-    assert condition_recipe(full, None).epochs == 7  # method full trains with real_recipe
+    assert setting_recipe(full, None).epochs == 7  # method full trains with real_recipe
 
 
 # DC's evaluation loop (VICO-UoE/DatasetCondensation utils.py evaluate_synset; DC-Bench's
@@ -71,7 +71,7 @@ def test_dcbench_protocols_train_with_dcs_schedule_by_default(module):
     p = module.validate({})
     assert module.REVISION >= 4
     for augment, epochs, high in ((None, 301, 152), ("dsa", 1001, 502)):
-        recipe = condition_recipe(p, augment)
+        recipe = setting_recipe(p, augment)
         assert recipe.scheduler == "dc_step" and epochs_trained(recipe) == epochs
         optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=recipe.lr, momentum=0.9)
         scheduler, lrs = _scheduler(recipe, optimizer), []
@@ -79,9 +79,9 @@ def test_dcbench_protocols_train_with_dcs_schedule_by_default(module):
             lrs.append(optimizer.param_groups[0]["lr"])
             scheduler.step()
         assert lrs == pytest.approx([0.01] * high + [0.001] * (epochs - high))
-    assert condition_recipe(module.validate({"recipe": {"scheduler": "step"}}), None).scheduler == "step"  # the old one, named
+    assert setting_recipe(module.validate({"recipe": {"scheduler": "step"}}), None).scheduler == "step"  # the old one, named
     # the NAS proxy is DC-Bench's darts-pt recipe (cosine), not evaluate_synset's
-    assert condition_recipe(nas.validate({"dataset": "cifar10", "ground_truth": "x.csv"}), None,
+    assert setting_recipe(nas.validate({"dataset": "cifar10", "ground_truth": "x.csv"}), None,
                             base=nas.PROXY_RECIPE).scheduler == "cosine"
 
 
@@ -109,30 +109,30 @@ def test_compression_and_transfer_train_with_dsa_for_1000_epochs_by_default(modu
     """DC-Bench's Tables 2, 5 and 6 train every set, and the whole training set, with DSA."""
     p = module.validate({})
     assert p["augment"] == "dsa"
-    assert condition_recipe(p, p["augment"]).epochs == 1000
-    assert condition_recipe(p, p["augment"], full=True).epochs == 1000  # the full-data line too
-    assert condition_recipe(module.validate({"augment": None}), None).epochs == 300
+    assert setting_recipe(p, p["augment"]).epochs == 1000
+    assert setting_recipe(p, p["augment"], full=True).epochs == 1000  # the full-data line too
+    assert setting_recipe(module.validate({"augment": None}), None).epochs == 300
 
 
 def test_nas_defaults_are_dcbench_proxy_recipe_on_ipc_50():
     p = nas.validate({"dataset": "cifar10", "ground_truth": "x.csv"})
     assert p["ipc"] == 50 and p["sampling"] == "uniform" and p["val_fraction"] == 0.2
-    proxy = condition_recipe(p, None, base=nas.PROXY_RECIPE)
+    proxy = setting_recipe(p, None, base=nas.PROXY_RECIPE)
     assert (proxy.epochs, proxy.batch_size, proxy.lr, proxy.lr_min, proxy.scheduler) == (50, 64, 0.025, 0.001, "cosine")
     assert (proxy.momentum, proxy.weight_decay, proxy.grad_clip) == (0.9, 3e-4, 5.0)
-    assert condition_recipe(p, None, full=True, base=nas.PROXY_RECIPE).epochs == 10  # full data: 10 epochs
-    assert condition_recipe(nas.validate({**p, "recipe": {"epochs": 3}}), None, base=nas.PROXY_RECIPE).lr == 0.025
+    assert setting_recipe(p, None, full=True, base=nas.PROXY_RECIPE).epochs == 10  # full data: 10 epochs
+    assert setting_recipe(nas.validate({**p, "recipe": {"epochs": 3}}), None, base=nas.PROXY_RECIPE).lr == 0.025
 
 
 def _fake_training(accuracies: dict, calls: list | None = None):
-    """A stand-in for train_conditions: ``accuracies[label][s]`` is seed s's accuracy (a fraction; a
+    """A stand-in for train_settings: ``accuracies[label][s]`` is seed s's accuracy (a fraction; a
     one-element list serves every seed)."""
     def train(cell, subset, conditions, role="syn", keep_models=False, eval_split="test"):
         if calls is not None:
             calls.append({"role": role, "eval_split": eval_split, "labels": [c.label for c in conditions],
                           "conditions": conditions})
         values = {c.label: accuracies[c.label] for c in conditions}
-        return {label: [Evaluation(role, seed, v[min(seed, len(v) - 1)], 0.0, 0.0, "fake", True)
+        return {label: [TrainedModel(role, seed, v[min(seed, len(v) - 1)], 0.0, 0.0, "fake", True)
                         for seed in cell.params["seeds"]] for label, v in values.items()}
     return train
 
@@ -142,7 +142,7 @@ def test_best_augmentation_is_the_highest_mean_not_the_mean_of_per_seed_maxima(m
     the best is flip with its own mean and std (0.70 ± 0.10), not (0.80 + 0.80) / 2 = 0.80."""
     assert best_by_mean({"dsa": [0.8, 0.5], "flip": [0.6, 0.8]}) == "flip"
     assert best_by_mean({"a": [0.5], "b": [0.5]}) == "a"  # ties: the first listed
-    monkeypatch.setattr(augmentation, "train_conditions",
+    monkeypatch.setattr(augmentation, "train_settings",
                         _fake_training({"none": [0.4, 0.4], "dsa": [0.8, 0.5], "flip": [0.6, 0.8]}))
     cell = augmentation.open_cell(**{**TINY, "seeds": [0, 1]}, method="random", ipc=1,
                                   augmentations=["none", "dsa", {"flip": {"p": 1.0}}])
@@ -161,7 +161,7 @@ def test_best_augmentation_is_the_highest_mean_not_the_mean_of_per_seed_maxima(m
 
 def test_leaderboard_picks_the_best_from_seeds_pooled_over_runs(mlflow_store, monkeypatch):
     """Two runs of one configuration, one seed each: the leaderboard pools them before choosing."""
-    monkeypatch.setattr(augmentation, "train_conditions",
+    monkeypatch.setattr(augmentation, "train_settings",
                         _fake_training({"none": [0.4, 0.4], "dsa": [0.8, 0.5], "flip": [0.6, 0.8]}))
     for seed in (0, 1):  # alone, seed 0's best is dsa and seed 1's is flip
         cell = augmentation.open_cell(**{**TINY, "seeds": [seed]}, method="random", ipc=1,
@@ -178,7 +178,7 @@ def test_transfer_reports_dcbench_four_architecture_average_beside_the_mean_over
     ViT 26.21 -> "Transfer" 24.16; the mean over every architecture but ConvNet includes AlexNet."""
     published = {"convnet": [0.2640], "mlp": [0.2508], "resnet18": [0.2952], "resnet152": [0.1584], "vit": [0.2621],
                  "alexnet": [0.2000]}
-    monkeypatch.setattr(transfer, "train_conditions", _fake_training(published))
+    monkeypatch.setattr(transfer, "train_settings", _fake_training(published))
     monkeypatch.setattr(transfer, "create_model", lambda *a, **k: None)  # no need to build ResNet-152 here
     cell = transfer.open_cell(**TINY, method="random", ipc=1, models=list(published))
     result = transfer.evaluate(cell, transfer.obtain(cell))
@@ -194,7 +194,7 @@ def test_transfer_reports_dcbench_four_architecture_average_beside_the_mean_over
 
 
 def test_transfer_average_is_absent_without_dcbench_four_architectures(mlflow_store, monkeypatch):
-    monkeypatch.setattr(transfer, "train_conditions", _fake_training({"convnet": [0.5], "mlp": [0.3]}))
+    monkeypatch.setattr(transfer, "train_settings", _fake_training({"convnet": [0.5], "mlp": [0.3]}))
     cell = transfer.open_cell(**TINY, method="random", ipc=1, models=["convnet", "mlp"])
     result = transfer.evaluate(cell, transfer.obtain(cell))
     cell.close()
@@ -334,7 +334,7 @@ def _nas_table(tmp_path):
 
 def test_nas_correlates_the_seed_averaged_proxy_on_the_validation_split(mlflow_store, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(nas, "train_conditions", _fake_training(NAS_PROXY, calls))
+    monkeypatch.setattr(nas, "train_settings", _fake_training(NAS_PROXY, calls))
     cell = nas.open_cell(**{**TINY, "seeds": [0, 1]}, method="random", ipc=2, ground_truth=str(_nas_table(tmp_path)),
                          gt_column="CIFAR10TestAccuracy200Epochs", num_archs=4, C=4)
     archs = pd.DataFrame({"arch": ARCHS, "accuracy": NAS_GT})
@@ -361,7 +361,7 @@ def test_nas_proxies_are_dcbench_search_networks_with_non_affine_cell_batch_norm
     from ddlib.models import create_model
 
     calls = []
-    monkeypatch.setattr(nas, "train_conditions", _fake_training(NAS_PROXY, calls))
+    monkeypatch.setattr(nas, "train_settings", _fake_training(NAS_PROXY, calls))
     cell = nas.open_cell(**TINY, method="random", ipc=2, ground_truth=str(_nas_table(tmp_path)),
                          gt_column="CIFAR10TestAccuracy200Epochs", num_archs=4, C=4)
     nas.evaluate(cell, nas.obtain(cell), pd.DataFrame({"arch": ARCHS, "accuracy": NAS_GT}))
@@ -376,7 +376,7 @@ def test_nas_proxies_are_dcbench_search_networks_with_non_affine_cell_batch_norm
 
 
 def test_nas_leaderboard_pools_seeds_over_runs_before_correlating(mlflow_store, tmp_path, monkeypatch):
-    monkeypatch.setattr(nas, "train_conditions", _fake_training(NAS_PROXY))
+    monkeypatch.setattr(nas, "train_settings", _fake_training(NAS_PROXY))
     archs = pd.DataFrame({"arch": ARCHS, "accuracy": NAS_GT})
     alone = {}
     for seed in (0, 1):
@@ -413,7 +413,7 @@ def test_nas_trains_on_the_training_split_and_scores_on_the_validation_split(mlf
 def test_recipe_cosine_floor_and_gradient_clipping():
     """The two recipe keys DC-Bench's NAS proxy needs: the cosine schedule ends at ``lr_min`` and
     ``grad_clip`` bounds the gradient norm; recipes without them keep their earlier reuse keys."""
-    from ddlib.engine.train import Recipe, _scheduler, train_and_evaluate
+    from ddlib.engine.train import Recipe, _scheduler, train_and_test
 
     recipe = Recipe(epochs=50, lr=0.025, scheduler="cosine", lr_min=0.001, grad_clip=5.0)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=recipe.lr)
@@ -434,7 +434,7 @@ def test_recipe_cosine_floor_and_gradient_clipping():
 
     def moved(clip):
         torch.manual_seed(0)
-        (r,) = train_and_evaluate("mlp", images, labels, images, labels, num_classes=10, mean=ds.mean, std=ds.std,
+        (r,) = train_and_test("mlp", images, labels, images, labels, num_classes=10, mean=ds.mean, std=ds.std,
                                   recipe=Recipe(epochs=1, batch_size=64, lr=1.0, momentum=0.0, weight_decay=0.0,
                                                 scheduler="none", grad_clip=clip), seeds=[0], device="cpu",
                                   keep_models=True)

@@ -179,13 +179,13 @@ def test_the_random_method_is_never_its_own_baseline(mlflow_store):
     (drawn from the methods' own stream, seed 0's baseline was that very set: IOR 0 by construction),
     and not any method draw at the evaluation seed either."""
     from ddlib.methods.select import random_subset
-    from ddlib.protocols.preset_eval import Evaluator
+    from ddlib.protocols.preset_eval import SideTrainer
 
     params = {**TINY, "method": "random", "source": None, "seeds": [0, 1, 2, 3, 4], "lr_policy": "fixed"}
     cell = label_robust.open_cell(**params)
     distilled = label_robust.obtain(cell)
-    baselines = Evaluator(cell).random_subsets(distilled.ipc, params["seeds"])
-    again = Evaluator(label_robust.open_cell(**params)).random_subsets(distilled.ipc, params["seeds"])
+    baselines = SideTrainer(cell).random_subsets(distilled.ipc, params["seeds"])
+    again = SideTrainer(label_robust.open_cell(**params)).random_subsets(distilled.ipc, params["seeds"])
     cell.close()
     method = set(distilled.provenance["indices"])
     for seed, subset in baselines.items():
@@ -201,7 +201,7 @@ def test_the_presets_teacher_recipe_applies_and_the_grid_overrides_it(mlflow_sto
     names wins over it; the teacher run (its key holds the recipe) and the cell's tag say so."""
     import yaml
 
-    from ddlib.protocols.preset_eval import Evaluator, resolve_preset
+    from ddlib.protocols.preset_eval import SideTrainer, resolve_preset
 
     data = yaml.safe_load((ROOT / "params/methods/datm.yaml").read_text())
     data["labels"]["teacher"]["recipe"] = {"epochs": 5, "lr": 0.05, "batch_size": 64}
@@ -210,7 +210,7 @@ def test_the_presets_teacher_recipe_applies_and_the_grid_overrides_it(mlflow_sto
     preset = resolve_preset(str(path))
     cell = label_robust.open_cell(**{**TINY, "teacher_recipe": {"epochs": 1}}, seeds=[0], preset=str(path))
     cell.progress = False
-    Evaluator(cell)._teacher_hook(preset)
+    SideTrainer(cell)._teacher_hook(preset)
     cell.close()
     (teacher,) = tracking.runs("teachers").to_dict("records")
     assert (teacher["params.recipe.epochs"], teacher["params.recipe.lr"], teacher["params.recipe.batch_size"]) == (

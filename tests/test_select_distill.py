@@ -4,7 +4,7 @@ import torch
 from ddlib.data.datasets import load_dataset
 from ddlib.methods.dm import distribution_matching
 from ddlib.data.datasets import Dataset
-from ddlib.engine.train import Recipe, train_and_evaluate
+from ddlib.engine.train import Recipe, train_and_test
 from ddlib.methods.select import (farthest_point_indices, feature_model_name, kcenter_greedy_subset, kcenter_subset,
                                   kmeans_nearest_indices, random_subset)
 from ddlib.methods.sources import obtain_set, resolve_source
@@ -122,7 +122,7 @@ def test_kcenter_is_not_worse_than_random_on_digits_ipc10(digits):
     recipe = Recipe(epochs=200, batch_size=256, lr=0.01, momentum=0.9, weight_decay=0.0005, scheduler="step")
 
     def accuracy(subset):
-        results = train_and_evaluate("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels,
+        results = train_and_test("convnet", subset.images, subset.labels, digits.test_images, digits.test_labels,
                                      num_classes=10, mean=digits.mean, std=digits.std, recipe=recipe, seeds=[0, 1],
                                      device="cpu")
         return 100 * sum(r.test_accuracy for r in results) / len(results)

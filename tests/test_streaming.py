@@ -18,7 +18,7 @@ from PIL import Image
 from ddlib.data.datasets import load_dataset
 from ddlib.data.digest import tensor_digest
 from ddlib.data.streaming import FileImages, stream_imagefolder
-from ddlib.engine.train import Recipe, train_and_evaluate
+from ddlib.engine.train import Recipe, train_and_test
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,9 +61,9 @@ def test_stream_reads_the_same_pixels_and_trains_to_the_same_accuracy(tmp_path, 
                                                                           eager.train_images[3:5])
     recipe = Recipe(epochs=3, batch_size=16, eval_batch_size=8)
     common = dict(num_classes=3, recipe=recipe, seeds=[0], device="cpu")
-    a = train_and_evaluate("mlp", eager.train_images, eager.train_labels, eager.test_images, eager.test_labels,
+    a = train_and_test("mlp", eager.train_images, eager.train_labels, eager.test_images, eager.test_labels,
                            mean=eager.mean, std=eager.std, **common)
-    b = train_and_evaluate("mlp", lazy.train_images, lazy.train_labels, lazy.test_images, lazy.test_labels,
+    b = train_and_test("mlp", lazy.train_images, lazy.train_labels, lazy.test_images, lazy.test_labels,
                            mean=lazy.mean, std=lazy.std, **common)
     assert a[0].test_accuracy == b[0].test_accuracy and a[0].epoch_losses == b[0].epoch_losses
     # reuse keys: the files' identity, stable, and changed when a file changes
@@ -121,14 +121,14 @@ PROBE = textwrap.dedent("""
     import torch
     from ddlib.data.datasets import load_dataset
     from ddlib.data.digest import tensor_digest
-    from ddlib.engine.train import Recipe, train_and_evaluate
+    from ddlib.engine.train import Recipe, train_and_test
 
     torch.set_num_threads(1)
     recipe = Recipe(epochs=1, batch_size=32, eval_batch_size=32)
     kw = dict(num_classes=10, mean=(0.5,) * 3, std=(0.25,) * 3, recipe=recipe, seeds=[0], device="cpu",
               model_kwargs={"width": 8})
     x = torch.randint(0, 256, (64, 3, 128, 128), dtype=torch.uint8)  # warm-up: the same shapes, batch for batch
-    train_and_evaluate("mlp", x, torch.arange(64) % 10, x, torch.arange(64) % 10, **kw)
+    train_and_test("mlp", x, torch.arange(64) % 10, x, torch.arange(64) % 10, **kw)
     from ddlib.data.streaming import stream_imagefolder  # and the decoders and their threads, on a few files
     stream_imagefolder(sys.argv[2], mean=(0.5,) * 3, std=(0.25,) * 3).train_images[torch.arange(64)]
     def high_water_kb():  # this process's own peak RSS: ru_maxrss would carry the parent's across exec
@@ -136,7 +136,7 @@ PROBE = textwrap.dedent("""
             return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
     base = high_water_kb()
     ds = load_dataset(sys.argv[1])
-    (result,) = train_and_evaluate("mlp", ds.train_images, ds.train_labels, ds.test_images, ds.test_labels, **kw)
+    (result,) = train_and_test("mlp", ds.train_images, ds.train_labels, ds.test_images, ds.test_labels, **kw)
     tensor_digest(ds.train_images, ds.train_labels)
     peak = high_water_kb()
     print(json.dumps({"growth_mb": (peak - base) / 1024, "accuracy": result.test_accuracy}))

@@ -8,7 +8,7 @@ import torch
 from ddlib.data.datasets import load_dataset
 from ddlib.engine.device import resolve_device
 from ddlib.methods.select import random_subset
-from ddlib.engine.train import Normalize, Recipe, evaluate, train_and_evaluate
+from ddlib.engine.train import Normalize, Recipe, model_accuracy, train_and_test
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def digits():
 
 def _train(ds, subset, seeds, **kw):
     recipe = kw.pop("recipe", Recipe(epochs=15, batch_size=32))
-    return train_and_evaluate("convnet", subset.images, kw.pop("targets", subset.labels),
+    return train_and_test("convnet", subset.images, kw.pop("targets", subset.labels),
                               kw.pop("test_images", ds.test_images), ds.test_labels, num_classes=10, mean=ds.mean,
                               std=ds.std, recipe=recipe, seeds=seeds, device="cpu", **kw)
 
@@ -201,7 +201,7 @@ def test_fp32_results_are_those_of_the_loop_before_the_speed_switches(digits, on
                                              "0x1.6efa060000000p+0"])],
     }
     for model, want in expected.items():
-        got = train_and_evaluate(model, subset.images, subset.labels, digits.test_images, digits.test_labels,
+        got = train_and_test(model, subset.images, subset.labels, digits.test_images, digits.test_labels,
                                  num_classes=10, mean=digits.mean, std=digits.std,
                                  recipe=Recipe(epochs=4, batch_size=8, lr=0.05, precision="fp32"), seeds=[0, 1],
                                  device="cpu")
@@ -283,7 +283,7 @@ def test_bf16_runs_the_model_in_bf16_and_learns(digits, one_thread):
     (r,) = _train(digits, subset, [0], recipe=recipe, keep_models=True)
     assert r.precision == "bf16"
     r.model.features[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
-    evaluate(r.model, digits.test_images, digits.test_labels, Normalize(digits.mean, digits.std), precision="bf16")
+    model_accuracy(r.model, digits.test_images, digits.test_labels, Normalize(digits.mean, digits.std), precision="bf16")
     assert seen and all(d == torch.bfloat16 for d in seen)
     assert r.model.features[0].weight.dtype == torch.float32  # master weights stay fp32
     (f,) = _train(digits, subset, [0], recipe=Recipe(epochs=40, batch_size=50, precision="fp32"))

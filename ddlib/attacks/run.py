@@ -14,7 +14,7 @@ from ddlib.attacks.registry import create_attack, parse_attack, targeted_skip_re
 from ddlib.attacks.spaces import attack_space
 from ddlib.attacks.targets import batch_seed, resolve_targets
 from ddlib.engine.device import resolve_device, synchronize
-from ddlib.engine.evaluation import as_pixels
+from ddlib.engine.test_pass import as_pixels
 
 __all__ = ["CleanOutcome", "AttackOutcome", "clean_pass", "run_attack"]
 

@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn as nn
 
-from ddlib.engine.evaluation import Normalize
+from ddlib.engine.test_pass import Normalize
 
 __all__ = ["SPACES", "PixelModel", "attack_space"]
 

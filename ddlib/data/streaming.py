@@ -14,7 +14,7 @@ training loop and the evaluation touch it:
 * its content digest (the reuse keys of :mod:`ddlib.protocols.cell`) hashes the files' relative
   paths, sizes and modification times, not their pixels.
 
-So the full-data reference and teachers (:func:`ddlib.engine.train.train_and_evaluate` on the
+So the full-data reference and teachers (:func:`ddlib.engine.train.train_and_test` on the
 whole training set) hold one batch of pixels at a time: peak memory is bounded by the batch, not
 by the dataset (``tests/test_streaming.py`` measures it). Per-channel mean and std are computed in
 one streaming pass (256-bin histograms per channel, exact) unless given. Every image must have the

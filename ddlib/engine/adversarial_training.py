@@ -1,4 +1,4 @@
-"""Adversarial-training objectives for the one training loop (``train_and_evaluate(objective=...)``).
+"""Adversarial-training objectives for the one training loop (``train_and_test(objective=...)``).
 
 ``create_objective(spec, mean=..., std=..., num_classes=...)`` turns a params entry into
 ``(objective, name)``: ``None`` / ``"standard"`` is plain training (no objective), otherwise a

@@ -4,7 +4,7 @@ Most recent distillation methods report accuracies trained on soft labels, eithe
 set (DATM, MTT's learned labels) or produced on the fly by pretrained teachers that relabel every
 augmented batch (SRe2L, RDED, G-VBSM, EDC). DD-Ranking's point is that much of the reported gain
 comes from these labels; this module makes both kinds available to the one training loop
-(:func:`ddlib.engine.train.train_and_evaluate`) through its loss hook ``loss(logits, targets, inputs)``.
+(:func:`ddlib.engine.train.train_and_test`) through its loss hook ``loss(logits, targets, inputs)``.
 
 Target convention (one for every loss here). A loss is built with ``targets_are_logits``:
 

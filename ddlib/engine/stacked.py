@@ -1,6 +1,6 @@
 """S models of one architecture run as one: a vectorised forward over stacked parameters.
 
-The training loop's batched mode (:func:`ddlib.engine.train.train_and_evaluate` with several seeds
+The training loop's batched mode (:func:`ddlib.engine.train.train_and_test` with several seeds
 or learning rates) trains many small models at once: with ``torch.func.functional_call`` and
 ``torch.func.vmap`` one forward/backward pass runs all of them, each on its own batch (torch
 turns the vmapped convolutions into grouped convolutions). On a GPU a 3-layer ConvNet on 10 images

@@ -27,9 +27,9 @@ that fit on a GPU.
 Determinism: a seed fixes the model initialisation (``torch.manual_seed``), the shuffling
 and the augmentation draws (private generators). On the CPU the same config, seed and mode give
 Where things live: the recipe, its optimizer and its schedules in :mod:`ddlib.engine.recipe`; the
-test pass in :mod:`ddlib.engine.evaluation`; precision in :mod:`ddlib.engine.device`. Here, the loop:
+test pass in :mod:`ddlib.engine.test_pass`; precision in :mod:`ddlib.engine.device`. Here, the loop:
 :func:`_step` (one optimisation step, both modes), :func:`_train` (the epochs) and
-:func:`train_and_evaluate` (validate, choose the mode, train, test).
+:func:`train_and_test` (validate, choose the mode, train, test).
 
 the same accuracy bit for bit; on CUDA, cuDNN may differ in the last digits. The batched mode
 adds the arithmetic of grouped convolutions: a seed gives the same model as in the sequential
@@ -48,20 +48,20 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ddlib.engine.device import autocast, compile_cache_dir, generator, resolve_device, run_precision, synchronize
-from ddlib.engine.evaluation import Normalize, PreparedTestSet, as_pixels, evaluate, evaluate_confusion, standard_layout
+from ddlib.engine.test_pass import Normalize, PreparedTestSet, as_pixels, model_accuracy, model_confusion, standard_layout
 from ddlib.engine.recipe import Recipe, epochs_trained, optimizer_and_scheduler
 from ddlib.engine.stacked import StackedModels, stochastic_layers
 from ddlib.models import create_model
 
 # Internals that lived here before the recipe, precision and test pass had files of their own (tests use them).
 from ddlib.engine.device import resolve_precision  # noqa: F401
-from ddlib.engine.evaluation import _EVAL_BATCH, _largest_fitting  # noqa: F401
+from ddlib.engine.test_pass import _EVAL_BATCH, _largest_fitting  # noqa: F401
 from ddlib.engine.recipe import _scheduler  # noqa: F401
 
-__all__ = ["hook_name", "train_and_evaluate", "SeedResult", "NonFiniteLossError", "choose_mode", "MODES", "lockstep", "AugmentHook",
+__all__ = ["hook_name", "train_and_test", "SeedResult", "NonFiniteLossError", "choose_mode", "MODES", "lockstep", "AugmentHook",
            "LossHook", "Objective", "cross_entropy_loss",
            # re-exported from their own files
-           "Recipe", "epochs_trained", "run_precision", "evaluate", "evaluate_confusion", "Normalize", "as_pixels",
+           "Recipe", "epochs_trained", "run_precision", "model_accuracy", "model_confusion", "Normalize", "as_pixels",
            "standard_layout"]
 
 # augment(x_normalised, targets, generator) -> (x, targets): label-mixing ops (Mixup, CutMix) change
@@ -131,7 +131,7 @@ def choose_mode(requested: str | bool | None, device: torch.device, runs: int, *
 
     * ``sequential`` whenever the batched mode cannot run the job: an ``objective`` (adversarial
       training needs the model itself), ``compile`` / ``channels_last`` (sequential switches),
-      ``grad_clip`` (a per-model gradient norm), or a model with dropout (``train_and_evaluate``
+      ``grad_clip`` (a per-model gradient norm), or a model with dropout (``train_and_test``
       checks: vmap cannot draw it per model);
     * otherwise, automatically: ``batched`` on CUDA for two models or more (a 3-layer ConvNet step
       leaves a GPU mostly idle, so S models in one step cost little more than one), ``sequential``
@@ -139,7 +139,7 @@ def choose_mode(requested: str | bool | None, device: torch.device, runs: int, *
       EPYC: the CPU step is compute-bound already at 10 images and the grouped convolutions of the
       batched mode are no faster there than S dense ones; see bench/README.md).
 
-    ``requested`` (``train_and_evaluate(batched=...)``): ``None``/``"auto"`` applies the rule;
+    ``requested`` (``train_and_test(batched=...)``): ``None``/``"auto"`` applies the rule;
     ``True``/``"batched"`` forces the batched mode where it can run (even for one model: the
     benchmark measures its overhead); ``False``/``"sequential"`` forces sequential."""
     if requested in (False, "sequential"):
@@ -340,7 +340,7 @@ class _Stack:
         return [(model, confusion, seconds) for model, confusion in zip(self.stack.release(), confusions)]
 
 
-def train_and_evaluate(
+def train_and_test(
     model_name: str,
     train_images: torch.Tensor,
     train_targets: torch.Tensor,

@@ -18,7 +18,7 @@ from ddlib.engine.device import generator, resolve_device
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import create_model
 from ddlib.methods.select import kcenter_subset, random_subset
-from ddlib.engine.evaluation import Normalize, as_pixels
+from ddlib.engine.test_pass import Normalize, as_pixels
 
 __all__ = ["distribution_matching"]
 

@@ -26,9 +26,9 @@ import torch
 from ddlib.data.datasets import Dataset
 from ddlib.engine.device import generator, resolve_device
 from ddlib.data.distilled import DistilledSet
-from ddlib.engine.evaluation import Normalize, as_pixels
+from ddlib.engine.test_pass import Normalize, as_pixels
 from ddlib.engine.recipe import Recipe
-from ddlib.engine.train import train_and_evaluate
+from ddlib.engine.train import train_and_test
 
 __all__ = ["random_subset", "baseline_subset", "BASELINE_STREAM", "kcenter_subset", "kcenter_greedy_subset", "subset_from_indices",
            "farthest_point_indices", "kmeans_nearest_indices", "feature_model_name", "KMEANS_MAX_ITER"]
@@ -142,7 +142,7 @@ def _embeddings(dataset: Dataset, seed: int, model: str | None, device, epochs: 
     dev = resolve_device(device)
     model = model or feature_model_name(dataset)
     recipe = Recipe(epochs=epochs, batch_size=256, lr=0.01, scheduler="none", precision="fp32")
-    (trained,) = train_and_evaluate(
+    (trained,) = train_and_test(
         model, dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels,
         num_classes=dataset.num_classes, mean=dataset.mean, std=dataset.std, recipe=recipe, seeds=[seed],
         device=dev, keep_models=True,

@@ -81,10 +81,10 @@ from ddlib.engine.augment import create_augment
 from ddlib.data.datasets import stratified_subset
 from ddlib.data.distilled import DistilledSet
 from ddlib.data.digest import tensor_digest
-from ddlib.engine.evaluation import as_pixels
+from ddlib.engine.test_pass import as_pixels
 from ddlib.engine.recipe import Recipe
 from ddlib.models import list_models
-from ddlib.protocols.cell import Cell, Evaluation, device_name, group_params
+from ddlib.protocols.cell import Cell, TrainedModel, device_name, group_params
 from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, validate_set_params
 from ddlib.protocols.common import obtain as obtain_set
@@ -238,7 +238,7 @@ def expected_accuracy(source: dict, path: str) -> tuple[float | None, str]:
     return (float(match[1]), "its file name") if match else (None, "")
 
 
-def check_expected_accuracy(cell: Cell, models: list[Evaluation], paths: dict[int, str]) -> None:
+def check_expected_accuracy(cell: Cell, models: list[TrainedModel], paths: dict[int, str]) -> None:
     """Fail a cell whose released model misses its expected clean accuracy by more than the
     tolerance (the load check sees only shapes); flag one with no expectation that scores near chance."""
     from ddlib.protocols.teachers import CheckpointError
@@ -360,7 +360,7 @@ def number_sign(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tenso
     return torch.cat(up), labels.repeat(4, *[1] * (labels.dim() - 1))
 
 
-def train_models(cell: Cell, distilled: DistilledSet | None) -> list[Evaluation]:
+def train_models(cell: Cell, distilled: DistilledSet | None) -> list[TrainedModel]:
     """One model per seed trained on the set (or found in the model pool), with its weights; for a
     checkpoint source, the seeds' released models, put into the pool (``distilled`` is None)."""
     p, ds = cell.params, cell.dataset
@@ -405,7 +405,7 @@ def attack_subset(cell: Cell) -> tuple[torch.Tensor, torch.Tensor]:
     return ds.test_images[keep], ds.test_labels[keep]
 
 
-def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[Evaluation] | None = None) -> AdversarialResult:
+def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedModel] | None = None) -> AdversarialResult:
     p, ds = cell.params, cell.dataset
     targeted = p["mode"] == "targeted"
     with cell.guard():

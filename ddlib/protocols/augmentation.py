@@ -27,9 +27,9 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, augment_label, best_by_mean,
-                                     check_augment, check_recipe_params, condition_recipe, mean_std_table,
-                                     train_conditions)
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, augment_label, best_by_mean,
+                                     check_augment, check_recipe_params, setting_recipe, mean_std_table,
+                                     train_settings)
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationResult"]
 
@@ -88,9 +88,9 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
 def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationResult:
     p = cell.params
     specs = [None if a == "none" else a for a in p["augmentations"]]
-    conditions = [Condition(augment_label(s), p["model"], condition_recipe(p, s), s) for s in specs]
+    conditions = [Setting(augment_label(s), p["model"], setting_recipe(p, s), s) for s in specs]
     with cell.guard():
-        evaluations = train_conditions(cell, distilled, conditions)
+        evaluations = train_settings(cell, distilled, conditions)
         rows = accuracy_rows(evaluations, p["seeds"])
         augmented = [c.label for c in conditions if c.label != "none"]
         best = best_by_mean({label: [row[f"acc_{label}"] for row in rows] for label in augmented}) if augmented else None

@@ -31,7 +31,7 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import PRESET_PARAMS, SET_PARAMS, check_weight, obtain, validate_common
-from ddlib.protocols.preset_eval import Evaluator, resolve_preset
+from ddlib.protocols.preset_eval import SideTrainer, resolve_preset
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationRobustResult"]
 
@@ -80,7 +80,7 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
 def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationRobustResult:
     p, seeds = cell.params, cell.params["seeds"]
     with cell.guard():
-        ev = Evaluator(cell)
+        ev = SideTrainer(cell)
         sets = {"syn": ({s: distilled for s in seeds}, "distilled"),
                 "rdm": (ev.random_subsets(distilled.ipc, seeds), "random subset")}
         acc = {}

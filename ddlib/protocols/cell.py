@@ -37,11 +37,11 @@ from ddlib.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, image_grid
 from ddlib.protocols.inputs import input_digests
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
-from ddlib.engine.evaluation import Normalize, evaluate
+from ddlib.engine.test_pass import Normalize, model_accuracy
 from ddlib.engine.recipe import Recipe
-from ddlib.engine.train import AugmentHook, LossHook, Objective, hook_name, train_and_evaluate
+from ddlib.engine.train import AugmentHook, LossHook, Objective, hook_name, train_and_test
 
-__all__ = ["Cell", "Evaluation", "group_params", "cell_tags", "device_name"]
+__all__ = ["Cell", "TrainedModel", "group_params", "cell_tags", "device_name"]
 
 # Params that do not change what a leaderboard row means (seeds are pooled across runs; the data's
 # location is not its identity: the same grid run from another checkout fills the same rows).
@@ -136,7 +136,7 @@ def device_name(device: torch.device) -> str:
 
 
 @dataclass
-class Evaluation:
+class TrainedModel:
     """One trained model's test result (fresh or reused from an earlier run)."""
 
     role: str
@@ -314,7 +314,7 @@ class Cell:
         model_kwargs: dict | None = None,
         eval_split: str = "test",
         keep_models: bool = False,
-    ) -> list[Evaluation]:
+    ) -> list[TrainedModel]:
         """Train and test one model per seed, reusing any identical evaluation already FINISHED.
 
         ``eval_split="val"`` scores on the cell's held-out validation split (learning-rate search).
@@ -360,18 +360,18 @@ class Cell:
         runs = list(zip(seeds, lrs))
         keys = [config_hash({**identities[lr], "seed": seed}) for seed, lr in runs]
         with self.guard(), file_lock(f"eval-{group}"):
-            found: dict[int, Evaluation] = {}
+            found: dict[int, TrainedModel] = {}
             for i, ((seed, lr), key) in enumerate(zip(runs, keys)):
                 wanted = {TAG["eval_key"]: key, **({MODEL_STORED_TAG: "true"} if keep_models else {})}
                 stored = self.tracker.find_finished(wanted)
                 if stored:
                     m = stored[0].data.metrics
                     net = self._load_model(stored[0].info.run_id, model, model_kwargs) if keep_models else None
-                    found[i] = Evaluation(role_of(lr), seed, m["test_accuracy"], m.get("train_seconds", float("nan")),
+                    found[i] = TrainedModel(role_of(lr), seed, m["test_accuracy"], m.get("train_seconds", float("nan")),
                                           m.get("eval_seconds", float("nan")), stored[0].info.run_id, True, net)
             missing = [i for i in range(len(runs)) if i not in found]
             if missing:
-                results = train_and_evaluate(
+                results = train_and_test(
                     model, images, targets, eval_images, eval_labels, num_classes=ds.num_classes,
                     mean=ds.mean, std=ds.std, recipe=recipe, seeds=[runs[i][0] for i in missing],
                     lrs=[runs[i][1] for i in missing], augment=augment, loss=loss,
@@ -402,12 +402,12 @@ class Cell:
                                               CONFUSION_ARTIFACT)
                     self.tracker.end_run(run_id)
                     net = r.model.eval() if keep_models else None
-                    found[i] = Evaluation(role_of(lr), r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
+                    found[i] = TrainedModel(role_of(lr), r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
                                           run_id, False, net)
         return [found[i] for i in range(len(runs))]
 
     def pool_checkpoints(self, role: str, paths: dict[int, str], model: str,
-                         model_kwargs: dict | None = None) -> list[Evaluation]:
+                         model_kwargs: dict | None = None) -> list[TrainedModel]:
         """Released weights (one state_dict file per seed) into the model pool, like trained models.
 
         Each file is loaded with ``weights_only=True`` into the registry's ``model`` for this
@@ -439,11 +439,11 @@ class Cell:
                     runs = self.tracker.find_finished({TAG["eval_key"]: key, MODEL_STORED_TAG: "true"})
                     if runs:
                         m = runs[0].data.metrics
-                        found.append(Evaluation(role, seed, m["test_accuracy"], float("nan"),
+                        found.append(TrainedModel(role, seed, m["test_accuracy"], float("nan"),
                                                 m.get("eval_seconds", float("nan")), runs[0].info.run_id, True, net))
                         continue
                     start = time.perf_counter()
-                    accuracy = evaluate(net, ds.test_images, ds.test_labels, Normalize(ds.mean, ds.std).to(self.device))
+                    accuracy = model_accuracy(net, ds.test_images, ds.test_labels, Normalize(ds.mean, ds.std).to(self.device))
                     seconds = time.perf_counter() - start
                     run_id = self.tracker.start_run(
                         f"{role}-seed{seed}",
@@ -456,7 +456,7 @@ class Cell:
                     self._store_model(run_id, net)
                     self.tracker.log_metrics(run_id, {"test_accuracy": accuracy, "eval_seconds": seconds})
                     self.tracker.end_run(run_id)
-                    found.append(Evaluation(role, seed, accuracy, float("nan"), seconds, run_id, False, net))
+                    found.append(TrainedModel(role, seed, accuracy, float("nan"), seconds, run_id, False, net))
         return found
 
     def _store_model(self, run_id: str, model: torch.nn.Module) -> None:

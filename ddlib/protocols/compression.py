@@ -22,8 +22,8 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, check_augment, check_recipe_params,
-                                     condition_recipe, mean_std_table, train_conditions)
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_recipe_params,
+                                     setting_recipe, mean_std_table, train_settings)
 from ddlib.methods.sources import full_set
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "CompressionResult"]
@@ -77,13 +77,13 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> CompressionResult:
     p, ds = cell.params, cell.dataset
-    recipe = condition_recipe(p, p["augment"])
-    real_recipe = condition_recipe(p, p["augment"], full=True)
+    recipe = setting_recipe(p, p["augment"])
+    real_recipe = setting_recipe(p, p["augment"], full=True)
     with cell.guard():
-        rows = accuracy_rows(train_conditions(cell, distilled, [Condition("set", p["model"], recipe, p["augment"])]),
+        rows = accuracy_rows(train_settings(cell, distilled, [Setting("set", p["model"], recipe, p["augment"])]),
                              p["seeds"])
         if p["full_data"]:
-            real = accuracy_rows(train_conditions(cell, full_set(ds), [Condition("full", p["model"], real_recipe, p["augment"])],
+            real = accuracy_rows(train_settings(cell, full_set(ds), [Setting("full", p["model"], real_recipe, p["augment"])],
                                                   role="real"), p["seeds"])
             for row, ref in zip(rows, real):
                 row["acc_full"] = ref["acc_full"]

@@ -3,7 +3,7 @@
 DC-Bench (Cui et al., NeurIPS 2022 Datasets & Benchmarks) looks at a distilled set through
 several lenses that differ only in how the set is trained: under which augmentation
 (``augmentation``), at which size (``compression``), on which architecture (``transfer``). Each
-lens is a list of :class:`Condition` given to :func:`train_conditions`, which trains every
+lens is a list of :class:`Setting` given to :func:`train_settings`, which trains every
 condition with the one training loop through :meth:`ddlib.protocols.cell.Cell.train_eval` (so identical
 trainings are reused across cells and protocols).
 
@@ -25,13 +25,13 @@ import pandas as pd
 
 from ddlib.engine.augment import create_augment
 from ddlib.data.distilled import DistilledSet
-from ddlib.protocols.cell import Cell, Evaluation
+from ddlib.protocols.cell import Cell, TrainedModel
 from ddlib.protocols.spec import Param
 from ddlib.protocols.common import positive_int, check_recipe
 from ddlib.engine.recipe import Recipe
 
-__all__ = ["DCBENCH_RECIPE", "RECIPE_PARAMS", "Condition", "train_conditions", "check_recipe_params", "augment_label",
-           "condition_recipe", "accuracy_rows", "best_by_mean"]
+__all__ = ["DCBENCH_RECIPE", "RECIPE_PARAMS", "Setting", "train_settings", "check_recipe_params", "augment_label",
+           "setting_recipe", "accuracy_rows", "best_by_mean"]
 
 # DC-Bench's evaluation recipe: Recipe's defaults (SGD 0.01, momentum 0.9, wd 5e-4, batch 256, 300
 # epochs) under DC's own schedule (301 epochs, lr x 0.1 and momentum reset after the first 152).
@@ -46,7 +46,7 @@ RECIPE_PARAMS = {
 
 
 @dataclass(frozen=True)
-class Condition:
+class Setting:
     """One way of training the set: a label (the metric is ``acc_<label>``), model, recipe, augmentation spec."""
 
     label: str
@@ -89,7 +89,7 @@ def check_augment(spec, key: str) -> None:
         raise ValueError(f"{key}: {e}") from None
 
 
-def condition_recipe(p: dict, augment, full: bool | None = None, base: Recipe | None = None) -> Recipe:
+def setting_recipe(p: dict, augment, full: bool | None = None, base: Recipe | None = None) -> Recipe:
     """The params' recipe (on top of ``base``, the protocol's default), with ``aug_epochs`` when the
     condition trains with an augmentation, and ``real_recipe``'s overrides on top when it trains
     on the whole training set (``full``; by default, when the cell's method is the ``full`` source).
@@ -102,9 +102,9 @@ def condition_recipe(p: dict, augment, full: bool | None = None, base: Recipe | 
     return recipe
 
 
-def train_conditions(cell: Cell, subset: DistilledSet, conditions: list[Condition], role: str = "syn",
-                     keep_models: bool = False, eval_split: str = "test") -> dict[str, list[Evaluation]]:
-    """Train ``subset`` under every condition for the cell's seeds: ``{label: [Evaluation per seed]}``,
+def train_settings(cell: Cell, subset: DistilledSet, conditions: list[Setting], role: str = "syn",
+                     keep_models: bool = False, eval_split: str = "test") -> dict[str, list[TrainedModel]]:
+    """Train ``subset`` under every condition for the cell's seeds: ``{label: [TrainedModel per seed]}``,
     scored on the test set or (``eval_split="val"``) on the cell's held-out validation split."""
     ds = cell.dataset
     out = {}
@@ -118,7 +118,7 @@ def train_conditions(cell: Cell, subset: DistilledSet, conditions: list[Conditio
     return out
 
 
-def accuracy_rows(evaluations: dict[str, list[Evaluation]], seeds: list[int]) -> list[dict]:
+def accuracy_rows(evaluations: dict[str, list[TrainedModel]], seeds: list[int]) -> list[dict]:
     """One row per seed: ``{"seed": s, "acc_<label>": accuracy, ...}``."""
     return [{"seed": seed, **{f"acc_{label}": evals[i].accuracy for label, evals in evaluations.items()}}
             for i, seed in enumerate(seeds)]

@@ -54,7 +54,7 @@ from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain,
                                     validate_common)
-from ddlib.protocols.preset_eval import Evaluator
+from ddlib.protocols.preset_eval import SideTrainer
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "LabelRobustResult"]
 
@@ -115,7 +115,7 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
     reference; HLR, IOR, LRS per seed."""
     p, seeds = cell.params, cell.params["seeds"]
     with cell.guard():
-        ev = Evaluator(cell)
+        ev = SideTrainer(cell)
         recipe = Recipe.from_dict(p["recipe"])
         real_recipe = Recipe.from_dict(p["real_recipe"], base=recipe)
         syn_sets = {s: distilled for s in seeds}

@@ -36,8 +36,8 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, check_augment, check_recipe_params, condition_recipe,
-                                     train_conditions)
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, check_augment, check_recipe_params, setting_recipe,
+                                     train_settings)
 from ddlib.engine.recipe import Recipe
 
 __all__ = ["PROTOCOL", "PARAMS", "PATH_PARAMS", "validate", "open_cell", "obtain", "evaluate", "NasResult"]
@@ -145,13 +145,13 @@ def evaluate(cell: Cell, distilled: DistilledSet, architectures: pd.DataFrame | 
     metric histories (``proxy.archNNN``, step = seed, beside ``gt.archNNN``) so the leaderboard can
     pool seeds over runs and recompute the correlation."""
     p = cell.params
-    recipe = condition_recipe(p, p["augment"], base=PROXY_RECIPE)
+    recipe = setting_recipe(p, p["augment"], base=PROXY_RECIPE)
     with cell.guard():
         archs = sample(cell) if architectures is None else architectures
         kwargs = {"C": p["C"], "N": p["N"], "cell_affine": CELL_AFFINE}
-        conditions = [Condition(arch_key(i), MODEL, recipe, p["augment"], {"arch": a, **kwargs})
+        conditions = [Setting(arch_key(i), MODEL, recipe, p["augment"], {"arch": a, **kwargs})
                       for i, a in enumerate(archs["arch"])]
-        evaluations = train_conditions(cell, distilled, conditions, role="nas", eval_split="val")
+        evaluations = train_settings(cell, distilled, conditions, role="nas", eval_split="val")
         table = archs[["arch", "accuracy"]].rename(columns={"accuracy": "ground_truth"}).copy()
         for i, seed in enumerate(p["seeds"]):
             table[f"proxy_seed{seed}"] = [100 * evaluations[c.label][i].accuracy for c in conditions]

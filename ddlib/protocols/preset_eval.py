@@ -34,7 +34,7 @@ A search trains each candidate lr per evaluation seed (a seed's choice may diffe
 ``lr_select``: ``validation`` (default) a class-stratified split held out of the real training set;
 ``test`` the test set, as DD-Ranking's code does (labelled so in MLflow). The chosen lr of every
 side and seed and where it came from are logged: metric ``lr_<role>`` (step = seed) and tag
-``ddlib.lr.<role>`` on the cell run, and :meth:`Evaluator.sides` as a table.
+``ddlib.lr.<role>`` on the cell run, and :meth:`SideTrainer.sides` as a table.
 
 Less work for the same numbers:
 
@@ -46,7 +46,7 @@ Less work for the same numbers:
   preset, seed, pool) is searched once and every other cell, whichever method it scores, reuses the
   chosen lr (a cached result, ``Cell.cached_result``). Each cell counts its searches run and reused:
   metrics ``lr_searches_run`` / ``lr_searches_reused`` and tag ``ddlib.lr_search`` on the cell run,
-  column ``lr search`` in :meth:`Evaluator.sides`.
+  column ``lr search`` in :meth:`SideTrainer.sides`.
 * ``lr_search: halving`` (off by default: ``full``): successive halving. Every candidate trains a
   quarter of the epochs (at least one; its own schedule over those epochs), the better half (rounded
   up) trains the full epochs from scratch (the engine has no mid-run checkpoints, so these are the
@@ -84,11 +84,11 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.engine.recipe import Recipe
 from ddlib.engine.train import hook_name
 from ddlib.methods.select import baseline_subset
-from ddlib.protocols.cell import Cell, Evaluation
+from ddlib.protocols.cell import Cell, TrainedModel
 from ddlib.protocols.presets import Preset, load_preset
 
 __all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "LR_SEARCHES", "DEFAULT_MODEL", "halving_rungs", "pick_lr", "resolve_preset", "Setting", "LrPlan",
-           "lr_plan", "teacher_recipe", "Evaluator"]
+           "lr_plan", "teacher_recipe", "SideTrainer"]
 
 LR_GRID = [0.001, 0.005, 0.01, 0.05, 0.1]  # DD-Ranking's grid (soft_label.py, hard_label.py, aug_robust.py)
 LR_SELECT = ("validation", "test")
@@ -176,7 +176,7 @@ def halving_rungs(grid: Sequence[float], epochs: int) -> tuple[int, int]:
     return max(1, epochs // 4), max(1, (len(grid) + 1) // 2)
 
 
-class Evaluator:
+class SideTrainer:
     """The DD-Ranking sides of one cell: builds settings and random subsets, trains sides under the
     learning-rate policy, labels sets with teachers, and logs what each side used."""
 
@@ -268,7 +268,7 @@ class Evaluator:
     def teacher_logits(self, subset: DistilledSet, preset: Preset, name: str) -> torch.Tensor:
         """The preset's teachers' mean logits over ``subset``'s normalised images (no augmentation),
         computed once per subset and kept as artifact ``teacher_labels/<name>.pt`` of the cell run."""
-        from ddlib.engine.evaluation import Normalize, as_pixels
+        from ddlib.engine.test_pass import Normalize, as_pixels
 
         hook = self._teacher_hook(preset)
         cache = self.cell.cache.setdefault("teacher_logits", {})
@@ -312,7 +312,7 @@ class Evaluator:
     # ------------------------------------------------------------------ training a side
 
     def run(self, role: str, side: str, subsets: dict[int, DistilledSet], setting: Setting,
-            seeds: Sequence[int], set_name: str) -> list[Evaluation]:
+            seeds: Sequence[int], set_name: str) -> list[TrainedModel]:
         """Train every seed's subset under ``setting`` at the lr the policy gives; one evaluation per seed."""
         cell = self.cell
         common = dict(model=setting.model, augment=setting.augment, preprocess=setting.preprocess)
@@ -397,7 +397,7 @@ class Evaluator:
         tracker.set_tags(run_id, {"ddlib.lr_search": f"{self.search_mode}: {self.searches['run']} run, "
                                                      f"{self.searches['reused']} reused from other cells"})
 
-    def run_real(self, role: str, recipe: Recipe, seeds: Sequence[int]) -> list[Evaluation]:
+    def run_real(self, role: str, recipe: Recipe, seeds: Sequence[int]) -> list[TrainedModel]:
         """The full-data reference: the whole training set (the validation split included, as
         DD-Ranking trains on its ``dst_train``: nothing of this side is chosen on that split, its lr is
         never searched), hard labels, ``recipe``. Scored on the test set like every side."""

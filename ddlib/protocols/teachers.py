@@ -25,7 +25,7 @@ import ddlib
 from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import resolve_device, run_precision
 from ddlib.engine.recipe import Recipe
-from ddlib.engine.train import AugmentHook, hook_name, train_and_evaluate
+from ddlib.engine.train import AugmentHook, hook_name, train_and_test
 from ddlib.models import create_model
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
 
@@ -134,7 +134,7 @@ def get_teachers(
     """``count`` teachers of architecture ``arch`` for ``dataset``, in eval mode on ``device``.
 
     With ``checkpoint`` (a state_dict file, or a list of them) the teachers are loaded from there.
-    Otherwise each is trained on the full real training set (``train_and_evaluate``, seeds
+    Otherwise each is trained on the full real training set (``train_and_test``, seeds
     ``0..count-1`` unless given) ONCE per (dataset content, arch, recipe, augmentation, seed,
     ddlib version): the state_dict is logged as artifact ``teacher.pt`` of a run in MLflow
     experiment ``teachers`` (tags ``ddlib.kind=teacher``, ``ddlib.teacher_key``), and any later
@@ -171,7 +171,7 @@ def get_teachers(
                 found[seed] = load_teacher(arch, dataset, local, device=dev, model_kwargs=model_kwargs)
         missing = [s for s in seeds if s not in found]
         if missing:
-            results = train_and_evaluate(
+            results = train_and_test(
                 arch, dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels,
                 num_classes=dataset.num_classes, mean=dataset.mean, std=dataset.std, recipe=recipe, seeds=missing,
                 augment=augment, device=dev, model_kwargs=model_kwargs, keep_models=True, progress=progress,

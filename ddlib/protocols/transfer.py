@@ -25,8 +25,8 @@ from ddlib.models import create_model, list_models
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Condition, accuracy_rows, check_augment, check_recipe_params,
-                                     condition_recipe, mean_std_table, train_conditions)
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_recipe_params,
+                                     setting_recipe, mean_std_table, train_settings)
 from ddlib.engine.recipe import Recipe
 
 __all__ = ["PROTOCOL", "PARAMS", "DCBENCH_TRANSFER_MODELS", "validate", "open_cell", "obtain", "evaluate",
@@ -109,11 +109,11 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> TransferResult:
     p = cell.params
-    recipe = condition_recipe(p, p["augment"])
-    conditions = [Condition(m, m, Recipe.from_dict(p["model_recipes"].get(m, {}), base=recipe), p["augment"])
+    recipe = setting_recipe(p, p["augment"])
+    conditions = [Setting(m, m, Recipe.from_dict(p["model_recipes"].get(m, {}), base=recipe), p["augment"])
                   for m in p["models"]]
     with cell.guard():
-        rows = accuracy_rows(train_conditions(cell, distilled, conditions), p["seeds"])
+        rows = accuracy_rows(train_settings(cell, distilled, conditions), p["seeds"])
         others = [m for m in p["models"] if m != p["model"]]
         dcbench = set(DCBENCH_TRANSFER_MODELS) <= set(p["models"])
         for row in rows:

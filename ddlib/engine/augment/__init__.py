@@ -1,6 +1,6 @@
 """The one augmentation registry: every training-time augmentation a protocol can name in YAML.
 
-The training loop (:func:`ddlib.engine.train.train_and_evaluate`) calls ``x, targets = augment(x, targets,
+The training loop (:func:`ddlib.engine.train.train_and_test`) calls ``x, targets = augment(x, targets,
 generator)`` on every batch. ``x`` is already normalised with the dataset mean/std; ``targets`` are
 int labels (N,) or float target rows (N x num_classes); ``generator`` is a private
 ``torch.Generator`` on ``x``'s device. Every op here draws from that generator only (never from the

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from ddlib.engine.device import autocast
 
-__all__ = ["Normalize", "as_pixels", "evaluate", "evaluate_confusion", "standard_layout", "PreparedTestSet"]
+__all__ = ["Normalize", "as_pixels", "model_accuracy", "model_confusion", "standard_layout", "PreparedTestSet"]
 
 
 class Normalize(nn.Module):
@@ -146,7 +146,7 @@ def _confusion(forward, x: torch.Tensor, labels: torch.Tensor, num_classes: int,
 
 
 @torch.inference_mode()
-def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize: nn.Module,
+def model_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize: nn.Module,
              batch_size: int = 1024, precision: str = "fp32") -> float:
     """Top-1 accuracy (a fraction) of ``model`` on pixel ``images``, in large batches; ``normalize``
     maps pixels to the model's input (the normalisation, or a preprocess such as ZCA in its place)."""
@@ -168,7 +168,7 @@ def _hits(model, x, y, precision, device) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def evaluate_confusion(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize: nn.Module,
+def model_confusion(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize: nn.Module,
                        num_classes: int, batch_size: int = 1024, precision: str = "fp32") -> torch.Tensor:
     """Test counts per (true class, predicted class), on the CPU: the accuracy is its trace over
     the number of images, and the matrix is what a report shows of the model's mistakes."""
@@ -180,7 +180,7 @@ def evaluate_confusion(model: nn.Module, images: torch.Tensor, labels: torch.Ten
 
 
 class PreparedTestSet:
-    """The test set of one ``train_and_evaluate`` call: prepared on first use (after the first
+    """The test set of one ``train_and_test`` call: prepared on first use (after the first
     training, so hooks see training batches first) and shared by every model the call tests."""
 
     def __init__(self, images, labels: torch.Tensor, normalize: nn.Module, key, device: torch.device,
