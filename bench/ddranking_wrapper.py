@@ -169,7 +169,6 @@ def main(spec_path: str) -> None:
     os.chdir(workdir)  # the peer writes ./results/... and ./random_data/... into the working directory
     t_start = time.perf_counter()
 
-    import numpy as np
     import torch
     import torchvision.datasets.cifar as tv_cifar
 
@@ -177,7 +176,6 @@ def main(spec_path: str) -> None:
     original_check_integrity = tv_cifar.check_integrity
     tv_cifar.check_integrity = lambda *a, **k: True  # workaround: md5 check of the official files
 
-    import ddranking
     import ddranking.metrics.aug_robust as ars_mod
     import ddranking.metrics.soft_label as lrs_mod
     import ddranking.utils.misc as misc_mod

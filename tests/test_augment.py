@@ -312,8 +312,8 @@ def test_random_resized_crop_matches_torchvision_resized_crop_for_the_same_boxes
     boxes = _rrc_boxes(6, 32, 32, (0.08, 1.0), (3 / 4, 4 / 3), gen(0), "cpu")
     out = _resized_crop(x, *boxes)
     for i in range(6):
-        t, l, h, w = (int(b[i]) for b in boxes)
-        ref = TF.resized_crop(x[i], t, l, h, w, [32, 32], antialias=True)
+        top, left, h, w = (int(b[i]) for b in boxes)
+        ref = TF.resized_crop(x[i], top, left, h, w, [32, 32], antialias=True)
         assert torch.allclose(out[i], ref, atol=1e-4), i
 
 

@@ -117,7 +117,10 @@ def test_parameter_counts_match_nas_bench_201(arch, classes, size, expected):
 
 def test_parameter_count_per_edge_op():
     base = count_parameters(create_model("nasbench201", 3, 10, 32, arch=ALL_NONE))
-    one = lambda op: count_parameters(create_model("nasbench201", 3, 10, 32, arch=_arch([op] + ["none"] * 5)))
+
+    def one(op):
+        return count_parameters(create_model("nasbench201", 3, 10, 32, arch=_arch([op] + ["none"] * 5)))
+
     assert one("nor_conv_3x3") - base == 5 * sum(9 * c * c + 2 * c for c in (16, 32, 64)) == 243_040
     assert one("nor_conv_1x1") - base == 5 * sum(c * c + 2 * c for c in (16, 32, 64)) == 28_000
     assert one("skip_connect") == one("avg_pool_3x3") == base

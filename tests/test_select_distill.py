@@ -2,10 +2,9 @@ import pytest
 import torch
 
 from ddlib.data.datasets import load_dataset
-from ddlib.methods.dm import distribution_matching
 from ddlib.data.datasets import Dataset
 from ddlib.engine.train import Recipe, train_and_test
-from ddlib.methods.select import (farthest_point_indices, feature_model_name, kcenter_greedy_subset, kcenter_subset,
+from ddlib.methods.select import (farthest_point_indices, feature_model_name, kcenter_subset,
                                   kmeans_nearest_indices, random_subset)
 from ddlib.methods.sources import obtain_set, resolve_source
 

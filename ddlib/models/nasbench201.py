@@ -265,7 +265,7 @@ class InferCell(nn.Module):
     def forward(self, x):
         nodes = [x]
         for index, inputs in zip(self.node_IX, self.node_IN):
-            nodes.append(sum(self.layers[l](nodes[i]) for l, i in zip(index, inputs)))
+            nodes.append(sum(self.layers[layer](nodes[i]) for layer, i in zip(index, inputs)))
         return nodes[-1]
 
 

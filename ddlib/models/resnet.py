@@ -31,7 +31,7 @@ import torch.nn as nn
 
 from ddlib.models._registry import register_model
 
-__all__ = ["ResNet", "instance_norm", "BasicBlock", "Bottleneck"]
+__all__ = ["ResNet", "instance_norm", "BasicBlock", "Bottleneck"]  # noqa: F822 - built on first use (__getattr__)
 
 
 def instance_norm(num_channels: int, **kwargs) -> nn.Module:

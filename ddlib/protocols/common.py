@@ -11,7 +11,7 @@ from ddlib.data.datasets import list_datasets
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
 from ddlib.data.digest import tensor_digest
-from ddlib.protocols.cell import SET_DIGEST_TAG, VALIDATION_SEED, Cell
+from ddlib.protocols.cell import SET_DIGEST_TAG, Cell
 from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SEARCHES, LR_SELECT, resolve_preset
 from ddlib.protocols.spec import Param
 from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source

@@ -58,7 +58,7 @@ __all__ = [
 
 # Each module registers its ops on import (in this order). The names imported from them are
 # re-exported: the public API, and the private helpers the tests use.
-from ddlib.engine.augment.dsa_ops import DSA_DEFAULT_STRATEGY, DSA_OPS, DSAParams, dsa, dsa_op
+from ddlib.engine.augment.dsa_ops import DSA_DEFAULT_STRATEGY, DSA_OPS, DSAParams, dsa, dsa_op  # noqa: F401
 from ddlib.engine.augment import mixing  # noqa: F401
 from ddlib.engine.augment.geometric import _resized_crop, _rrc_boxes  # noqa: F401
 from ddlib.engine.augment import torchvision_ops  # noqa: F401
