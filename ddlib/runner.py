@@ -158,12 +158,12 @@ def expand(spec: GridSpec) -> list[dict]:
     cells = []
     for combo in combos:
         cell = {**spec.params, **combo}
-        unknown = sorted(map(str, set(cell) - set(module.PARAMS)))
+        unknown = sorted(map(str, set(cell) - set(module.SPEC.params)))
         if unknown:
             raise GridError(f"{spec.path}: unknown parameter(s) {unknown} for protocol {spec.protocol}; "
-                            f"known: {sorted(module.PARAMS)}")
+                            f"known: {sorted(module.SPEC.params)}")
         method = cell.get("method")
-        if method is not None and "source" in module.PARAMS and cell.get("source") is None:
+        if method is not None and "source" in module.SPEC.params and cell.get("source") is None:
             from ddlib.methods.sources import resolve_source
 
             try:
@@ -325,7 +325,9 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     # at" line per finished run on a server: not into every notebook.
     threads = os.environ.get("DDLIB_NUM_THREADS") or str(runner.threads_per_cell())
     env = {**store_environment(), "DDLIB_NUM_THREADS": threads, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
-    notebook = str(notebooks_dir() / PROTOCOLS[spec.protocol][0])
+    from ddlib.protocols.spec import notebook_folder
+
+    notebook = str((notebook_folder(spec.protocol) or notebooks_dir()) / PROTOCOLS[spec.protocol][0])
     jobs = [CellJob(spec.protocol, spec.experiment, name, params, {**default_tags(spec.protocol), **tags}, env,
                     notebook, runner_id, timeout, force) for name, params, tags in todo]
     bar = tqdm(total=len(jobs), desc=f"{spec.protocol} ({len(report.skipped)} skipped)", disable=not progress)

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -24,7 +27,7 @@ import pandas as pd
 from ddlib.registry import Registry
 
 __all__ = ["Param", "Board", "ProtocolSpec", "Result", "REGISTRY", "protocol_names", "set_protocols", "get_spec", "all_specs",
-           "protocol_module", "parameters_source", "board_specs"]
+           "protocol_module", "parameters_source", "board_specs", "notebook_folder", "PATH_ENV"]
 
 
 @dataclass(frozen=True)
@@ -122,25 +125,46 @@ REGISTRY: Registry = Registry("protocol")  # name -> the module's evaluate; meta
 _PACKAGE = Path(__file__).resolve().parent
 
 
-@lru_cache(maxsize=1)
+PATH_ENV = "DDLIB_PROTOCOL_PATH"  # more folders of protocol modules (os.pathsep-separated), beside the package's
+
+
 def _declared() -> dict[str, dict]:
-    """protocol name -> its module and the spec's literal keywords (``takes_set``), read from the
-    package's files (``SPEC = ProtocolSpec(name="...", ...)``) without importing them."""
+    """protocol name -> its module (and, for one outside the package, its file and folder) and the
+    spec's literal keywords (``takes_set``), read from the files without importing them: the
+    package's modules, then those of :data:`PATH_ENV`'s folders (a protocol of your own: a module,
+    its notebook beside it, a params file)."""
+    extra = tuple(p for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p)
+    return _scan(extra)
+
+
+@lru_cache(maxsize=8)
+def _scan(extra: tuple[str, ...]) -> dict[str, dict]:
     found = {}
-    for path in sorted(_PACKAGE.glob("*.py")):
-        if path.name.startswith("_") or path.name == "spec.py":
-            continue
-        text = path.read_text(encoding="utf-8")
-        if "ProtocolSpec(" not in text:
-            continue
-        for node in ast.parse(text).body:
-            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPEC" for t in node.targets)
-                    and isinstance(node.value, ast.Call)):
-                literal = {k.arg: k.value.value for k in node.value.keywords if isinstance(k.value, ast.Constant)}
-                if isinstance(literal.get("name"), str):
-                    found[literal["name"]] = {"module": f"ddlib.protocols.{path.stem}",
-                                              "takes_set": literal.get("takes_set", True)}
+    folders = [(_PACKAGE, True)] + [(Path(folder).expanduser().resolve(), False) for folder in extra]
+    for folder, inside in folders:
+        for path in sorted(folder.glob("*.py")):
+            if path.name.startswith("_") or (inside and path.name == "spec.py"):
+                continue
+            text = path.read_text(encoding="utf-8")
+            if "ProtocolSpec(" not in text:
+                continue
+            for node in ast.parse(text).body:
+                if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPEC" for t in node.targets)
+                        and isinstance(node.value, ast.Call)):
+                    literal = {k.arg: k.value.value for k in node.value.keywords if isinstance(k.value, ast.Constant)}
+                    name = literal.get("name")
+                    if not isinstance(name, str) or name in found:
+                        continue
+                    module = f"ddlib.protocols.{path.stem}" if inside else f"ddlib_protocol_{name}"
+                    found[name] = {"module": module, "takes_set": literal.get("takes_set", True),
+                                   "file": None if inside else str(path), "folder": None if inside else str(folder)}
     return found
+
+
+def notebook_folder(name: str) -> Path | None:
+    """Where a protocol's notebook is when it is not one of ddlib's (beside its module), else None."""
+    folder = _declared()[name]["folder"]
+    return Path(folder) if folder else None
 
 
 def set_protocols() -> list[str]:
@@ -154,9 +178,17 @@ def protocol_names() -> list[str]:
 
 
 def protocol_module(name: str):
-    if name not in _declared():
+    found = _declared().get(name)
+    if found is None:
         raise ValueError(f"unknown protocol {name!r}; known: {protocol_names()}")
-    return importlib.import_module(_declared()[name]["module"])
+    if found["file"] is None:
+        return importlib.import_module(found["module"])
+    if found["module"] not in sys.modules:  # a protocol of your own: imported from its file, once
+        loader = importlib.util.spec_from_file_location(found["module"], found["file"])
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[found["module"]] = module
+        loader.loader.exec_module(module)
+    return sys.modules[found["module"]]
 
 
 def get_spec(name: str) -> ProtocolSpec:
