@@ -1,8 +1,8 @@
 """The recipe: how a model is trained on a (distilled) set, and the optimizer and schedule it builds.
 
 A recipe is part of every evaluation's reuse key (:meth:`Recipe.to_dict`): fields that joined later
-are keyed only away from their defaults (``_LATER_DEFAULTS``), so every key made before they
-existed stays valid. The loop that runs it is :mod:`ddlib.engine.train`.
+are keyed only away from their defaults (:data:`ddlib.keys.LATER_RECIPE_DEFAULTS`), so every key
+made before they existed stays valid. The loop that runs it is :mod:`ddlib.engine.train`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import torch
 
 from ddlib.engine.device import PRECISIONS
+from ddlib.keys import LATER_RECIPE_DEFAULTS, without_later_defaults
 
 __all__ = ["Recipe", "epochs_trained", "optimizer_and_scheduler", "OPTIMIZERS", "SCHEDULERS"]
 
@@ -107,14 +108,7 @@ class Recipe:
         true), so every key made before they existed stays valid, and a run that trains or computes
         differently gets its own key. Resolve ``auto`` before keying (:func:`run_precision`): it means
         bf16 on one device and fp32 on another."""
-        out = asdict(self)
-        for name, default in _LATER_DEFAULTS.items():
-            if out[name] == default:
-                del out[name]
-        return out
-
-
-_LATER_DEFAULTS = {"lr_min": 0.0, "grad_clip": None, "precision": "fp32", "channels_last": False, "compile": False}
+        return without_later_defaults(asdict(self), LATER_RECIPE_DEFAULTS)
 
 
 def _optimizer(recipe: Recipe, params) -> torch.optim.Optimizer:

@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 
 import ddlib
+from ddlib.keys import LATER_PARAM_DEFAULTS, without_later_defaults
 from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import configure_threads, resolve_device, run_precision
@@ -46,13 +47,12 @@ __all__ = ["Cell", "TrainedModel", "group_params", "cell_tags", "device_name"]
 # Params that do not change what a leaderboard row means (seeds are pooled across runs; the data's
 # location is not its identity: the same grid run from another checkout fills the same rows).
 NON_GROUP_PARAMS = ("seeds", "device", "run_id", "experiment", "data_root")
-# Params that joined after cells were stored: at these defaults they are left out of every key, so
-# the cells stored before them keep their config, group, series and family.
-LATER_PARAM_DEFAULTS = {"lr_search": "full"}
 
 
 def _without_later_defaults(params: dict) -> dict:
-    return {k: v for k, v in params.items() if not (k in LATER_PARAM_DEFAULTS and v == LATER_PARAM_DEFAULTS[k])}
+    """Params that joined after cells were stored are left out of every key at their first defaults
+    (:mod:`ddlib.keys`), so the cells stored before them keep their config, group, series and family."""
+    return without_later_defaults(params, LATER_PARAM_DEFAULTS)
 MODEL_ARTIFACT = "model.pt"
 CONFUSION_ARTIFACT = "confusion.json"  # an evaluation's test counts, [true class][predicted class]
 MODEL_STORED_TAG = "ddlib.model_stored"
