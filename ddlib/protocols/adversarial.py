@@ -64,10 +64,8 @@ only: ``training: beard_at`` (:mod:`ddlib.engine.adversarial_training`), never a
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -90,6 +88,7 @@ from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check
 from ddlib.protocols.common import obtain as obtain_set
 from ddlib.protocols.dcbench import check_augment
 from ddlib.protocols.inputs import checkpoint_path
+from ddlib.protocols.released import check_expected_accuracy
 from ddlib.tracking import config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
@@ -224,47 +223,6 @@ def _check_checkpoint(p: dict, raw: dict) -> None:
     if "{seed}" not in source["path"] and len(p["seeds"]) > 1:
         raise ValueError(f"method {p['method']!r}: path {source['path']!r} has no {{seed}}, so the {len(p['seeds'])} "
                          "seeds would attack one file; put {seed} in the path or list one seed")
-
-
-DEFAULT_ACCURACY_TOLERANCE = 0.04  # BEARD's BACON ConvNet: 69.95 % on CIFAR-10, 67.0 % on CIFAR-10 (JPEG)
-_ACCURACY_IN_NAME = re.compile(r"_(0\.\d{2,})$")  # BEARD's model pool: BACON_ConvNet_CIFAR10_50_None_0.6995.pth
-
-
-def expected_accuracy(source: dict, path: str) -> tuple[float | None, str]:
-    """The clean accuracy a checkpoint must reach, and where that figure comes from."""
-    if source.get("expected_accuracy") is not None:
-        return float(source["expected_accuracy"]), "expected_accuracy"
-    match = _ACCURACY_IN_NAME.search(Path(path).stem)
-    return (float(match[1]), "its file name") if match else (None, "")
-
-
-def check_expected_accuracy(cell: Cell, models: list[TrainedModel], paths: dict[int, str]) -> None:
-    """Fail a cell whose released model misses its expected clean accuracy by more than the
-    tolerance (the load check sees only shapes); flag one with no expectation that scores near chance."""
-    from ddlib.protocols.teachers import CheckpointError
-
-    source, ds = cell.params["source"], cell.dataset
-    tolerance = source.get("accuracy_tolerance", DEFAULT_ACCURACY_TOLERANCE)
-    for evaluation in models:
-        path = paths[evaluation.seed]
-        expected, origin = expected_accuracy(source, path)
-        if expected is None:
-            near = evaluation.accuracy <= 1.5 / ds.num_classes
-            cell.flag(f"{Path(path).name}: clean accuracy {100 * evaluation.accuracy:.1f} % "
-                      + (f"is near chance for {ds.num_classes} classes (untrained, or trained on other data or "
-                         "normalisation?)" if near else "was checked against no expected accuracy (the load check sees "
-                                                        "only shapes)") + "; give expected_accuracy to check it")
-            continue
-        gap = evaluation.accuracy - expected
-        if abs(gap) > tolerance:
-            raise CheckpointError(
-                f"{path}: clean accuracy {100 * evaluation.accuracy:.2f} % on {ds.label}, but "
-                f"{100 * expected:.2f} % is expected ({origin}; tolerance {100 * tolerance:g} points): the weights "
-                f"load into {cell.params['model']!r} but are not the model they claim to be (another architecture "
-                "variant, normalisation or dataset?)")
-        cell.tracker.set_tags(cell.run_id, {f"ddlib.checkpoint_accuracy.seed{evaluation.seed}":
-                                            f"{100 * evaluation.accuracy:.2f} % against {100 * expected:.2f} % "
-                                            f"expected ({origin}), within {100 * tolerance:g} points"})
 
 
 def group_identity(params: dict) -> dict:

@@ -30,13 +30,12 @@ import pandas as pd
 import torch
 
 import ddlib
-from ddlib.keys import LATER_PARAM_DEFAULTS, without_later_defaults
 from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import configure_threads, resolve_device, run_precision
 from ddlib.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, image_grid
-from ddlib.protocols.inputs import input_digests
+from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
 from ddlib.engine.test_pass import Normalize, model_accuracy
 from ddlib.engine.recipe import Recipe
@@ -44,15 +43,6 @@ from ddlib.engine.train import AugmentHook, LossHook, Objective, hook_name, trai
 
 __all__ = ["Cell", "TrainedModel", "group_params", "cell_tags", "device_name"]
 
-# Params that do not change what a leaderboard row means (seeds are pooled across runs; the data's
-# location is not its identity: the same grid run from another checkout fills the same rows).
-NON_GROUP_PARAMS = ("seeds", "device", "run_id", "experiment", "data_root")
-
-
-def _without_later_defaults(params: dict) -> dict:
-    """Params that joined after cells were stored are left out of every key at their first defaults
-    (:mod:`ddlib.keys`), so the cells stored before them keep their config, group, series and family."""
-    return without_later_defaults(params, LATER_PARAM_DEFAULTS)
 MODEL_ARTIFACT = "model.pt"
 CONFUSION_ARTIFACT = "confusion.json"  # an evaluation's test counts, [true class][predicted class]
 MODEL_STORED_TAG = "ddlib.model_stored"
@@ -68,62 +58,6 @@ SET_DIGEST_TAG = "ddlib.set_digest"  # the obtained set's content (ddlib.protoco
 # The seed of every cell's validation split: the real-data pool depends on the dataset and the
 # fraction only, never on the preset or method of a cell.
 VALIDATION_SEED = 0
-
-
-def group_params(params: dict, protocol: str | None = None) -> dict:
-    """What a leaderboard row means: the params without those of ``NON_GROUP_PARAMS``, in the
-    protocol's canonical form (its module's ``group_identity(params)``, where it has one: e.g.
-    attacks spelled two ways, or a score weight the summary recomputes anyway, are one row)."""
-    out = {k: v for k, v in _without_later_defaults(params).items() if k not in NON_GROUP_PARAMS}
-    if protocol is not None:
-        from ddlib.protocols import PROTOCOLS, protocol_module
-
-        if protocol in PROTOCOLS and hasattr(module := protocol_module(protocol), "group_identity"):
-            out = module.group_identity(out)
-    return out
-
-
-def cell_tags(protocol: str, params: dict) -> dict[str, str]:
-    """The tags that place a cell run: its full config (reruns skip it), its leaderboard row
-    (``group``), that row across IPCs (``series``) and the rows it is compared with (``family``:
-    the same setting for every method)."""
-    from ddlib.protocols import PROTOCOLS, protocol_revision
-
-    raw = _without_later_defaults(params)
-    params = _identity(raw)
-    group = group_params(params, protocol)
-    series = {k: v for k, v in group.items() if k != "ipc"}
-    family = {k: v for k, v in series.items() if k not in ("method", "source")}
-    # The protocol's revision is part of every key: a row never pools cells computed under two
-    # definitions, and a rerun after a definition change recomputes instead of skipping.
-    head = {"protocol": protocol, "revision": protocol_revision(protocol) if protocol in PROTOCOLS else 0}
-    # So is the content of every input file (a set replaced at the same path is a new input).
-    digests = input_digests(raw)
-    inputs = {"inputs": digests} if digests else {}
-    shared = {k: v for k, v in digests.items() if k != "source"}  # what every method of a family reads
-    return {
-        TAG["kind"]: "cell",
-        TAG["revision"]: str(head["revision"]),
-        TAG["config"]: config_hash({**head, **params, "version": ddlib.__version__, **inputs}),
-        TAG["group"]: config_hash({**head, **group, **inputs}),
-        TAG["series"]: config_hash({**head, **series, **inputs}),
-        TAG["family"]: config_hash({**head, **family, **({"inputs": shared} if shared else {})}),
-    }
-
-
-def _identity(params: dict) -> dict:
-    """The params as a cell's keys see them: a file's or checkpoint's path is a label, its content
-    (the input digests, beside) is its identity, so one set reached by two paths is one cell and one
-    row, and another file at the same path is another."""
-    source = params.get("source")
-    if isinstance(source, dict) and source.get("kind") in ("file", "checkpoint") and "path" in source:
-        path = source["path"]
-        placeholders = [p for p in ("{ipc}", "{dataset}", "{seed}") if p in path]
-        source = {k: v for k, v in source.items() if k != "path"}
-        if placeholders:  # what varies with the cell stays part of its identity
-            source["path_placeholders"] = placeholders
-        params = {**params, "source": source}
-    return params
 
 
 def device_name(device: torch.device) -> str:
@@ -512,16 +446,3 @@ def hold_out_validation(dataset: Dataset, fraction: float, seed: int = VALIDATIO
     kept = replace(dataset, train_images=dataset.train_images[train_idx], train_labels=dataset.train_labels[train_idx],
                    source=f"{dataset.source} [validation {len(val_idx)} held out, seed {seed}]")
     return kept, (dataset.train_images[val_idx], dataset.train_labels[val_idx])
-
-
-def run_name(protocol: str, params: dict) -> str:
-    """A cell's readable run name: method, IPC and model (``dm-ipc10-convnet``; ``full-convnet`` for
-    the whole training set), then what else tells two cells of one experiment apart at a glance (the
-    attack mode). The dataset and everything else are params: columns of the MLflow UI's table."""
-    parts = [str(params.get("method") or protocol)]
-    if params.get("ipc"):  # 0: the whole training set (method full)
-        parts.append(f"ipc{params['ipc']}")
-    parts.append(str(params.get("model") or ("nas201" if protocol == "nas" else "")))
-    if params.get("mode"):
-        parts.append(str(params["mode"]))
-    return "-".join(p for p in parts if p)

@@ -1,0 +1,89 @@
+"""Where a cell belongs: its keys (the config a rerun skips by, its leaderboard row, that row across
+IPCs, the rows it is compared with) and its run name. The keys hash the cell's parameters in the
+protocol's canonical form, the protocol's revision and the content of the cell's input files."""
+
+from __future__ import annotations
+
+import ddlib
+from ddlib.keys import LATER_PARAM_DEFAULTS, without_later_defaults
+from ddlib.protocols.inputs import input_digests
+from ddlib.tracking import TAG, config_hash
+
+__all__ = ["NON_GROUP_PARAMS", "group_params", "cell_tags", "run_name"]
+
+# Params that do not change what a leaderboard row means (seeds are pooled across runs; the data's
+# location is not its identity: the same grid run from another checkout fills the same rows).
+NON_GROUP_PARAMS = ("seeds", "device", "run_id", "experiment", "data_root")
+
+
+def _without_later_defaults(params: dict) -> dict:
+    """Params that joined after cells were stored are left out of every key at their first defaults
+    (:mod:`ddlib.keys`), so the cells stored before them keep their config, group, series and family."""
+    return without_later_defaults(params, LATER_PARAM_DEFAULTS)
+def group_params(params: dict, protocol: str | None = None) -> dict:
+    """What a leaderboard row means: the params without those of ``NON_GROUP_PARAMS``, in the
+    protocol's canonical form (its module's ``group_identity(params)``, where it has one: e.g.
+    attacks spelled two ways, or a score weight the summary recomputes anyway, are one row)."""
+    out = {k: v for k, v in _without_later_defaults(params).items() if k not in NON_GROUP_PARAMS}
+    if protocol is not None:
+        from ddlib.protocols import PROTOCOLS, protocol_module
+
+        if protocol in PROTOCOLS and hasattr(module := protocol_module(protocol), "group_identity"):
+            out = module.group_identity(out)
+    return out
+
+
+def cell_tags(protocol: str, params: dict) -> dict[str, str]:
+    """The tags that place a cell run: its full config (reruns skip it), its leaderboard row
+    (``group``), that row across IPCs (``series``) and the rows it is compared with (``family``:
+    the same setting for every method)."""
+    from ddlib.protocols import PROTOCOLS, protocol_revision
+
+    raw = _without_later_defaults(params)
+    params = _identity(raw)
+    group = group_params(params, protocol)
+    series = {k: v for k, v in group.items() if k != "ipc"}
+    family = {k: v for k, v in series.items() if k not in ("method", "source")}
+    # The protocol's revision is part of every key: a row never pools cells computed under two
+    # definitions, and a rerun after a definition change recomputes instead of skipping.
+    head = {"protocol": protocol, "revision": protocol_revision(protocol) if protocol in PROTOCOLS else 0}
+    # So is the content of every input file (a set replaced at the same path is a new input).
+    digests = input_digests(raw)
+    inputs = {"inputs": digests} if digests else {}
+    shared = {k: v for k, v in digests.items() if k != "source"}  # what every method of a family reads
+    return {
+        TAG["kind"]: "cell",
+        TAG["revision"]: str(head["revision"]),
+        TAG["config"]: config_hash({**head, **params, "version": ddlib.__version__, **inputs}),
+        TAG["group"]: config_hash({**head, **group, **inputs}),
+        TAG["series"]: config_hash({**head, **series, **inputs}),
+        TAG["family"]: config_hash({**head, **family, **({"inputs": shared} if shared else {})}),
+    }
+
+
+def _identity(params: dict) -> dict:
+    """The params as a cell's keys see them: a file's or checkpoint's path is a label, its content
+    (the input digests, beside) is its identity, so one set reached by two paths is one cell and one
+    row, and another file at the same path is another."""
+    source = params.get("source")
+    if isinstance(source, dict) and source.get("kind") in ("file", "checkpoint") and "path" in source:
+        path = source["path"]
+        placeholders = [p for p in ("{ipc}", "{dataset}", "{seed}") if p in path]
+        source = {k: v for k, v in source.items() if k != "path"}
+        if placeholders:  # what varies with the cell stays part of its identity
+            source["path_placeholders"] = placeholders
+        params = {**params, "source": source}
+    return params
+
+
+def run_name(protocol: str, params: dict) -> str:
+    """A cell's readable run name: method, IPC and model (``dm-ipc10-convnet``; ``full-convnet`` for
+    the whole training set), then what else tells two cells of one experiment apart at a glance (the
+    attack mode). The dataset and everything else are params: columns of the MLflow UI's table."""
+    parts = [str(params.get("method") or protocol)]
+    if params.get("ipc"):  # 0: the whole training set (method full)
+        parts.append(f"ipc{params['ipc']}")
+    parts.append(str(params.get("model") or ("nas201" if protocol == "nas" else "")))
+    if params.get("mode"):
+        parts.append(str(params["mode"]))
+    return "-".join(p for p in parts if p)
