@@ -2,10 +2,14 @@
 
 __version__ = "0.2.0"
 
+__all__ = ["score", "__version__"]
 
-def score(images=None, labels=None, *, dataset: str, protocol: str = "label_robust", **params):
-    """Score a distilled set in this process, tracked in MLflow like any grid cell; returns the
-    protocol's result (``per_seed``, ``summary``, ``run_id``). See :func:`ddlib.scoring.score`."""
-    from ddlib.scoring import score as _score  # torch and mlflow load only when used
 
-    return _score(images, labels, dataset=dataset, protocol=protocol, **params)
+def __getattr__(name: str):
+    """``ddlib.score`` is :func:`ddlib.scoring.score` itself (its typed signature and documentation:
+    ``help(ddlib.score)``), imported on first use so that ``import ddlib`` stays light."""
+    if name == "score":
+        from ddlib.scoring import score
+
+        return score
+    raise AttributeError(f"module 'ddlib' has no attribute {name!r}")

@@ -50,7 +50,7 @@ def _score_params(args) -> dict:
     if args.data_root is not None:
         params["data_root"] = args.data_root
     if args.epochs is not None:
-        params["recipe"] = {**params.get("recipe", {}), "epochs": args.epochs}
+        params["epochs"] = args.epochs
     return params
 
 
@@ -63,7 +63,7 @@ def _cmd_score(args) -> int:
     options = {k: v for k, v in options.items() if v not in (None, False)}
     try:
         grid = score_grid(args.set, args.dataset, args.protocol, method=args.method, ipc=args.ipc,
-                          file_options=options, dry_run=args.dry_run, **_score_params(args))
+                          file_options=options, dry_run=args.dry_run, like=args.like, **_score_params(args))
     except ValueError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -88,7 +88,8 @@ def _cmd_score(args) -> int:
         print("error: the cell finished but its run is not in the store", file=sys.stderr)
         return 1
     verb = "reused the finished cell" if report.skipped else "scored"
-    print(f"{verb} {result.name} on {result.data or cell['dataset']} ({protocol}; MLflow run {result.run_id}, "
+    preset = f", preset {cell['preset']}" if cell.get("preset") is not None else ""  # the one a protocol picks, too
+    print(f"{verb} {result.name} on {result.data or cell['dataset']} ({protocol}{preset}; MLflow run {result.run_id}, "
           f"experiment {experiment!r})")
     with pd.option_context("display.width", 200, "display.max_columns", 40):
         print(result.per_seed.to_string(index=False))
@@ -117,11 +118,16 @@ def _add_score_parser(sub) -> None:
 
     score = sub.add_parser("score", help="score one distilled set (.pt, .npz, MTT folder, ImageFolder) without YAML")
     score.add_argument("set", help="the set: a file or folder ddlib.data.distilled.load reads")
-    score.add_argument("--dataset", required=True, help="the real dataset it was distilled from (digits, cifar10, ...)")
-    score.add_argument("--protocol", default="label_robust", choices=SET_PROTOCOLS, help="default label_robust (LRS)")
+    score.add_argument("--dataset", help="the real dataset it was distilled from (digits, cifar10, ...); with --like, "
+                                         "the grid's")
+    score.add_argument("--protocol", choices=SET_PROTOCOLS, help="default label_robust (LRS); with --like, the grid's")
+    score.add_argument("--like", metavar="GRID.yaml",
+                       help="score the set in an existing grid's setting (its protocol, experiment, recipe, seeds, "
+                            "reference epochs), so its row sits beside the grid's rows")
     score.add_argument("--preset", help="the method's evaluation preset (params/methods/<name>.yaml or a path)")
     score.add_argument("--seeds", type=int, nargs="+", help="evaluation seeds (default: the protocol's, 5)")
-    score.add_argument("--epochs", type=int, help="the recipe's epochs (default: the protocol's)")
+    score.add_argument("--epochs", type=int, help="what the set is trained for (a preset's preset_epochs, else the "
+                                                  "recipe's epochs; default: the protocol's)")
     score.add_argument("--method", help="the name the set gets in leaderboards (default: the file's name)")
     score.add_argument("--ipc", type=int, help="images per class (default: read from the set)")
     score.add_argument("--data-root", help="where the dataset is (else DDLIB_DATA)")

@@ -24,7 +24,7 @@ __all__ = ["LATER_RECIPE_DEFAULTS", "LATER_PARAM_DEFAULTS", "without_later_defau
 
 LATER_RECIPE_DEFAULTS = {"lr_min": 0.0, "grad_clip": None, "precision": "fp32", "channels_last": False,
                          "compile": False}
-LATER_PARAM_DEFAULTS = {"lr_search": "full"}
+LATER_PARAM_DEFAULTS = {"lr_search": "full", "epochs": None}
 
 
 def without_later_defaults(values: Mapping[str, Any], later: Mapping[str, Any]) -> dict:

@@ -66,15 +66,50 @@ def set_ipc(path: str | os.PathLike, dataset: str, data_root: str | None = None,
     return load(Path(path).expanduser(), load_dataset(dataset, data_root), **options).ipc
 
 
-def score_grid(path: str | os.PathLike, dataset: str, protocol: str = "label_robust", method: str | None = None,
-               ipc: int | None = None, file_options: dict | None = None, experiment: str | None = None,
-               dry_run: bool = False, **params) -> dict:
+def like_grid(like: str | os.PathLike, protocol: str | None, dataset: str | None) -> tuple[str, str, dict]:
+    """(protocol, experiment, params) of an existing grid's setting, to score a set beside its rows
+    (``--like GRID.yaml``): the grid's parameters, and every crossed value that is one value only;
+    ``method``, ``ipc`` and ``source`` are the set's. A grid that crosses anything else (two presets,
+    two recipes) has several settings: the error names the key to choose."""
+    from ddlib.runner import load_grid
+
+    spec = load_grid(like)
+    if protocol is not None and protocol != spec.protocol:
+        raise ValueError(f"--like {like}: its protocol is {spec.protocol!r}, not {protocol!r}")
+    params = {k: v for k, v in spec.params.items() if k not in ("method", "ipc", "source")}
+    for grid in spec.grid:
+        for key, values in grid.items():
+            if key in ("method", "ipc", "source"):
+                continue
+            if len({repr(v) for v in values}) > 1 or (key in params and params[key] != values[0]):
+                raise ValueError(f"--like {like}: the grid crosses {key} ({shown(values)}): it has several settings; "
+                                 f"give {key} yourself (--param {key}=...) and a grid of one setting")
+            params[key] = values[0]
+    if dataset is not None and params.get("dataset", dataset) != dataset:
+        raise ValueError(f"--like {like}: its dataset is {params['dataset']!r}, not {dataset!r}")
+    return spec.protocol, spec.experiment, params
+
+
+def score_grid(path: str | os.PathLike, dataset: str | None = None, protocol: str | None = None,
+               method: str | None = None, ipc: int | None = None, file_options: dict | None = None,
+               experiment: str | None = None, dry_run: bool = False, like: str | os.PathLike | None = None,
+               **params) -> dict:
     """The one-cell params grid (a params-file mapping) that scores the set at ``path``.
 
     ``ipc`` is read from the file when not given; ``file_options`` are the file source's keys
     (``normalized``, ``allow_unequal``, ``experiment``, ``zca_space``, ``trusted``); ``params`` are the
-    protocol's parameters (``seeds``, ``preset``, ``recipe``, ...). ``dry_run``: nothing that runs a
-    file's code is read (a ``trusted`` file only full unpickling reads needs ``ipc``)."""
+    protocol's parameters (``seeds``, ``preset``, ``epochs``, ...). ``like``: a grid whose setting
+    (protocol, experiment, parameters) the set is scored in, so its row sits beside the grid's
+    (``params`` still win). ``dry_run``: nothing that runs a file's code is read (a ``trusted`` file
+    only full unpickling reads needs ``ipc``)."""
+    if like is not None:
+        protocol, like_experiment, base = like_grid(like, protocol, dataset)
+        experiment = experiment or like_experiment
+        params = {**base, **params}
+        dataset = dataset or base.get("dataset")
+    protocol = protocol or "label_robust"
+    if dataset is None:
+        raise ValueError("give the dataset the set was distilled from (--dataset)")
     if protocol not in SET_PROTOCOLS:
         raise ValueError(f"protocol must be one of {list(SET_PROTOCOLS)}, got {protocol!r}")
     options = dict(file_options or {})
@@ -208,22 +243,43 @@ def _run_steps(protocol: str, experiment: str, params: dict, progress: bool):
     return result
 
 
-def score(images: Any = None, labels: Any = None, *, dataset: str, protocol: str = "label_robust",
+def score(images: Any = None, labels: Any = None, *, dataset: str | None = None, protocol: str | None = None,
           path: str | os.PathLike | None = None, soft_labels: Any = None, method: str | None = None,
-          ipc: int | None = None, file_options: dict | None = None, experiment: str | None = None,
+          ipc: int | None = None, seeds: list[int] | None = None, epochs: int | None = None, preset: str | None = None,
+          like: str | os.PathLike | None = None, data_root: str | None = None, device: str | None = None,
+          experiment: str | None = None, normalized: bool | None = None, zca_space: bool | None = None,
+          trusted: bool = False, allow_unequal: bool = False, experiment_index: int | None = None,
           progress: bool = False, **params):
     """Score a set in this process and return the protocol's result (``per_seed``, ``summary``, and
-    ``run_id``, the MLflow cell run).
+    ``run_id``, the MLflow cell run). The same names as ``ddlib score``'s options, the notebooks'
+    parameters and the grids' keys.
 
     The set is ``images`` and ``labels`` (arrays or tensors: pixels in [0, 1] or uint8, N x C x H x W,
-    N x H x W x C or N x H x W; hard labels, optional ``soft_labels``), saved under
-    ``<store>/sets/`` by content (``method`` defaults to ``mine``), or a file or folder ``path``
-    (``method`` defaults to its file name, as for ``ddlib score``). ``params`` are the protocol's (``seeds=[0, 1, 2]``, ``preset="sre2l"``,
-    ``recipe={"epochs": 300}``, ...); the cell is the one ``ddlib score`` runs for the same file.
+    N x H x W x C or N x H x W; hard labels, optional ``soft_labels``), saved under ``<store>/sets/``
+    by content (``method`` defaults to ``mine``), or a file or folder ``path`` (``method`` defaults to
+    its file name, as for ``ddlib score``).
+
+    * ``dataset``: the real dataset it was distilled from; ``protocol``: ``label_robust`` (default),
+      ``augmentation_robust``, ``adversarial``, ``augmentation``, ``transfer``, ``compression``;
+    * ``seeds``, ``epochs`` (what the set is trained for: a preset's ``preset_epochs``, else the
+      recipe's), ``preset`` (``params/methods/<name>.yaml`` or a path), ``data_root``, ``device``;
+    * ``like``: a params file whose setting the set is scored in (its protocol, experiment and
+      parameters), so its row sits beside that grid's rows;
+    * the file's options: ``normalized``, ``zca_space``, ``trusted``, ``allow_unequal``,
+      ``experiment_index`` (which experiment of a DC-format file);
+    * ``params``: any other parameter of the protocol (``recipe={...}``, ``lr_policy="fixed"``, ...;
+      ``help(ddlib.protocols.<protocol>)`` and its notebook list them).
+
+    The cell is the one ``ddlib score`` runs for the same file: a finished one is reused.
 
     >>> result = ddlib.score(images, labels, dataset="cifar10", seeds=[0, 1, 2])   # doctest: +SKIP
     >>> result.per_seed, result.summary["lrs_mean"]                                 # doctest: +SKIP
     """
+    named = {"seeds": seeds, "epochs": epochs, "preset": preset, "data_root": data_root, "device": device}
+    params = {**{k: v for k, v in named.items() if v is not None}, **params}
+    file_options = {k: v for k, v in (("normalized", normalized), ("zca_space", zca_space), ("trusted", trusted),
+                                      ("allow_unequal", allow_unequal), ("experiment", experiment_index))
+                    if v not in (None, False)}
     if path is None:
         if images is None or labels is None:
             raise ValueError("give images and labels, or path=<a set file>")
@@ -232,7 +288,7 @@ def score(images: Any = None, labels: Any = None, *, dataset: str, protocol: str
     elif images is not None or labels is not None:
         raise ValueError("give images and labels, or path, not both")
     grid = score_grid(path, dataset, protocol, method=method, ipc=ipc, file_options=file_options,
-                      experiment=experiment, **params)
+                      experiment=experiment, like=like, **params)
     try:
         protocol, experiment, cell = resolve_cell(grid)
     except ValueError as e:  # GridError names a placeholder file: say what was called

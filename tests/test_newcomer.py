@@ -322,3 +322,45 @@ def test_the_command_line_and_the_registry_do_not_import_the_heavy_stacks():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["[]", "False", "True"], out.stdout
+
+
+def test_epochs_is_one_name_on_every_surface(tmp_path):
+    """`--epochs` (CLI), `epochs=` (ddlib.score), `-p epochs` (papermill) and `epochs:` (grids) are one
+    parameter, folded into the key the protocol trains by: the same cell as the protocol's own spelling."""
+    import inspect
+
+    import papermill as pm
+
+    import ddlib
+    from ddlib.protocols import augmentation_robust, compression, label_robust
+    from ddlib.protocols.placement import cell_tags
+
+    assert "epochs" in inspect.signature(ddlib.score).parameters
+    for protocol in ("label_robust", "augmentation_robust", "adversarial", "compression", "nas"):
+        assert "epochs" in pm.inspect_notebook(str(Path(__file__).parents[1] / "notebooks" / f"{protocol}.ipynb"))
+    same = [(label_robust, {"epochs": 5}, {"recipe": {"epochs": 5}}),
+            (label_robust, {"epochs": 5, "preset": "sre2l"}, {"preset_epochs": 5, "preset": "sre2l"}),
+            (augmentation_robust, {"epochs": 5}, {"preset_epochs": 5}),
+            (compression, {"epochs": 7}, {"recipe": {"epochs": 7}, "aug_epochs": 7})]
+    for module, short, canonical in same:
+        assert cell_tags(module.SPEC.name, module.validate(short)) == cell_tags(module.SPEC.name, module.validate(canonical))
+    with pytest.raises(ValueError, match="epochs: 7 and aug_epochs: 9 disagree"):
+        compression.validate({"epochs": 7, "aug_epochs": 9})
+
+
+def test_a_set_scored_like_a_grid_sits_in_that_grids_setting(npz_set, tmp_path):
+    from ddlib.scoring import score_grid
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"protocol": "augmentation_robust", "experiment": "my_ars",
+                                    "params": {"dataset": "digits", "seeds": [0, 1], "preset": "dsa",
+                                               "preset_epochs": 3}, "grid": {"method": ["random"], "ipc": [2]}}))
+    scored = score_grid(npz_set, like=grid)
+    assert scored["protocol"] == "augmentation_robust" and scored["experiment"] == "my_ars"
+    assert scored["params"]["seeds"] == [0, 1] and scored["params"]["preset_epochs"] == 3
+    assert scored["grid"]["method"] == ["my_set"]
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump({"protocol": "label_robust", "params": {"dataset": "digits"},
+                                   "grid": {"method": ["random"], "ipc": [2], "preset": ["dsa", "dm"]}}))
+    with pytest.raises(ValueError, match="crosses preset"):
+        score_grid(npz_set, like=two)

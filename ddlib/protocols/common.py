@@ -31,6 +31,9 @@ SET_PARAMS = {
     "device": Param("auto", "auto, cpu, cuda, cuda:N or mps"),
     "train_per_class": Param(None, "CPU smoke runs only: real training images per class (null: all)", "int"),
     "test_size": Param(None, "CPU smoke runs only: a class-stratified test subset (null: the whole test set)", "int"),
+    "epochs": Param(None, "what the set is trained for, one name on every surface (CLI --epochs, ddlib.score, "
+                          "papermill -p epochs, grids): folded into the protocol's own key (preset_epochs under a "
+                          "preset, else recipe's epochs and aug_epochs)", "int"),
 }
 
 # How the method's own evaluation is reproduced (ddlib.protocols.preset_eval), against which random subset.
@@ -124,7 +127,34 @@ def validate_set_params(protocol: str, defaults: dict, params: dict, trained_mod
     for key in ("train_per_class", "test_size"):
         if p[key] is not None and not positive_int(p[key]):
             raise ValueError(f"{key} must be null or a positive integer, got {p[key]!r}")
+    if p.get("epochs") is not None:
+        _fold_epochs(p, params)
     return p
+
+
+def _fold_epochs(p: dict, given: dict) -> None:
+    """``epochs``: one name for "what the set is trained for", written into the key the protocol
+    trains by (so ``epochs: 5`` is the very cell ``preset_epochs: 5`` or ``recipe: {epochs: 5}`` is):
+    a preset's ``preset_epochs``; otherwise the recipe's epochs, and ``aug_epochs`` where the protocol
+    trains with augmentation at its own epochs (DC-Bench)."""
+    epochs = p["epochs"]
+    if not positive_int(epochs):
+        raise ValueError(f"epochs must be a positive integer, got {shown(epochs)}")
+    if "preset_epochs" in p and p.get("preset") is not None:
+        targets = {"preset_epochs": p["preset_epochs"]}
+    else:
+        targets = {"recipe.epochs": (p["recipe"] or {}).get("epochs") if isinstance(p.get("recipe"), dict) else None}
+        if "aug_epochs" in p:
+            targets["aug_epochs"] = p["aug_epochs"] if "aug_epochs" in given else None
+    for key, value in targets.items():
+        if value is not None and value != epochs:
+            raise ValueError(f"epochs: {epochs} and {key}: {value} disagree; give one of them")
+    for key in targets:
+        if key == "recipe.epochs":
+            p["recipe"] = {**(p["recipe"] or {}), "epochs": epochs}
+        else:
+            p[key] = epochs
+    p["epochs"] = None
 
 
 def validate_common(protocol: str, defaults: dict, params: dict) -> dict:

@@ -194,11 +194,12 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
             board = board.drop(columns=column)  # no two rows differ by their set only
     if not board.duplicated(subset=keys + [c for c in SET_TAGS if c in board], keep=False).any():
         board = board.drop(columns="config")
-    if descending and descending in df:
+    ranked = bool(descending) and descending in df  # a board without its score (no cell computed it) is not ranked
+    if ranked:
         board = _rank_groups(board, pooled, descending)
-    order = [*sort, *([f"{descending}_mean"] if descending else [])]
+    order = [*sort, *([f"{descending}_mean"] if ranked else [])]
     if order:
-        board = board.sort_values(order, ascending=[True] * len(sort) + ([False] if descending else []),
+        board = board.sort_values(order, ascending=[True] * len(sort) + ([False] if ranked else []),
                                   na_position="last")
     return board.reset_index(drop=True)
 
