@@ -52,7 +52,7 @@ bench: $(STAMP)
 
 # the docs site (mkdocs.yml) into build/docs/; `$(VENV)/bin/mkdocs serve` to browse it while editing
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean-store:
 	rm -rf mlruns/mlflow.db mlruns/artifacts mlruns/locks
