@@ -13,7 +13,7 @@ PORT ?= 5000
 BACKEND ?=
 ARTIFACTS ?=
 
-.PHONY: demo test setup run summary leaderboard ui server bench clean-store
+.PHONY: demo test setup run summary leaderboard ui server bench docs clean-store
 
 setup: $(STAMP)
 
@@ -49,6 +49,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/train_speed.py
+
+# the docs site (mkdocs.yml) into build/docs/; `$(VENV)/bin/mkdocs serve` to browse it while editing
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean-store:
 	rm -rf mlruns/mlflow.db mlruns/artifacts mlruns/locks

@@ -276,7 +276,7 @@ class RayExecutor:
     """Each cell a Ray task (``num_cpus``, ``num_gpus`` per cell) on the cluster at ``address``
     (``auto``, ``ray://host:10001``), or on a local Ray instance started for the run (``workers``
     cells at a time; asked for 127.0.0.1, but Ray 2.60's processes still listen on every interface
-    under the node's own address, behind Ray's token authentication: see the README)."""
+    under the node's own address, behind Ray's token authentication: see docs/scale-out.md)."""
 
     def __init__(self, address: str | None, workers: int, cpus_per_cell: float = 1, gpus_per_cell: float = 0):
         self.address = address

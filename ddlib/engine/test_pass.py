@@ -94,7 +94,7 @@ def standard_layout(t: torch.Tensor) -> torch.Tensor:
     """``t`` with the row-major strides of its shape: a copy only where they differ. A 1-channel
     batch may carry stride 1 on its channel axis (contiguous all the same); oneDNN's bf16 convolution
     takes a path about 4x slower on that layout (digits training 11.3 s against 3.0 s). Applied to
-    bf16 work only: fp32 keeps the layout its numbers were measured with (see the README). Images
+    bf16 work only: fp32 keeps the layout its numbers were measured with (see docs/performance.md). Images
     that are not a tensor (read from files on demand) pass through."""
     if not isinstance(t, torch.Tensor):
         return t

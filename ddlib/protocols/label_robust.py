@@ -29,7 +29,7 @@ and ``soft_label.py``):
   method's own (or learned, shipped) lr under its own evaluation.
 
 HLR = acc_real_hard - acc_syn_hard, IOR = acc_syn_any - acc_rdm_any, LRS(HLR, IOR, w); mean +- std
-over seeds. Deviations from the peer's code, all named in the README: searches are scored on a
+over seeds. Deviations from the peer's code, all named in docs/deviations.md: searches are scored on a
 validation split held out of the training set (``lr_select: test`` reproduces the peer and is
 tagged so), a model's accuracy is taken at its last epoch (the peer keeps the best of every 20th
 epoch on the test set), and accuracies are fractions (the peer's percent inputs leave [0, 100]).
