@@ -218,8 +218,8 @@ def score(images: Any = None, labels: Any = None, *, dataset: str, protocol: str
     The set is ``images`` and ``labels`` (arrays or tensors: pixels in [0, 1] or uint8, N x C x H x W,
     N x H x W x C or N x H x W; hard labels, optional ``soft_labels``), saved under
     ``<store>/sets/`` by content (``method`` defaults to ``mine``), or a file or folder ``path``
-    (``method`` defaults to its file name, as for ``ddlib score``). ``params`` are the protocol's (``seeds=[0, 1, 2]``, ``preset="sre2l"``,
-    ``recipe={"epochs": 300}``, ...); the cell is the one ``ddlib score`` runs for the same file.
+    (``method`` defaults to its file name, as for ``ddlib score``). ``params`` are the protocol's (``seeds=[0, 1, 2]``,
+    ``preset="sre2l"``, ``recipe={"epochs": 300}``, ...); the cell is the one ``ddlib score`` runs for the same file.
 
     >>> result = ddlib.score(images, labels, dataset="cifar10", seeds=[0, 1, 2])   # doctest: +SKIP
     >>> result.per_seed, result.summary["lrs_mean"]                                 # doctest: +SKIP
