@@ -88,7 +88,8 @@ def main() -> None:
     result["seconds"] = time.perf_counter() - start
     result["load_after"] = os.getloadavg()
 
-    print(f"\n{'mode':>10} {'attack':>10} {'pixel %':>8} {'compat %':>9} {'BEARD log %':>12}  (max L-inf, pixels: pixel / compat)")
+    print(f"\n{'mode':>10} {'attack':>10} {'pixel %':>8} {'compat %':>9} {'BEARD log %':>12}"
+          "  (max L-inf, pixels: pixel / compat)")
     for mode in args.modes:
         cells = {c["space"]: c for c in result["cells"] if c["mode"] == mode}
         for attack in args.attacks:

@@ -227,14 +227,19 @@ def main(spec_path: str) -> None:
     c["teacher_model_singular_lrs"] = cite(lrs_mod.LabelRobustScoreSoft._generate_soft_labels, "self.teacher_model(")
     c["ars_scheduler_without_step_size"] = cite(ars_mod.AugmentationRobustScore._compute_soft_label_metrics, "get_lr_scheduler(")
     c["step_scheduler_asserts"] = cite(te_mod.get_lr_scheduler, "assert step_size is not None")
-    c["ars_hard_uses_missing_test_loader"] = cite(ars_mod.AugmentationRobustScore._compute_hard_label_metrics, "self.test_loader_real")
+    c["ars_hard_uses_missing_test_loader"] = cite(ars_mod.AugmentationRobustScore._compute_hard_label_metrics,
+                                                  "self.test_loader_real")
     c["ars_deletes_test_loader"] = cite(ars_mod.AugmentationRobustScore.__init__, "del dst_test_real")
-    c["ars_mislabelled_log"] = cite(ars_mod.AugmentationRobustScore.compute_metrics, 'logging(f"Without augmentation acc: {random_data_with_aug_acc')
+    c["ars_mislabelled_log"] = cite(ars_mod.AugmentationRobustScore.compute_metrics,
+                                    'logging(f"Without augmentation acc: {random_data_with_aug_acc')
     c["real_acc_cache"] = cite(te_mod, "REAL_DATA_ACC_CACHE = {")
-    c["real_epochs_from_soft_config"] = cite(lrs_mod.LabelRobustScoreSoft._compute_hard_label_metrics, "for epoch in tqdm(range(self.num_epochs)")
-    c["hard_labels_class_major"] = cite(lrs_mod.LabelRobustScoreSoft.compute_metrics, "hard_labels = torch.tensor(np.array([np.ones(self.ipc) * i")
+    c["real_epochs_from_soft_config"] = cite(lrs_mod.LabelRobustScoreSoft._compute_hard_label_metrics,
+                                             "for epoch in tqdm(range(self.num_epochs)")
+    c["hard_labels_class_major"] = cite(lrs_mod.LabelRobustScoreSoft.compute_metrics,
+                                        "hard_labels = torch.tensor(np.array([np.ones(self.ipc) * i")
     c["teacher_forward_with_autograd"] = cite(te_mod.train_one_epoch, "tea_outputs = [tea_model(images)")
-    c["loss_kwargs_default_none"] = cite(lrs_mod.LabelRobustScoreSoft._compute_soft_label_metrics, "KLDivergenceLoss(**self.loss_fn_kwargs)")
+    c["loss_kwargs_default_none"] = cite(lrs_mod.LabelRobustScoreSoft._compute_soft_label_metrics,
+                                         "KLDivergenceLoss(**self.loss_fn_kwargs)")
     c["cutmix_labels_not_mixed"] = cite(importlib.import_module("ddranking.aug.cutmix").Cutmix.cutmix, "images[:, :, bbx1:bbx2")
     c["pretrained_path_none"] = cite(importlib.import_module("ddranking.utils.model").get_pretrained_model_path, "else None")
 

@@ -16,7 +16,8 @@ from ``../shared/data/cifar10-jpeg.tar.gz``, decoded by ddlib and written in tor
 ``cifar-10-batches-py`` layout for the peer, once, under ``${DDLIB_CACHE:-~/.cache/ddlib}``).
 
 The peer runs in its own virtual environment (``${DDLIB_CACHE:-~/.cache/ddlib}/venv-ddranking``, or
-``$DDLIB_PEER_VENV``; created on first use, reused after, shared with ``tests/peer.py``) through ``bench/ddranking_wrapper.py``, which holds every workaround for the peer's
+``$DDLIB_PEER_VENV``; created on first use, reused after, shared with ``tests/peer.py``) through
+``bench/ddranking_wrapper.py``, which holds every workaround for the peer's
 defects. ddlib runs in this process against a scratch MLflow store (``DDLIB_MLRUNS`` in a temporary
 folder), one for both protocols as users run them (``--store shared``): ARS then reuses the lr
 searches of LRS's soft-label sides, which train the same models (same numbers, fewer trainings).

@@ -67,7 +67,8 @@ def load_yaml(path: str | os.PathLike) -> Any:
             return None
         size = _expanded_size(node, {}, set())
         if size > MAX_VALUES:
-            raise YamlFileError(f"{path}: the document expands to {'over ' if size >= 10 * MAX_VALUES else ''}{size:,} values through its aliases (*name), more "
+            raise YamlFileError(f"{path}: the document expands to {'over ' if size >= 10 * MAX_VALUES else ''}{size:,} values "
+                                "through its aliases (*name), more "
                                 f"than a params file holds ({MAX_VALUES:,}); is it an alias bomb?")
         return loader.construct_document(node)
     except yaml.YAMLError as error:

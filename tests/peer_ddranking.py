@@ -163,7 +163,8 @@ def case_scores(inputs):
             # hard: syn (mode syn), real (mode real), random (mode real, random tensors) per run
             calls = iter([v for r in runs for v in (r["syn_hard"], r["real_hard"], r["rdm_hard"])])
             hard = _scores(LabelRobustScoreHard,
-                           {"_compute_hard_label_metrics_helper": lambda *a, calls=calls, scale=scale, **k: (next(calls) * scale, 0.01),
+                           {"_compute_hard_label_metrics_helper":
+                            lambda *a, calls=calls, scale=scale, **k: (next(calls) * scale, 0.01),
                             "_get_random_data_helper": lambda eval_iter: (None, torch.zeros(1), torch.zeros(1))},
                            {"num_eval": n, "ipc": 1, "num_classes": 10, "eval_full_data": True, "dataset": "CIFAR10",
                             "model_name": "ConvNet-3"},
@@ -172,8 +173,10 @@ def case_scores(inputs):
             hard_calls = iter([v for i in range(n) for v in (runs[i]["syn_hard"], runs[i]["real_hard"])])
             soft_calls = iter([v for i in range(n) for v in (runs[i]["syn_any"], runs[i]["rdm_any"])])
             soft = _scores(LabelRobustScoreSoft,
-                           {"_compute_hard_label_metrics_helper": lambda *a, c=hard_calls, scale=scale, **k: (next(c) * scale, 0.01),
-                            "_compute_soft_label_metrics_helper": lambda *a, c=soft_calls, scale=scale, **k: (next(c) * scale, 0.01),
+                           {"_compute_hard_label_metrics_helper":
+                            lambda *a, c=hard_calls, scale=scale, **k: (next(c) * scale, 0.01),
+                            "_compute_soft_label_metrics_helper":
+                            lambda *a, c=soft_calls, scale=scale, **k: (next(c) * scale, 0.01),
                             "_get_random_data_helper": lambda eval_iter: (None, torch.zeros(1), torch.zeros(1, 10))},
                            {"num_eval": n, "ipc": 1, "num_classes": 10, "eval_full_data": True, "dataset": "CIFAR10",
                             "model_name": "ConvNet-3", "soft_label_mode": "M"},
@@ -186,7 +189,8 @@ def case_scores(inputs):
             without_aug = iter([v for r in runs for v in (r["syn_noaug"], r["rdm_noaug"])])
             ars = _scores(AugmentationRobustScore,
                           {"_compute_with_aug_metrics_helper": lambda *a, c=with_aug, scale=scale, **k: (next(c) * scale, 0.01),
-                           "_compute_without_aug_metrics_helper": lambda *a, c=without_aug, scale=scale, **k: (next(c) * scale, 0.01),
+                           "_compute_without_aug_metrics_helper":
+                           lambda *a, c=without_aug, scale=scale, **k: (next(c) * scale, 0.01),
                            "_get_random_data_helper": lambda eval_iter: (None, torch.zeros(1), torch.zeros(1), None)},
                           {"num_eval": n, "ipc": 1, "num_classes": 10, "label_type": "hard", "soft_label_mode": "M"},
                           {"image_tensor": torch.zeros(1), "ars_lambda": gamma})

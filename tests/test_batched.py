@@ -66,7 +66,8 @@ def test_one_epoch_equals_sequential_with_lrs_augmentation_and_soft_targets(digi
     subset = random_subset(digits, 5, seed=0)
     soft = F.one_hot(subset.labels, 10).float() * 0.9 + 0.01
     augment = create_augment(["flip", {"cutmix": {"alpha": 1.0}}], mean=digits.mean, std=digits.std, num_classes=10)
-    kw = dict(targets=soft, augment=augment, model=model, recipe=Recipe(precision="fp32", epochs=1, batch_size=25, scheduler="cosine"))
+    kw = dict(targets=soft, augment=augment, model=model,
+              recipe=Recipe(precision="fp32", epochs=1, batch_size=25, scheduler="cosine"))
     seeds, lrs = [0, 1, 2], [0.01, 0.05, 0.002]
     seq = _train(digits, subset, seeds, False, lrs=lrs, **kw)
     bat = _train(digits, subset, seeds, True, lrs=lrs, **kw)
@@ -266,8 +267,8 @@ def test_batched_on_cuda_equals_sequential(digits):
 
 def test_models_with_dropout_train_sequentially(digits, monkeypatch):
     subset = random_subset(digits, 2, seed=0)
-    kw = dict(num_classes=10, mean=digits.mean, std=digits.std, recipe=Recipe(precision="fp32", epochs=1, batch_size=20), seeds=[0, 1],
-              device="cpu")
+    kw = dict(num_classes=10, mean=digits.mean, std=digits.std, recipe=Recipe(precision="fp32", epochs=1, batch_size=20),
+              seeds=[0, 1], device="cpu")
     images = torch.nn.functional.interpolate(subset.images.float(), size=(32, 32))  # the ViT wants 32x32
     test = torch.nn.functional.interpolate(digits.test_images[:20].float(), size=(32, 32))
     with pytest.raises(ValueError, match="random layers"):

@@ -248,7 +248,8 @@ def test_soft_label_losses_are_ddrankings(peer):
             assert relabel.item() == pytest.approx(theirs.item(), rel=1e-5)
             assert rows.item() == pytest.approx(theirs.item(), rel=1e-5)
         theirs = out[("sce", t)]
-        assert sce_loss(t, targets_are_logits=True).compute(student, teacher, labels).item() == pytest.approx(theirs.item(), rel=1e-5)
+        assert (sce_loss(t, targets_are_logits=True).compute(student, teacher, labels).item()
+                == pytest.approx(theirs.item(), rel=1e-5))
         assert sce_loss(t)(student, stored_targets(stored, temperature=t)).item() == pytest.approx(theirs.item(), rel=1e-5)
     for mse_w, ce_w in MSE_GT:
         ours = mse_ce_loss(mse_w, ce_w, targets_are_logits=True).compute(student, teacher, labels)
@@ -289,9 +290,12 @@ def test_lrs_and_ars_arithmetic_is_ddrankings(peer, w):
     for kind, ior in (("lrs_hard", ior_hard), ("lrs_soft", ior_soft)):
         theirs = out[(kind, "fraction", w)]
         lrs_mean, lrs_std = metrics.mean_std([metrics.lrs(h, i, w) for h, i in zip(hlr, ior)])
-        assert metrics.mean_std(hlr) == pytest.approx((theirs["hard_label_recovery_mean"], theirs["hard_label_recovery_std"]), abs=1e-12)
-        assert metrics.mean_std(ior) == pytest.approx((theirs["improvement_over_random_mean"], theirs["improvement_over_random_std"]), abs=1e-12)
-        assert (lrs_mean, lrs_std) == pytest.approx((100 * theirs["label_robust_score_mean"], 100 * theirs["label_robust_score_std"]), abs=1e-9)
+        assert metrics.mean_std(hlr) == pytest.approx((theirs["hard_label_recovery_mean"], theirs["hard_label_recovery_std"]),
+                                                      abs=1e-12)
+        assert metrics.mean_std(ior) == pytest.approx((theirs["improvement_over_random_mean"],
+                                                       theirs["improvement_over_random_std"]), abs=1e-12)
+        assert (lrs_mean, lrs_std) == pytest.approx((100 * theirs["label_robust_score_mean"],
+                                                     100 * theirs["label_robust_score_std"]), abs=1e-9)
         # the peer's own call (percent accuracies) leaves the score's range: the deviation ddlib names
         in_percent = out[(kind, "percent", w)]["label_robust_score_mean"]
         assert not 0.0 <= in_percent <= 1.0
@@ -299,7 +303,9 @@ def test_lrs_and_ars_arithmetic_is_ddrankings(peer, w):
     noaug = [metrics.ior(r["syn_noaug"], r["rdm_noaug"]) for r in ARS_RUNS]
     theirs = out[("ars", "fraction", w)]
     assert metrics.mean_std(aug) == pytest.approx((theirs["with_aug_scores_mean"], theirs["with_aug_scores_std"]), abs=1e-12)
-    assert metrics.mean_std(noaug) == pytest.approx((theirs["without_aug_scores_mean"], theirs["without_aug_scores_std"]), abs=1e-12)
+    assert metrics.mean_std(noaug) == pytest.approx((theirs["without_aug_scores_mean"], theirs["without_aug_scores_std"]),
+                                                    abs=1e-12)
     ars = metrics.mean_std([metrics.ars(a, n, w) for a, n in zip(aug, noaug)])
-    assert ars == pytest.approx((100 * theirs["augmentation_robust_score_mean"], 100 * theirs["augmentation_robust_score_std"]), abs=1e-9)
+    assert ars == pytest.approx((100 * theirs["augmentation_robust_score_mean"],
+                                 100 * theirs["augmentation_robust_score_std"]), abs=1e-9)
     assert not math.isnan(out[("ars", "percent", w)]["augmentation_robust_score_mean"])

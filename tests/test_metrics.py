@@ -28,7 +28,8 @@ def test_lrs_matches_published_rows(name, hlr_pts, ior_pts, expected):
 # documentation book give no per-weight values; the leaderboard space (huggingface.co/spaces/logits/
 # DD-Ranking) is stored as constants.py and a file listing, not its data.csv rows. So the expected
 # values are worked out by hand from the definition, and tests/test_conformance_ddranking.py checks
-# ddlib against the peer's own compute_metrics at w = 0.1, 0.5 and 0.9 on the same accuracies: alpha = w * IOR - (1 - w) * HLR, LRS = 100 * (e^alpha -
+# ddlib against the peer's own compute_metrics at w = 0.1, 0.5 and 0.9 on the same accuracies:
+# alpha = w * IOR - (1 - w) * HLR, LRS = 100 * (e^alpha -
 # e^-1) / (e - e^-1). E.g. DC IPC1 at w = 0.1: alpha = 0.0124 - 0.4743 = -0.4619, e^alpha = 0.630086,
 # (0.630086 - 0.367879) / 2.350402 = 0.111558.
 HAND_LRS = [

@@ -204,7 +204,8 @@ def test_tiny_network_direct_and_arch_canonical():
 
 # --------------------------------------------------------------------------- ground truth
 
-HEADER = "CIFAR10TestAccuracy200Epochs,CIFAR100TestAccuracy200Epochs,ImageNetTestAccuracy200Epochs,ArchitectureString,UniqueString"
+HEADER = ("CIFAR10TestAccuracy200Epochs,CIFAR100TestAccuracy200Epochs,ImageNetTestAccuracy200Epochs,"
+          "ArchitectureString,UniqueString")
 ROWS = [
     (93.5, 70.1, 44.0, BEST_C10, "u-best"),
     (85.9, 52.9, 26.6, EXAMPLE, "u-example"),

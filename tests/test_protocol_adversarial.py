@@ -517,7 +517,8 @@ def test_a_checkpoint_that_misses_its_expected_accuracy_fails_the_cell(mlflow_st
         attack("good.pth", expected_accuracy=round(accuracy - 0.03, 4), accuracy_tolerance=0.01)
     failed = tracking.runs("adversarial", kind="cell", status="FAILED")
     assert len(failed) == 2
-    with pytest.raises(ValueError, match=r"expected_accuracy must be a fraction in \(0, 1\] \(0\.6995 for 69\.95 %\), got 69\.95"):
+    with pytest.raises(ValueError,
+                       match=r"expected_accuracy must be a fraction in \(0, 1\] \(0\.6995 for 69\.95 %\), got 69\.95"):
         adversarial.validate({**TINY, "method": "pool", "source": {"kind": "checkpoint", "path": "m.pth",
                                                                   "expected_accuracy": 69.95}})
 

@@ -105,7 +105,8 @@ def datm_set(tmp_path):
     # ToTensor() pixels in [0, 1] (no normalisation), applied to the pixels
     zca = kornia.enhance.ZCAWhitening(eps=0.1, compute_inv=True).fit(ds.pixels().float())
     whitened = zca(pixels.float())
-    logits = torch.randn(len(labels), 10, generator=torch.Generator().manual_seed(0)) + 4 * torch.nn.functional.one_hot(labels, 10)
+    logits = (torch.randn(len(labels), 10, generator=torch.Generator().manual_seed(0))
+              + 4 * torch.nn.functional.one_hot(labels, 10))
     path = tmp_path / "datm_ipc2.pt"
     torch.save({"images": whitened, "labels": labels, "soft_labels": logits, "lr": torch.tensor(0.02)}, path)
     return {"kind": "file", "path": str(path), "zca_space": True}, pixels
@@ -361,7 +362,8 @@ def test_halving_trains_all_candidates_a_quarter_then_the_better_half_in_full(ml
     best_two = sorted(short_acc, key=lambda r: (short_acc[r], -float(r.split("-lr")[1].split("-")[0])))[-2:]
     assert full == {r.removesuffix("-e2") for r in best_two}
     run = tracking.client().get_run(cell.run_id).data
-    assert run.tags["ddlib.lr_search"].startswith("halving:") and result.sides.loc["rdm_hard", "lr search"] == "halving: 1 run, 0 reused"
+    assert (run.tags["ddlib.lr_search"].startswith("halving:")
+            and result.sides.loc["rdm_hard", "lr search"] == "halving: 1 run, 0 reused")
     # its own leaderboard row (group), and a full search in the same store reuses the full-length runs
     full_cell, _ = _run(label_robust, **params, seeds=[0])
     tags = [tracking.client().get_run(c.run_id).data.tags for c in (cell, full_cell)]

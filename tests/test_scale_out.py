@@ -251,7 +251,8 @@ def test_grid_of_40_cells_with_4_workers_into_sqlite(probe_notebooks, tmp_path):
 
 @pytest.fixture(scope="module")
 def real_results(tmp_path_factory) -> dict[str, dict]:
-    """The REAL grid (2 cells, 2 seeds, trained for real: 20 epochs on 10-20 images) run by one `ddlib run` process into one store."""
+    """The REAL grid (2 cells, 2 seeds, trained for real: 20 epochs on 10-20 images) run by one `ddlib run` process into
+    one store."""
     folder = tmp_path_factory.mktemp("real_a")
     store = folder / "mlruns"
     out = run_cli(write(folder / "grid.yaml", REAL), {**sqlite_env(store), **ONE_THREAD}, "--workers", "2")

@@ -62,5 +62,6 @@ def test_formats_are_asked_in_priority_order_and_an_unknown_file_lists_them(tmp_
     assert order.index("toy") < order.index("mtt") < order.index("dc") < order.index("pt")
     path = tmp_path / "set.h5"
     path.write_bytes(b"\x89HDF")
-    with pytest.raises(DistilledSetError, match=r"set\.h5: unknown format '\.h5'; expected a \.toy text file, .*a \.npz file or an ImageFolder"):
+    with pytest.raises(DistilledSetError,
+                       match=r"set\.h5: unknown format '\.h5'; expected a \.toy text file, .*a \.npz file or an ImageFolder"):
         load(path, load_dataset("digits"))

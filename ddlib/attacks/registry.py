@@ -147,7 +147,8 @@ _NOT_PARAMS = {"model", "verbose", "seed", "n_classes"}
 
 
 def _torchattack(name: str, cls: type, bound: str | None, /, *, build: Callable | None = None, **overrides) -> None:
-    """Register torchattacks' ``cls`` with threat model ``bound`` (its ``norm``): its constructor's defaults, with ``overrides`` on top (new keys
+    """Register torchattacks' ``cls`` with threat model ``bound`` (its ``norm``): its constructor's defaults, with
+    ``overrides`` on top (new keys
     allowed only with ``build(model, num_classes, seed, **params)``, which then makes the attack)."""
     sig = inspect.signature(cls.__init__)
     defaults = {k: p.default for k, p in sig.parameters.items() if k != "self" and k not in _NOT_PARAMS}

@@ -9,8 +9,8 @@ Formats :func:`load` reads are registered readers, one file each in :mod:`ddlib.
 image files); the first whose ``detect`` accepts the path reads it, and adding a format is one file.
 
 ZCA space: MTT and DATM run with ``--zca`` save their images *whitened* (kornia's ZCA of the
-[0, 1] pixels, fitted on the whole training set). Such a set is read with ``zca_space=True`` (the caller's flag, or ``zca_space`` stored in
-the file): its values are kept as stored, neither de-normalised nor range-checked, and the set is
+[0, 1] pixels, fitted on the whole training set). Such a set is read with ``zca_space=True`` (the caller's flag, or
+``zca_space`` stored in the file): its values are kept as stored, neither de-normalised nor range-checked, and the set is
 marked ``zca_space``. Turning it back into pixels needs the whitening fitted on the real data
 (:func:`ddlib.engine.augment.zca.zca_to_pixels`), which this data layer does not hold: the protocol
 that obtains the set does it (:func:`ddlib.protocols.common.obtain`), so every set reaches training

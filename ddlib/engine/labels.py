@@ -310,7 +310,8 @@ class TeacherRelabel:
         logits are kept: models trained in lockstep (the loop's lr candidates of one seed) hand every
         model the same batch object, and the teachers run once for all of them."""
         last = self._last
-        if last is not None and last[0] is inputs and last[1] == inputs._version and last[2] == torch.is_autocast_enabled(inputs.device.type):
+        if (last is not None and last[0] is inputs and last[1] == inputs._version
+                and last[2] == torch.is_autocast_enabled(inputs.device.type)):
             return last[3]
         logits = self._forward(inputs)
         self._last = (inputs, inputs._version, torch.is_autocast_enabled(inputs.device.type), logits)

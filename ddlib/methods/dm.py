@@ -42,8 +42,8 @@ def distribution_matching(
 ) -> DistilledSet:
     """Distil ``ipc`` images per class with DM. ``init``: random real images (the paper),
     K-Center images (DC-Bench's: nearest the k-means centres in the features of a ConvNet trained
-    ``init_epochs`` on the real data, :func:`ddlib.methods.select.kcenter_subset`), or Gaussian noise: DC-Bench's combination of selection
-    and synthesis. The same seed gives the same images on the CPU."""
+    ``init_epochs`` on the real data, :func:`ddlib.methods.select.kcenter_subset`), or Gaussian noise: DC-Bench's
+    combination of selection and synthesis. The same seed gives the same images on the CPU."""
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
     dev = resolve_device(device)

@@ -30,8 +30,8 @@ from ddlib.engine.test_pass import Normalize, as_pixels
 from ddlib.engine.recipe import Recipe
 from ddlib.engine.train import train_and_test
 
-__all__ = ["random_subset", "baseline_subset", "BASELINE_STREAM", "kcenter_subset", "kcenter_greedy_subset", "subset_from_indices",
-           "farthest_point_indices", "kmeans_nearest_indices", "feature_model_name", "KMEANS_MAX_ITER"]
+__all__ = ["random_subset", "baseline_subset", "BASELINE_STREAM", "kcenter_subset", "kcenter_greedy_subset",
+           "subset_from_indices", "farthest_point_indices", "kmeans_nearest_indices", "feature_model_name", "KMEANS_MAX_ITER"]
 
 KMEANS_MAX_ITER = 300  # DC-Bench: scikit-learn's KMeans, up to 300 iterations
 KMEANS_N_INIT = 10

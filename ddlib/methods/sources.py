@@ -174,7 +174,8 @@ def validate_source(method: str, spec: dict) -> dict:
             continue
         if key not in allowed:
             raise ValueError(f"method {method!r}: unknown key {key!r} for kind {kind!r}; allowed: {sorted(allowed)}")
-        if isinstance(value, bool) and allowed[key] is not bool and bool not in (allowed[key] if isinstance(allowed[key], tuple) else ()):
+        if (isinstance(value, bool) and allowed[key] is not bool
+                and bool not in (allowed[key] if isinstance(allowed[key], tuple) else ())):
             raise ValueError(f"method {method!r}: {key} must be {allowed[key]}, got {value!r}")
         if not isinstance(value, allowed[key]):
             raise ValueError(f"method {method!r}: {key} has the wrong type: {shown(value)}")

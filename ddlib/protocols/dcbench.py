@@ -13,7 +13,8 @@ former, ``aug_epochs`` the latter); and DC's schedule as DC-Bench's code runs it
 (``EvaluatorUtils.evaluate_synset_dataset``, DC's ``utils.evaluate_synset``): ``Epoch + 1`` epochs
 (301 / 1001), lr x 0.1 after epoch ``Epoch // 2 + 1`` with a new SGD optimizer, so momentum
 restarts: ``scheduler: dc_step``. (Before REVISION 4 these protocols trained ``Epoch`` epochs
-and kept momentum across the drop at ``Epoch // 2``: ``recipe: {scheduler: step}`` still does.) Its compression and transfer tables (Tables 2, 5, 6) train every set, and the whole
+and kept momentum across the drop at ``Epoch // 2``: ``recipe: {scheduler: step}`` still does.) Its compression and
+transfer tables (Tables 2, 5, 6) train every set, and the whole
 training set, with DSA; those two protocols therefore train with ``augment: dsa`` by default.
 """
 

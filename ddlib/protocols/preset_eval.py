@@ -87,8 +87,8 @@ from ddlib.methods.select import baseline_subset
 from ddlib.protocols.cell import Cell, TrainedModel
 from ddlib.protocols.presets import Preset, load_preset
 
-__all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "LR_SEARCHES", "DEFAULT_MODEL", "halving_rungs", "pick_lr", "resolve_preset", "Setting", "LrPlan",
-           "lr_plan", "teacher_recipe", "SideTrainer"]
+__all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "LR_SEARCHES", "DEFAULT_MODEL", "halving_rungs", "pick_lr", "resolve_preset",
+           "Setting", "LrPlan", "lr_plan", "teacher_recipe", "SideTrainer"]
 
 LR_GRID = [0.001, 0.005, 0.01, 0.05, 0.1]  # DD-Ranking's grid (soft_label.py, hard_label.py, aug_robust.py)
 LR_SELECT = ("validation", "test")
@@ -320,7 +320,8 @@ class SideTrainer:
         searches = {False: 0, True: 0}
         for seed in seeds:
             subset = subsets[seed]
-            name = "distilled" if side == "syn" else f"random_seed{seed if cell.params['baseline_seed'] is None else cell.params['baseline_seed']}"
+            name = ("distilled" if side == "syn" else
+                    f"random_seed{seed if cell.params['baseline_seed'] is None else cell.params['baseline_seed']}")
             targets, loss, note = self._labels(setting, subset, name)
             label_notes.add(note)
             loss_names.add(hook_name(loss, "ce"))

@@ -37,8 +37,8 @@ from ddlib.protocols.cell import CLASSES_TAG, PRECISION_TAG, SET_DIGEST_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "aggregate", "board_score", "row_names", "rank_caption", "format_leaderboard", "log_summary", "SCORES",
-           "UNSCALED", "INTERVALS", "display_format"]
+__all__ = ["per_seed_values", "aggregate", "board_score", "row_names", "rank_caption", "format_leaderboard", "log_summary",
+           "SCORES", "UNSCALED", "INTERVALS", "display_format"]
 
 # How every leaderboard's intervals and rank groups are made (stated in captions).
 INTERVALS = {"resamples": stats.RESAMPLES, "level": stats.LEVEL, "seed": stats.SEED}

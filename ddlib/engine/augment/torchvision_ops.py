@@ -32,7 +32,8 @@ def _build_tv(items) -> tuple[Callable, list]:
             ((name, kwargs),) = item.items()
             kwargs = {} if kwargs is None else kwargs
         else:
-            raise ValueError(f"augmentation op 'torchvision': each transform must be a name or {{Name: {{kwargs}}}}, got {item!r}")
+            raise ValueError(f"augmentation op 'torchvision': each transform must be a name or {{Name: {{kwargs}}}}, "
+                             f"got {item!r}")
         cls = getattr(v2, str(name), None)
         if not (inspect.isclass(cls) and issubclass(cls, v2.Transform)) or name in _TV_REFUSED:
             raise ValueError(f"augmentation op 'torchvision': {name!r} is not a usable torchvision.transforms.v2 transform")
