@@ -92,15 +92,29 @@ def test_kcenter_subset(digits):
     assert a.provenance["indices"] != random_subset(digits, 3, seed=0).provenance["indices"]
 
 
-def test_kcenter_features_train_in_fp32_where_bf16_is_native(digits, monkeypatch):
+def test_kcenter_features_train_in_fp32_where_bf16_is_native(digits, monkeypatch, tmp_path):
     """The set a method selects must not depend on the machine: the feature network ignores the
     default ``precision: auto`` and trains in fp32 even where the device computes bf16."""
     from ddlib.engine import device as device_mod
 
+    monkeypatch.setenv("DDLIB_CACHE", str(tmp_path))  # trained here, not found in a cache
     monkeypatch.setattr(device_mod, "bf16_supported", lambda d: True)
     assert device_mod.resolve_precision("auto", torch.device("cpu")) == "bf16"
     a = kcenter_subset(digits, 1, seed=0, device="cpu", epochs=2)
-    assert a.provenance["feature_precision"] == "fp32"
+    assert a.provenance["feature_precision"] == "fp32" and a.provenance["feature_model_from"] == "trained"
+
+
+def test_the_kcenter_feature_network_is_trained_once_per_machine(digits, monkeypatch, tmp_path):
+    """Every K-Center cell of a grid (and DM started from K-Center images) needs the same feature
+    network: the second one loads it, and selects the very same images."""
+    monkeypatch.setenv("DDLIB_CACHE", str(tmp_path))
+    a = kcenter_subset(digits, 2, seed=0, device="cpu", epochs=2)
+    b = kcenter_subset(digits, 3, seed=0, device="cpu", epochs=2)
+    again = kcenter_subset(digits, 2, seed=0, device="cpu", epochs=2)
+    assert a.provenance["feature_model_from"] == "trained" and b.provenance["feature_model_from"] == "cache"
+    assert again.provenance["indices"] == a.provenance["indices"]
+    assert again.provenance["feature_model_test_accuracy"] == a.provenance["feature_model_test_accuracy"]
+    assert kcenter_subset(digits, 2, seed=1, device="cpu", epochs=2).provenance["feature_model_from"] == "trained"
 
 
 def test_kcenter_greedy_is_a_source_of_its_own(digits):

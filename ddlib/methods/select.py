@@ -136,26 +136,60 @@ def feature_model_name(dataset: Dataset) -> str:
     return "convnet_d4" if min(dataset.image_size) >= 64 else "convnet"
 
 
-def _embeddings(dataset: Dataset, seed: int, model: str | None, device, epochs: int) -> tuple[torch.Tensor, dict]:
-    """Embeddings of every training image under a ConvNet trained ``epochs`` on the training set.
-    In fp32 always: the set a method selects must not depend on whether the machine computes bf16."""
-    dev = resolve_device(device)
-    model = model or feature_model_name(dataset)
+def _feature_network(dataset: Dataset, seed: int, model: str, dev: torch.device, epochs: int):
+    """The trained feature ConvNet and its test accuracy, trained once per machine: its weights are
+    cached under ``$DDLIB_CACHE/features`` by what they depend on (the training images and labels, the
+    model, recipe, seed, torch's version), so the K-Center cells of a grid (and DM started from
+    K-Center images) do not each train it again. Loading gives the very weights training gives."""
+    import hashlib
+    import json
+    import os
+
+    from ddlib.data.datasets import cache_dir
+    from ddlib.data.digest import tensor_digest
+    from ddlib.models import create_model
+
     recipe = Recipe(epochs=epochs, batch_size=256, lr=0.01, scheduler="none", precision="fp32")
+    identity = {"data": tensor_digest(dataset.train_images, dataset.train_labels),
+                "test": tensor_digest(dataset.test_labels), "model": model, "recipe": recipe.to_dict(), "seed": seed,
+                "torch": str(torch.__version__), "device": dev.type}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+    path = cache_dir() / "features" / f"{dataset.name}-{model}-{key}.pt"
+    if path.is_file():
+        try:
+            stored = torch.load(path, map_location="cpu", weights_only=True)
+            net = create_model(model, dataset.channels, dataset.num_classes, dataset.image_size).to(dev)
+            net.load_state_dict(stored["state_dict"])
+            return net.eval(), {"accuracy": float(stored["test_accuracy"]), "precision": stored["precision"], "from": "cache"}
+        except Exception:  # noqa: BLE001 - a damaged cache entry: train again
+            pass
     (trained,) = train_and_test(
         model, dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels,
         num_classes=dataset.num_classes, mean=dataset.mean, std=dataset.std, recipe=recipe, seeds=[seed],
         device=dev, keep_models=True,
     )
-    net = trained.model.eval()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    torch.save({"state_dict": {k: v.detach().cpu() for k, v in trained.model.state_dict().items()},
+                "test_accuracy": trained.test_accuracy, "precision": trained.precision, "identity": identity}, tmp)
+    os.replace(tmp, path)  # atomic: parallel workers never read half a file
+    return trained.model.eval(), {"accuracy": trained.test_accuracy, "precision": trained.precision, "from": "trained"}
+
+
+def _embeddings(dataset: Dataset, seed: int, model: str | None, device, epochs: int) -> tuple[torch.Tensor, dict]:
+    """Embeddings of every training image under a ConvNet trained ``epochs`` on the training set.
+    In fp32 always: the set a method selects must not depend on whether the machine computes bf16."""
+    dev = resolve_device(device)
+    model = model or feature_model_name(dataset)
+    net, trained = _feature_network(dataset, seed, model, dev, epochs)
     normalize = Normalize(dataset.mean, dataset.std).to(dev)
     with torch.inference_mode():
         feats = torch.cat([
             net.embed(normalize(as_pixels(dataset.train_images[i : i + 1024].to(dev)))).cpu()
             for i in range(0, len(dataset.train_labels), 1024)
         ])
-    return feats, {"feature_model": model, "feature_epochs": epochs, "feature_precision": trained.precision,
-                   "feature_model_test_accuracy": trained.test_accuracy}
+    return feats, {"feature_model": model, "feature_epochs": epochs, "feature_precision": trained["precision"],
+                   "feature_model_test_accuracy": trained["accuracy"], "feature_model_from": trained["from"]}
 
 
 def _per_class(dataset: Dataset, pick) -> torch.Tensor:
