@@ -3,6 +3,7 @@
 `pip install`ed ddlib needs to run its notebooks."""
 
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
@@ -173,3 +174,29 @@ def test_installed_wheel_reports_the_commit_pip_recorded(monkeypatch):
     monkeypatch.setattr(tracking.subprocess, "run", lambda *a, **k: pytest.fail("git was asked"))
     assert tracking.git_commit() == "ab" * 20
     assert tracking.code_version() == f"ddlib {ddlib.__version__} (commit {'ab' * 20})"
+
+
+def test_without_the_notebooks_extra_a_grid_stops_naming_it(monkeypatch, tmp_path):
+    """`ddlib run` / `ddlib score` execute notebooks: without papermill and ipykernel they say which extra."""
+    import importlib.util
+
+    from ddlib import runner
+
+    real = importlib.util.find_spec
+    hidden = ("papermill", "ipykernel")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a))
+    wanted = r"needs papermill and ipykernel, not installed: pip install 'ddlib\[notebooks\]'"
+    with pytest.raises(runner.ExecutorError, match=wanted):
+        runner.check_notebook_runner()
+
+
+def test_without_torchattacks_ddlib_imports_and_beard_names_the_install():
+    """torchattacks is no dependency (its requests pin): everything but BEARD's attacks imports without it,
+    and those say how to install it."""
+    code = ("import sys; sys.modules['torchattacks'] = None\n"
+            "import ddlib.report.report, ddlib.report.export, ddlib.report.beard, ddlib.cli\n"
+            "try:\n    import ddlib.attacks\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == ("BEARD's attacks need torchattacks, which is not installed: "
+                                  "pip install --no-deps 'torchattacks>=3.5.1,<4'")
