@@ -58,6 +58,19 @@ def _plain(value):
 # --------------------------------------------------------------------------- the bundle
 
 
+def _param_value(text: str):
+    """A logged param as the value it was (numbers, booleans, null, lists and mappings as YAML reads them)."""
+    import yaml
+
+    if text == "None":  # str(None), as flatten() logs it
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (int, float, bool, list, dict, type(None))) else text
+
+
 def _run_record(run_id: str) -> dict:
     """One cell run as a submission shows it: config, code, data, set digest, per-seed values."""
     from ddlib.protocols.cell import SET_DIGEST_TAG
@@ -71,12 +84,13 @@ def _run_record(run_id: str) -> dict:
     for key in sorted(k for k in run.data.metrics if _per_seed_key(k)):
         for m in mlflow_client.get_metric_history(run_id, key):
             per_seed.setdefault(int(m.step), {"seed": int(m.step)})[key] = _plain(m.value)
-    config = {}
-    for key, text in sorted(run.data.params.items()):
-        try:
-            config[key] = json.loads(text)
-        except (TypeError, ValueError):
-            config[key] = text
+    config: dict = {}
+    for key, text in sorted(run.data.params.items()):  # logged flat ("recipe.epochs"): nested again
+        *parents, leaf = key.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
+        node[leaf] = _param_value(text)
     return {"run_id": run_id, "protocol": tags.get(TAG["protocol"]), "revision": tags.get(TAG["revision"]),
             "set_digest": tags.get(SET_DIGEST_TAG), "data": tags.get(TAG["data"]),
             "data_source": tags.get(TAG["data_source"]), "device": tags.get(TAG["device_name"]),
@@ -109,7 +123,7 @@ def ddranking_rows(tables: dict[str, pd.DataFrame], w: float = 0.5, gamma: float
             for key, (column, factor) in values.items():
                 for stat in ("mean", "std"):
                     value = row.get(f"{column}_{stat}")
-                    out[f"{key}_{stat}"] = None if value is None else float(value) * factor
+                    out[f"{key}_{stat}"] = None if value is None else round(float(value) * factor, 6)
             rows.append(out)
     return pd.DataFrame(rows, columns=list(DDRANKING_COLUMNS))
 
@@ -133,7 +147,8 @@ def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float =
             continue
         for _, row in table.iterrows():
             runs = [_run_record(r) for r in str(row["runs"]).split()]
-            key = {c: _plain(row[c]) for c in table.columns if not c.endswith(("_mean", "_std", "_low", "_high"))
+            key = {c: _plain(row[c]) for c in table.columns
+                   if not c.endswith(("_mean", "_std", "_low", "_high", "_per_seed"))
                    and c not in _ROW_SKIP and c not in ("recipe", "epochs", "real_epochs", "data_source", "code")}
             summary = {c: _plain(row[c]) for c in table.columns if c.endswith(("_mean", "_std"))}
             digests = sorted({r["set_digest"] for r in runs if r["set_digest"]})
