@@ -162,8 +162,19 @@ def _add_server_parser(sub) -> None:
     server.set_defaults(func=_cmd_server)
 
 
+class _Version(argparse.Action):
+    """``ddlib --version``: the version, and the commit where it is known (computed only when asked)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ddlib.tracking import code_version
+
+        print(code_version())
+        parser.exit()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ddlib", description=__doc__)
+    parser.add_argument("--version", action=_Version, nargs=0, help="print ddlib's version (and git commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="execute a params grid with papermill, tracked in MLflow")
     run.add_argument("params", help="params YAML file, e.g. params/demo.yaml")

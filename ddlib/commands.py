@@ -169,9 +169,22 @@ def _cmd_export(args) -> int:
     from ddlib.report.boards import load_boards
     from ddlib.report.export import export_tables, write_export
 
+    if (args.out is None) == (args.bundle is None):
+        print("error: export needs --out FILE (leaderboards) or --bundle DIR (a leaderboard submission), one of them",
+              file=sys.stderr)
+        return 2
     try:
-        tables = export_tables(load_boards(w=args.w, gamma=args.gamma, alpha=args.alpha), args.board,
-                               formatted=args.format != "csv")
+        boards = load_boards(w=args.w, gamma=args.gamma, alpha=args.alpha)
+        if args.bundle is not None:
+            from ddlib.report.bundle import write_bundle
+
+            paths = write_bundle(args.bundle, boards, w=args.w, gamma=args.gamma)
+            if not paths:
+                print("no finished runs yet: nothing to bundle (python -m ddlib run params/demo.yaml)", file=sys.stderr)
+                return 1
+            print(f"wrote {', '.join(str(p) for p in paths.values())}")
+            return 0
+        tables = export_tables(boards, args.board, formatted=args.format != "csv")
     except ValueError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -180,6 +193,20 @@ def _cmd_export(args) -> int:
         return 1
     path = write_export(args.out, args.format, tables)
     print(f"wrote {', '.join(f'{n} ({len(t)} rows)' for n, t in tables.items())} to {path}")
+    return 0
+
+
+def _cmd_import(args) -> int:
+    from ddlib.report.bundle import PUBLISHED_EXPERIMENT, import_published
+
+    try:
+        added, skipped = import_published(args.file, reference=args.reference)
+    except ValueError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    print(f"imported {added} published row(s) from {args.file} into experiment '{PUBLISHED_EXPERIMENT}'"
+          + (f" ({skipped} already there)" if skipped else "")
+          + "; `ddlib summary` and `ddlib export` show them apart, labelled published")
     return 0
 
 
@@ -194,12 +221,20 @@ def _add_runs_export_parsers(sub) -> None:
     runs.set_defaults(func=_cmd_runs)
     export = sub.add_parser("export", help="write the leaderboards (with recipe, epochs, data source, code version)")
     export.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
-    export.add_argument("--out", required=True, help="the file to write")
+    export.add_argument("--out", help="the file to write")
+    export.add_argument("--bundle", metavar="DIR", help="write a leaderboard submission instead: bundle.json (per set: "
+                        "digest, config, per-seed results, code version, data label), ddranking.csv (DD-Ranking's "
+                        "leaderboard columns) and leaderboards.csv")
     export.add_argument("--board", action="append", help="only this leaderboard (lrs, ars, beard, augmentation, ...)")
     for name, text in (("w", "LRS weight on IOR"), ("gamma", "ARS weight on IOR with augmentation"),
                        ("alpha", "BEARD's CREI weight on RR")):
         export.add_argument(f"--{name}", type=float, default=0.5, help=f"{text} (default 0.5)")
     export.set_defaults(func=_cmd_export)
+    imp = sub.add_parser("import", help="read published leaderboard rows (DD-Ranking's columns, as in ddranking.csv) "
+                                        "for comparison; stored apart and shown labelled published")
+    imp.add_argument("file", help="CSV with method, dataset, ipc and DD-Ranking's score columns")
+    imp.add_argument("--reference", help="where the rows were published (default: the file's source column or name)")
+    imp.set_defaults(func=_cmd_import)
 
 
 # --------------------------------------------------------------------------- ui
@@ -241,7 +276,7 @@ def _add_ui_parser(sub) -> None:
 
 
 def register(sub) -> None:
-    """Add score, runs, export and ui to the ``ddlib`` command line."""
+    """Add score, runs, export, import and ui to the ``ddlib`` command line."""
     _add_score_parser(sub)
     _add_runs_export_parsers(sub)
     _add_ui_parser(sub)

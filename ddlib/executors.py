@@ -40,7 +40,7 @@ __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecu
 # batch run talk only to this process over loopback, and a shutdown logs a spurious
 # KeyboardInterrupt, so keep its own log quiet (notebook errors still reach the executed notebook).
 KERNEL_ARGUMENTS = ["--log-level=CRITICAL"]
-RAY_INSTALL_HINT = "pip install -e '.[cluster]' (or pip install ray==2.60.0)"
+RAY_INSTALL_HINT = "pip install 'ddlib[cluster]' (in a checkout: make setup)"
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 ORPHAN_GRACE_SECONDS = 15.0  # after the runner died: time to mark the run KILLED before exiting anyway
 

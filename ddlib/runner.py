@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from ddlib.executors import CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor
 from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.protocols.cell import cell_tags, run_name
-from ddlib.tracking import (PROJECT_ROOT, TAG, Tracker, config_hash, default_tags, init_store, is_server_uri,
+from ddlib.tracking import (TAG, Tracker, config_hash, default_tags, init_store, is_server_uri, project_folder,
                             owner_is_gone, store_environment, tracking_uri)
 from ddlib.shown import shown
 from ddlib.yamlfile import YamlFileError, load_yaml
@@ -90,7 +90,7 @@ class RunReport:
 
 
 def notebooks_dir() -> Path:
-    return Path(os.environ.get("DDLIB_NOTEBOOKS", PROJECT_ROOT / "notebooks"))
+    return Path(os.environ.get("DDLIB_NOTEBOOKS", project_folder("notebooks")))
 
 
 def load_grid(path: str | os.PathLike) -> GridSpec:
@@ -264,6 +264,16 @@ def reap_stale_runs(tracker: Tracker, stale_after: float | None = None) -> list[
     return reaped
 
 
+def check_notebook_runner() -> None:
+    """A cell is a notebook run by papermill on an ipykernel kernel: both come with the
+    ``notebooks`` extra, which a plain ``pip install ddlib`` leaves out (``ddlib.score()`` needs neither)."""
+    import importlib.util
+
+    missing = [m for m in ("papermill", "ipykernel") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ExecutorError(f"running notebooks needs {' and '.join(missing)}, not installed: pip install 'ddlib[notebooks]'")
+
+
 def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = False, dry_run: bool = False,
              progress: bool = True, executor: str = "local", address: str | None = None, gpus: str | None = None,
              timeout: float | None = None) -> RunReport:
@@ -282,6 +292,8 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     cells = expand(spec)
     check_data(spec, cells)
     check_cell_inputs(spec, cells)
+    if not dry_run:
+        check_notebook_runner()
     gpu_ids = parse_gpus(gpus) if executor == "local" else None
     if executor == "ray":
         if gpus is not None:

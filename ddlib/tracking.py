@@ -36,17 +36,30 @@ import ddlib
 
 __all__ = [
     "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "client", "Tracker", "runs",
-    "config_hash", "flatten", "default_tags", "git_commit", "TAG", "is_server_uri", "owner_tag",
+    "config_hash", "flatten", "default_tags", "git_commit", "code_version", "project_folder", "TAG", "is_server_uri", "owner_tag",
     "owner_is_gone", "STALE_AFTER_SECONDS", "unreachable_server",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# A checkout (editable install) holds pyproject.toml beside the package; a wheel's site-packages does not.
+IN_CHECKOUT = (PROJECT_ROOT / "pyproject.toml").exists()
+# Folders of the checkout that a wheel carries inside the package (pyproject's package-dir).
+_WHEEL_FOLDERS = {"notebooks": "notebooks", "params/methods": "presets"}
+
+
+def project_folder(name: str) -> Path:
+    """``notebooks`` or ``params/methods``: in place in a checkout, else the copy a wheel carries
+    under ``ddlib/_files/`` (so a ``pip install``ed ddlib runs its protocols' notebooks)."""
+    if IN_CHECKOUT:
+        return PROJECT_ROOT / name
+    return Path(__file__).resolve().parent / "_files" / _WHEEL_FOLDERS[name]
 
 # Tag names written by the suite (MLflow's UI can filter on them).
 TAG = {
     "protocol": "protocol",
     "version": "ddlib.version",
     "commit": "ddlib.git_commit",
+    "mode_pair": "ddlib.mode_pair",  # BEARD: the same row in the other mode
     "device": "ddlib.device",
     "kind": "ddlib.kind",  # "cell" (one grid cell / notebook run), "eval" (one trained model), "summary"
     "revision": "ddlib.protocol_revision",  # the protocol module's REVISION: what its cells compute
@@ -81,7 +94,7 @@ def mlruns_dir() -> Path:
     env = os.environ.get("DDLIB_MLRUNS")
     if env:
         return Path(env).expanduser().resolve()
-    if (PROJECT_ROOT / "pyproject.toml").exists():
+    if IN_CHECKOUT:
         return PROJECT_ROOT / "mlruns"
     return Path.cwd().resolve() / "mlruns"
 
@@ -223,6 +236,11 @@ def flatten(values: dict, prefix: str = "") -> dict[str, str]:
 
 
 def git_commit() -> str:
+    """The checkout's commit (``-dirty`` with uncommitted changes); for an installed wheel, the
+    commit pip recorded where it installed from a git URL (PEP 610's direct_url.json); else "unknown".
+    A wheel's folder is never asked: git would answer for whatever repository holds the venv."""
+    if not IN_CHECKOUT:
+        return _installed_commit() or "unknown"
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
         commit = out.stdout.strip()
@@ -233,6 +251,23 @@ def git_commit() -> str:
         return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def _installed_commit() -> str | None:
+    import importlib.metadata
+
+    try:
+        text = importlib.metadata.distribution("ddlib").read_text("direct_url.json")
+        return (json.loads(text or "{}").get("vcs_info") or {}).get("commit_id")
+    except (importlib.metadata.PackageNotFoundError, ValueError, AttributeError):
+        return None
+
+
+def code_version() -> str:
+    """``ddlib <version>``, with `` (commit <sha>)`` where the commit is known: what ``ddlib
+    --version`` prints and a leaderboard bundle records."""
+    commit = git_commit()
+    return f"ddlib {ddlib.__version__}" + (f" (commit {commit})" if commit != "unknown" else "")
 
 
 def default_tags(protocol: str, device: str | None = None) -> dict[str, str]:

@@ -1,33 +1,106 @@
-"""The two install paths (pip via pyproject, conda via environment.yml) pin the same versions."""
+"""The install paths: pyproject.toml declares ranges, requirements-lock.txt pins the exact versions
+`make setup` and environment.yml install with (as constraints), and a wheel carries what a
+`pip install`ed ddlib needs to run its notebooks."""
 
-import base64
-import hashlib
 import importlib.metadata
-import importlib.util
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+import ddlib
 
 ROOT = Path(__file__).resolve().parents[1]
-TORCHATTACKS_WHEEL = "vendor/torchattacks-3.5.1+ddlib1-py3-none-any.whl"
+LOCK = "requirements-lock.txt"
 
 
-def test_environment_yml_pins_match_pyproject():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pinned = project["dependencies"] + [p for extra in project["optional-dependencies"].values() for p in extra]
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _requirements() -> list[Requirement]:
+    project = _project()["project"]
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    return reqs + [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+
+
+def _lock() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / LOCK).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            match = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9][0-9A-Za-z.+]*)", line)
+            assert match, f"{LOCK}: not an exact pin: {line!r}"
+            name = canonicalize_name(match[1])
+            assert name not in pins, f"{LOCK}: {name} pinned twice"
+            pins[name] = match[2]
+    return pins
+
+
+def test_pyproject_declares_ranges_that_the_lock_satisfies():
+    lock = _lock()
+    for req in _requirements():
+        name = canonicalize_name(req.name)
+        if name == "ddlib":  # the `all` extra names the others
+            assert req.extras == {"notebooks", "cluster", "adversarial", "test"}
+            continue
+        assert not any(s.operator in ("==", "===") for s in req.specifier), f"pyproject pins {req}: a range belongs there"
+        assert any(s.operator == ">=" for s in req.specifier) and any(s.operator == "<" for s in req.specifier), req
+        assert name in lock, f"{req.name} has no pin in {LOCK}"
+        assert req.specifier.contains(lock[name]), f"{LOCK} pins {name}=={lock[name]}, outside pyproject's {req}"
+    # today's versions, the ones the published numbers of this repository were measured with
+    assert {k: lock[k] for k in ("torch", "torchvision", "mlflow", "torchattacks", "ray")} == {
+        "torch": "2.14.1", "torchvision": "0.29.1", "mlflow": "3.17.2", "torchattacks": "3.5.1", "ray": "2.60.0"}
+
+
+def test_heavy_parts_are_extras():
+    project = _project()["project"]
+    core = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    extras = {k: {canonicalize_name(Requirement(r).name) for r in v} for k, v in project["optional-dependencies"].items()}
+    assert {"papermill", "ipykernel", "jupyter"} <= extras["notebooks"]
+    assert {"ray", "psycopg"} <= extras["cluster"] and "pytest" in extras["test"]
+    assert not core & {"papermill", "ipykernel", "jupyter", "ray", "psycopg", "pytest", "torchattacks"}
+    # torchattacks (every release pins requests~=2.25.1) is in no extra: it goes in with --no-deps
+    assert "torchattacks" not in set().union(*extras.values())
+    assert {"numpy", "scipy", "tqdm"} <= extras["adversarial"]  # what torchattacks imports besides torch
+
+
+def test_environment_yml_installs_with_the_lock():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    assert "-e ." in pip_section
-    # the repacked torchattacks wheel is installed from vendor/, before the package itself
-    assert TORCHATTACKS_WHEEL in pip_section
-    assert pip_section.index(TORCHATTACKS_WHEEL) < pip_section.index("-e .")
-    assert sorted(p for p in pip_section if p not in ("-e .", TORCHATTACKS_WHEEL)) == sorted(pinned)
-    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+(\[[a-z,]+\])?==[0-9][0-9A-Za-z.]*", p) for p in pinned), "pin exact versions"
-    assert "ray==2.60.0" in pinned and "psycopg[binary]==3.3.9" in pinned  # scale-out: Ray, PostgreSQL
-    assert "torch==2.14.1" in pinned and "torchvision==0.29.1" in pinned and "mlflow==3.17.2" in pinned
+    assert pip_section == [f"-c {LOCK}", "-e .[all]"]
+    assert f"pip install -c {LOCK} --no-deps torchattacks" in (ROOT / "environment.yml").read_text()
+
+
+def test_makefile_installs_with_the_lock_and_checks():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^\$\(STAMP\): pyproject.toml requirements-lock.txt$", makefile, re.M)
+    assert f'pip install -c {LOCK} -e ".[all]"' in makefile
+    assert f"pip install -c {LOCK} --no-deps torchattacks" in makefile
+    assert "pip check" in makefile
+    assert not (ROOT / "vendor").exists()
+
+
+def test_makefile_pip_check_tolerates_only_the_torchattacks_pin():
+    pattern = re.search(r"^KNOWN_PIP_CHECK := (.*)$", (ROOT / "Makefile").read_text(), re.M)[1].replace("$$", "$")
+
+    def left(output: str) -> list[str]:
+        return [line for line in output.splitlines() if not re.search(pattern, line)]
+
+    assert left("torchattacks 3.5.1 has requirement requests~=2.25.1, but you have requests 2.34.2.") == []
+    assert left("No broken requirements found.") == []
+    other = "mlflow 3.17.2 has requirement requests<3,>=2.17.3, but you have requests 3.0.0."
+    assert left(other) == [other]
+    assert left("torchattacks 3.5.1 requires scipy, which is not installed.") != []
 
 
 def test_ci_calls_the_readme_test_command():
@@ -41,66 +114,89 @@ def test_mlruns_is_ignored_except_gitkeep():
     assert "mlruns/*" in ignore and "!mlruns/.gitkeep" in ignore
 
 
-def _repack_script():
-    spec = importlib.util.spec_from_file_location("repack_torchattacks", ROOT / "vendor" / "repack_torchattacks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def test_listed_packages_are_every_package_of_the_checkout():
+    from setuptools import find_packages
+
+    listed = _project()["tool"]["setuptools"]["packages"]
+    assert sorted(p for p in listed if not p.startswith("ddlib._files")) == sorted(find_packages(str(ROOT), include=["ddlib*"]))
 
 
-def test_makefile_installs_the_vendored_wheel():
-    makefile = (ROOT / "Makefile").read_text()
-    assert f"pip install {TORCHATTACKS_WHEEL} -e" in makefile
-    assert '-e ".[test,cluster]"' in makefile  # the tests need Ray and psycopg
-    assert re.search(r"^\$\(STAMP\):.*" + re.escape(TORCHATTACKS_WHEEL), makefile, re.M)
-    assert "pip check" in makefile
-    assert "torchattacks==3.5.1" in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+@pytest.mark.slow
+def test_wheel_carries_the_notebooks_and_presets(tmp_path):
+    """A non-editable install runs notebooks from the wheel: they and the presets are inside it."""
+    src = tmp_path / "src"  # a copy: setuptools writes build/ and ddlib.egg-info/ beside the sources
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "mlruns", "build", "*.egg-info", "__pycache__",
+                                                             "tests", "bench", "site", "docs"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+                    str(src)], check=True, capture_output=True, cwd=tmp_path)
+    wheel = next(tmp_path.glob("ddlib-*.whl"))
+    assert wheel.name == f"ddlib-{ddlib.__version__}-py3-none-any.whl"
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"ddlib/_files/notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")} <= names
+    assert {f"ddlib/_files/presets/{p.name}" for p in (ROOT / "params" / "methods").glob("*.yaml")} <= names
+    metadata = zipfile.ZipFile(wheel).read(f"ddlib-{ddlib.__version__}.dist-info/METADATA").decode()
+    assert "Requires-Dist: torch<3,>=2.4" in metadata
+    assert "Provides-Extra: adversarial" in metadata
 
 
-def test_vendored_torchattacks_wheel_is_upstream_without_requests_and_robustbench():
-    repack = _repack_script()
-    assert repack.OUTPUT_WHEEL == Path(TORCHATTACKS_WHEEL).name
-    wheel = ROOT / TORCHATTACKS_WHEEL
-    with zipfile.ZipFile(wheel) as zf:
-        names = zf.namelist()
-        members = {n: zf.read(n) for n in names}
-    info = "torchattacks-3.5.1+ddlib1.dist-info"
-    # torchattacks/ files byte-identical to upstream 3.5.1 (hashes from its RECORD, pinned in the script)
-    package = {n for n in names if n.startswith("torchattacks/")}
-    assert package == set(repack.UPSTREAM_FILES)
-    for path, (digest, size) in repack.UPSTREAM_FILES.items():
-        data = members[path]
-        assert len(data) == size, path
-        assert base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() == digest, path
-    # nothing else but the .dist-info: no robustbench
-    assert not any(n.startswith("robustbench") for n in names)
-    assert set(names) - package == {f"{info}/{f}" for f in ("LICENSE", "METADATA", "WHEEL", "top_level.txt", "RECORD")}
-    assert members[f"{info}/top_level.txt"].decode().split() == ["torchattacks"]
-    metadata = members[f"{info}/METADATA"].decode()
-    assert "Version: 3.5.1+ddlib1\n" in metadata
-    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
-    assert requires and not any(r.lower().startswith("requests") for r in requires)
-    # RECORD lists every other file with its hash and size
-    record = {}
-    for line in members[f"{info}/RECORD"].decode().splitlines():
-        path, digest, size = line.rsplit(",", 2)
-        record[path] = (digest, size)
-    assert set(record) == set(names)
-    for path in names:
-        if path != f"{info}/RECORD":
-            data = members[path]
-            want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            assert record[path] == (want, str(len(data))), path
-    # deterministic: fixed timestamps, sorted package entries, RECORD last
-    with zipfile.ZipFile(wheel) as zf:
-        assert {zi.date_time for zi in zf.infolist()} == {repack.ZIP_DATE}
-    assert [n for n in names if n.startswith("torchattacks/")] == sorted(package)
-    assert names[-1] == f"{info}/RECORD"
+def test_wheel_layout_reads_notebooks_and_presets_from_the_package(monkeypatch):
+    from ddlib import tracking
+
+    monkeypatch.setattr(tracking, "IN_CHECKOUT", False)
+    package = Path(ddlib.__file__).resolve().parent
+    assert tracking.project_folder("notebooks") == package / "_files" / "notebooks"
+    assert tracking.project_folder("params/methods") == package / "_files" / "presets"
+    monkeypatch.setattr(tracking, "IN_CHECKOUT", True)
+    assert tracking.project_folder("notebooks") == ROOT / "notebooks"
 
 
-def test_installed_torchattacks_is_the_vendored_wheel():
-    assert importlib.metadata.version("torchattacks") == "3.5.1+ddlib1"
-    files = importlib.metadata.files("torchattacks") or []
-    assert not any(str(f).startswith("robustbench") for f in files)
-    requires = importlib.metadata.requires("torchattacks") or []
-    assert not any(r.lower().startswith("requests") for r in requires)
+def test_version_prints_version_and_commit(capsys):
+    from ddlib.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out.strip()
+    assert re.fullmatch(rf"ddlib {re.escape(ddlib.__version__)} \(commit [0-9a-f]{{40}}(-dirty)?\)", out), out
+
+
+def test_installed_wheel_reports_the_commit_pip_recorded(monkeypatch):
+    """Outside a checkout git is not asked (it would answer for the repository around the venv)."""
+    from ddlib import tracking
+
+    class Dist:
+        def read_text(self, name):
+            assert name == "direct_url.json"
+            return '{"url": "https://example.org/ddlib.git", "vcs_info": {"vcs": "git", "commit_id": "' + "ab" * 20 + '"}}'
+
+    monkeypatch.setattr(tracking, "IN_CHECKOUT", False)
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist())
+    monkeypatch.setattr(tracking.subprocess, "run", lambda *a, **k: pytest.fail("git was asked"))
+    assert tracking.git_commit() == "ab" * 20
+    assert tracking.code_version() == f"ddlib {ddlib.__version__} (commit {'ab' * 20})"
+
+
+def test_without_the_notebooks_extra_a_grid_stops_naming_it(monkeypatch, tmp_path):
+    """`ddlib run` / `ddlib score` execute notebooks: without papermill and ipykernel they say which extra."""
+    import importlib.util
+
+    from ddlib import runner
+
+    real = importlib.util.find_spec
+    hidden = ("papermill", "ipykernel")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a))
+    wanted = r"needs papermill and ipykernel, not installed: pip install 'ddlib\[notebooks\]'"
+    with pytest.raises(runner.ExecutorError, match=wanted):
+        runner.check_notebook_runner()
+
+
+def test_without_torchattacks_ddlib_imports_and_beard_names_the_install():
+    """torchattacks is no dependency (its requests pin): everything but BEARD's attacks imports without it,
+    and those say how to install it."""
+    code = ("import sys; sys.modules['torchattacks'] = None\n"
+            "import ddlib.report.report, ddlib.report.export, ddlib.report.beard, ddlib.cli\n"
+            "try:\n    import ddlib.attacks\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == ("BEARD's attacks need torchattacks, which is not installed: "
+                                  "pip install --no-deps 'torchattacks>=3.5.1,<4'")

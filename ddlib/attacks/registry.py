@@ -45,7 +45,11 @@ import inspect
 from typing import Any, Callable, Mapping, Sequence
 
 import torch.nn as nn
-import torchattacks
+try:
+    import torchattacks
+except ImportError as e:  # not a dependency of ddlib: its requests pin conflicts (pyproject's adversarial extra)
+    raise ImportError("BEARD's attacks need torchattacks, which is not installed: "
+                      "pip install --no-deps 'torchattacks>=3.5.1,<4'") from e
 
 from ddlib.registry import Entry, Registry, Spec, parse_number
 

@@ -53,7 +53,6 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchattacks
 
 from ddlib.engine.train import Objective
 from ddlib.registry import Entry, Registry, Spec, parse_number
@@ -230,6 +229,8 @@ def beard_at(model, x, y, generator, pixels, *, eps=EPS, alpha=2 / 225, steps=10
     """BEARD's "+AT": torchattacks' PGD on the normalised batch ``x`` as BEARD's ``eva_utils.epoch``
     calls it (no random start: ``generator`` is unused), then CE on the adversarial batch."""
     _int_labels(y)
+    from ddlib.attacks.registry import torchattacks  # its one import, with the install hint
+
     atk = torchattacks.PGD(model, eps=eps, alpha=alpha, steps=steps, random_start=False)
     labels = y
     if targeted:

@@ -89,7 +89,7 @@ from ddlib.protocols.common import obtain as obtain_set
 from ddlib.protocols.dcbench import check_augment
 from ddlib.protocols.inputs import checkpoint_path
 from ddlib.protocols.released import check_expected_accuracy
-from ddlib.tracking import config_hash
+from ddlib.tracking import TAG, config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
            "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key", "check_targets", "TIMING_PROCESS",
@@ -147,7 +147,7 @@ SPEC = ProtocolSpec(
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 SPACE_TAG = "ddlib.attack_space"
-MODE_PAIR_TAG = "ddlib.mode_pair"  # the same row in the other mode (the report's clean_time="min_of_modes")
+MODE_PAIR_TAG = TAG["mode_pair"]  # the same row in the other mode (the report's clean_time="min_of_modes")
 
 
 def validate(params: dict) -> dict:

@@ -86,6 +86,7 @@ from ddlib.engine.augment import list_ops, op_params
 from ddlib.engine.labels import LOSSES
 from ddlib.engine.recipe import Recipe
 from ddlib.registry import parse_number
+from ddlib.tracking import project_folder
 from ddlib.yamlfile import load_yaml
 
 __all__ = [
@@ -101,7 +102,7 @@ __all__ = [
     "BATCH_AUGMENT_OPS",
 ]
 
-PRESETS_DIR = Path(__file__).resolve().parents[2] / "params" / "methods"
+PRESETS_DIR = project_folder("params/methods")  # in a wheel: ddlib/_files/presets
 
 LABEL_TYPES = ("hard", "stored", "teacher")
 

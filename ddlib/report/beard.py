@@ -25,7 +25,6 @@ import json
 import pandas as pd
 
 from ddlib import metrics
-from ddlib.protocols.adversarial import MODE_PAIR_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report.core import aggregate, per_seed_values
 from ddlib.tracking import TAG, client
@@ -69,7 +68,7 @@ def _clean_times(df: pd.DataFrame, rule: str) -> pd.Series:
         raise ValueError(f"clean_time must be one of {metrics.CLEAN_TIMES}, got {rule!r}")
     if rule == "mode":
         return df["clean_seconds"]
-    pairs = {run: client().get_run(run).data.tags.get(MODE_PAIR_TAG) for run in df["run_id"].unique()}
+    pairs = {run: client().get_run(run).data.tags.get(TAG["mode_pair"]) for run in df["run_id"].unique()}
     df = df.assign(mode_pair=df["run_id"].map(pairs))
     out = []
     for _, row in df.iterrows():

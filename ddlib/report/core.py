@@ -318,7 +318,8 @@ def format_leaderboard(board: pd.DataFrame, row_params: Sequence[str] | None = N
                 for m, lo, hi in zip(board[f"{base}_mean"], board[f"{base}_low"], board[f"{base}_high"])]
         else:
             shown[name] = [
-                "n/a" if pd.isna(m) else f"{fmt.format(m * scale)} ± {fmt.format(s * scale)}"
+                "n/a" if pd.isna(m) else fmt.format(m * scale) if pd.isna(s)  # a published row may have no std
+                else f"{fmt.format(m * scale)} ± {fmt.format(s * scale)}"
                 for m, s in zip(board[f"{base}_mean"], board[f"{base}_std"])]
     if "sanity" in board and (board["sanity"].fillna("") != "").any():  # last: what makes a row no result
         shown["sanity"] = board["sanity"].fillna("")

@@ -109,7 +109,7 @@ def export_tables(boards=None, names: Iterable[str] | None = None, formatted: bo
 
         boards = load_boards()
     wanted = list(names) if names else [n for n in boards.tables if n not in SKIPPED_BOARDS]
-    unknown = sorted(set(wanted) - set(boards.tables))
+    unknown = sorted(set(wanted) - set(boards.tables) - {"published"})
     if unknown:
         raise ValueError(f"unknown leaderboard(s) {unknown}; known: {sorted(boards.tables)}")
     out = {}
@@ -124,6 +124,12 @@ def export_tables(boards=None, names: Iterable[str] | None = None, formatted: bo
             shown = format_leaderboard(table, row_params=keys)
             table = shown
         out[name] = table.reset_index(drop=True)
+    if not names or "published" in wanted:
+        from ddlib.report.bundle import published_table
+
+        published = published_table()  # imported rows (ddlib import): their own table, never pooled
+        if not published.empty:
+            out["published"] = format_leaderboard(published) if formatted else published
     return out
 
 

@@ -42,6 +42,12 @@ def build_report(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5, plots: 
             sections.append(Section(f"DD-Ranking: {title} ({weight}); accuracies and differences in %, scores 0-100",
                                     {name: board, f"{name}_sweep": ddranking.weight_sweep(name)},
                                     {name: ddranking.plot_scores(board, name)}))
+    from ddlib.report.bundle import published_table
+
+    published = published_table()
+    if not published.empty:
+        sections.append(Section("Published rows (ddlib import): as published, not measured here, never pooled with "
+                                "the rows above", {"published": published}))
     robust = boards["beard"]
     if not robust.empty:
         curves = boards["eps_curves"]

@@ -1,0 +1,264 @@
+"""Results for public leaderboards: a submission bundle (``ddlib export --bundle DIR``) and published
+rows read back for comparison (``ddlib import FILE``).
+
+The bundle holds, per leaderboard row (one set under one protocol): the set's content digest, the
+data label its cells ran on (e.g. "CIFAR-10 (JPEG)"), each cell run's logged config, its per-seed
+values, ddlib's version and commit, and the row's mean and std; beside it the rows in the layout of
+DD-Ranking's leaderboard (:data:`DDRANKING_COLUMNS`) and ddlib's own export of every board.
+
+DD-Ranking's layout: its leaderboard space (huggingface.co/spaces/logits/DD-Ranking) cannot be read
+from here, so the value columns are the result keys of DD-Ranking's released ``compute_metrics``
+(``ddranking==0.2.0``: ``hard_label_recovery_mean``, ..., ``augmentation_robust_score_std``) in
+the units the leaderboard and the paper publish: HLR, IOR and the with/without-augmentation
+differences in percentage points, LRS and ARS on 0-100. The row columns say what was scored.
+
+Published rows (:func:`import_published`) are stored as runs of the MLflow experiment ``published``
+tagged ``ddlib.kind = published``: never a cell, so no leaderboard pools them with measured rows;
+``ddlib summary`` and ``ddlib export`` show them in a table of their own, labelled "published"."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from ddlib.shown import shown
+
+__all__ = ["DDRANKING_COLUMNS", "PUBLISHED_EXPERIMENT", "write_bundle", "ddranking_rows", "import_published",
+           "published_table", "read_ddranking_rows"]
+
+BUNDLE_FORMAT = 1
+PUBLISHED_EXPERIMENT = "published"
+PUBLISHED_KIND = "published"  # the ddlib.kind tag of a published row (cells are "cell")
+ROW_KEY_TAG = "ddlib.published_key"  # a published row's content: importing a file twice adds nothing
+
+ROW_COLUMNS = ("method", "dataset", "ipc", "model", "label_type", "num_eval")
+# DD-Ranking's result key -> (ddlib's board column, factor from ddlib's unit to the published one)
+LRS_VALUES = {"hard_label_recovery": ("hlr", 100.0), "improvement_over_random": ("ior", 100.0),
+              "label_robust_score": ("lrs", 1.0)}
+ARS_VALUES = {"with_aug_scores": ("ior_aug", 100.0), "without_aug_scores": ("ior_noaug", 100.0),
+              "augmentation_robust_score": ("ars", 1.0)}
+VALUE_COLUMNS = tuple(f"{key}_{stat}" for key in (*LRS_VALUES, *ARS_VALUES) for stat in ("mean", "std"))
+DDRANKING_COLUMNS = (*ROW_COLUMNS, *VALUE_COLUMNS, "w", "gamma", "data", "source")
+_ROW_SKIP = ("runs", "config", "rank", "tied_with", "series", "family", "sanity", "seeds")
+
+
+def _plain(value):
+    """A JSON value: numpy scalars as Python numbers, NaN and None as null."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+# --------------------------------------------------------------------------- the bundle
+
+
+def _param_value(text: str):
+    """A logged param as the value it was (numbers, booleans, null, lists and mappings as YAML reads them)."""
+    import yaml
+
+    if text == "None":  # str(None), as flatten() logs it
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (int, float, bool, list, dict, type(None))) else text
+
+
+def _run_record(run_id: str) -> dict:
+    """One cell run as a submission shows it: config, code, data, set digest, per-seed values."""
+    from ddlib.protocols.cell import SET_DIGEST_TAG
+    from ddlib.report.core import _per_seed_key
+    from ddlib.tracking import TAG, client
+
+    mlflow_client = client()
+    run = mlflow_client.get_run(run_id)
+    tags = run.data.tags
+    per_seed: dict[int, dict] = {}
+    for key in sorted(k for k in run.data.metrics if _per_seed_key(k)):
+        for m in mlflow_client.get_metric_history(run_id, key):
+            per_seed.setdefault(int(m.step), {"seed": int(m.step)})[key] = _plain(m.value)
+    config: dict = {}
+    for key, text in sorted(run.data.params.items()):  # logged flat ("recipe.epochs"): nested again
+        *parents, leaf = key.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
+        node[leaf] = _param_value(text)
+    return {"run_id": run_id, "protocol": tags.get(TAG["protocol"]), "revision": tags.get(TAG["revision"]),
+            "set_digest": tags.get(SET_DIGEST_TAG), "data": tags.get(TAG["data"]),
+            "data_source": tags.get(TAG["data_source"]), "device": tags.get(TAG["device_name"]),
+            "code": {"version": tags.get(TAG["version"]), "commit": tags.get(TAG["commit"])},
+            "config": config, "per_seed": [per_seed[s] for s in sorted(per_seed)]}
+
+
+def _label_type(preset) -> str:
+    """DD-Ranking's split: "hard" (hard labels) or "soft" (a preset's stored or teacher labels)."""
+    if preset in (None, "None", "") or (isinstance(preset, float) and math.isnan(preset)):
+        return "hard"
+    try:
+        from ddlib.protocols.presets import load_preset
+
+        return "hard" if load_preset(str(preset)).label_type == "hard" else "soft"
+    except Exception:  # noqa: BLE001 - a preset file gone since the run: say what is known
+        return f"preset {preset}"
+
+
+def ddranking_rows(tables: dict[str, pd.DataFrame], w: float = 0.5, gamma: float = 0.5) -> pd.DataFrame:
+    """The ``lrs`` and ``ars`` boards (raw: fractions, ``_mean``/``_std``) as DD-Ranking's leaderboard
+    rows (:data:`DDRANKING_COLUMNS`), one per board row; a score's columns are empty on the other's rows."""
+    rows = []
+    for name, values, weight in (("lrs", LRS_VALUES, ("w", w)), ("ars", ARS_VALUES, ("gamma", gamma))):
+        board = tables.get(name, pd.DataFrame())
+        for _, row in board.iterrows():
+            out = {"method": row.get("method"), "dataset": row.get("dataset"), "ipc": row.get("ipc"),
+                   "model": row.get("model"), "label_type": _label_type(row.get("preset")),
+                   "num_eval": row.get("seeds"), weight[0]: weight[1], "data": row.get("data"), "source": "ddlib"}
+            for key, (column, factor) in values.items():
+                for stat in ("mean", "std"):
+                    value = row.get(f"{column}_{stat}")
+                    out[f"{key}_{stat}"] = None if value is None else round(float(value) * factor, 6)
+            rows.append(out)
+    return pd.DataFrame(rows, columns=list(DDRANKING_COLUMNS))
+
+
+def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float = 0.5) -> dict[str, Path]:
+    """Write ``bundle.json`` (per row: set digest, data label, config, per-seed values, code),
+    ``ddranking.csv`` (DD-Ranking's layout) and ``leaderboards.csv`` (every board, ddlib's columns)."""
+    from ddlib.report.export import export_tables, write_export
+    from ddlib.tracking import code_version, git_commit
+
+    import ddlib
+
+    tables = {k: v for k, v in export_tables(boards, formatted=False).items() if k != "published"}
+    if not tables:
+        return {}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, table in tables.items():
+        if "runs" not in table:
+            continue
+        for _, row in table.iterrows():
+            runs = [_run_record(r) for r in str(row["runs"]).split()]
+            key = {c: _plain(row[c]) for c in table.columns
+                   if not c.endswith(("_mean", "_std", "_low", "_high", "_per_seed"))
+                   and c not in _ROW_SKIP and c not in ("recipe", "epochs", "real_epochs", "data_source", "code")}
+            summary = {c: _plain(row[c]) for c in table.columns if c.endswith(("_mean", "_std"))}
+            digests = sorted({r["set_digest"] for r in runs if r["set_digest"]})
+            entries.append({"board": name, "row": key, "data": _plain(row.get("data")),
+                            "set_digest": digests[0] if len(digests) == 1 else digests or None,
+                            "seeds": _plain(row.get("seeds")), "summary": summary, "runs": runs})
+    bundle = {"format": BUNDLE_FORMAT, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "ddlib": {"version": ddlib.__version__, "commit": git_commit(), "shown": code_version()},
+              "weights": {"w": w, "gamma": gamma}, "sets": entries}
+    paths = {"bundle": folder / "bundle.json", "ddranking": folder / "ddranking.csv",
+             "leaderboards": folder / "leaderboards.csv"}
+    paths["bundle"].write_text(json.dumps(bundle, indent=1, default=str) + "\n")
+    ddranking_rows(tables, w, gamma).to_csv(paths["ddranking"], index=False)
+    write_export(paths["leaderboards"], "csv", tables)
+    return paths
+
+
+# --------------------------------------------------------------------------- published rows
+
+
+def read_ddranking_rows(path: str | Path) -> pd.DataFrame:
+    """A CSV of DD-Ranking leaderboard rows (:data:`DDRANKING_COLUMNS`; extra columns are kept as
+    they are), checked: a ValueError naming the file, row and column otherwise."""
+    path = Path(path)
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable CSV ({e.__class__.__name__})") from None
+    missing = [c for c in ("method", "dataset", "ipc") if c not in table.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; a row needs method, dataset, ipc and at "
+                         f"least one of {', '.join(VALUE_COLUMNS)}")
+    values = [c for c in VALUE_COLUMNS if c in table.columns]
+    if not values:
+        raise ValueError(f"{path}: no score column; expected at least one of {', '.join(VALUE_COLUMNS)}")
+    for i, row in table.iterrows():
+        line = i + 2  # the header is line 1
+        for column in ("method", "dataset"):
+            if not isinstance(row[column], str) or not row[column].strip():
+                raise ValueError(f"{path}: line {line}: column {column} is empty")
+        ipc = pd.to_numeric(pd.Series([row["ipc"]]), errors="coerce").iloc[0]
+        if pd.isna(ipc) or ipc != int(ipc) or ipc < 1:
+            raise ValueError(f"{path}: line {line}: ipc must be a positive whole number, got {shown(row['ipc'])}")
+        for column in values:
+            if not pd.isna(row[column]) and pd.isna(pd.to_numeric(pd.Series([row[column]]), errors="coerce").iloc[0]):
+                raise ValueError(f"{path}: line {line}: {column} is not a number: {shown(row[column])}")
+        if all(pd.isna(row[c]) for c in values):
+            raise ValueError(f"{path}: line {line}: no score value")
+    table["ipc"] = table["ipc"].astype(int)
+    return table
+
+
+def import_published(path: str | Path, reference: str | None = None) -> tuple[int, int]:
+    """Store the rows of ``path`` (DD-Ranking's layout) as published rows: one run each in the
+    ``published`` experiment (tag ``ddlib.kind = published``), its values in ddlib's units. A row
+    already imported (same content) is skipped. Returns (added, skipped)."""
+    from ddlib.tracking import TAG, Tracker, config_hash
+
+    path = Path(path)
+    table = read_ddranking_rows(path)
+    tracker = Tracker(PUBLISHED_EXPERIMENT)
+    known = {r.data.tags.get(ROW_KEY_TAG) for r in tracker.client.search_runs(
+        [tracker.experiment_id], filter_string=f"tags.`{TAG['kind']}` = '{PUBLISHED_KIND}'", max_results=50000)}
+    added = skipped = 0
+    for _, row in table.iterrows():
+        record = {c: _plain(row[c]) for c in table.columns if not pd.isna(row[c])}
+        record["reference"] = reference or record.get("reference") or record.get("source") or path.name
+        key = config_hash(record, 16)
+        if key in known:
+            skipped += 1
+            continue
+        values = {}
+        for name, (column, factor) in {**LRS_VALUES, **ARS_VALUES}.items():
+            for stat in ("mean", "std"):
+                if f"{name}_{stat}" in record:
+                    values[f"{column}_{stat}"] = float(record[f"{name}_{stat}"]) / factor
+        run_id = tracker.start_run(f"published-{record['method']}-ipc{record['ipc']}",
+                                   params={c: v for c, v in record.items() if c not in VALUE_COLUMNS},
+                                   tags={TAG["kind"]: PUBLISHED_KIND, ROW_KEY_TAG: key,
+                                         "ddlib.published_file": str(path.resolve())})
+        tracker.log_metrics(run_id, values)
+        tracker.end_run(run_id)
+        known.add(key)
+        added += 1
+    return added, skipped
+
+
+def published_table() -> pd.DataFrame:
+    """Every published row, in ddlib's board units (``hlr_mean`` as a fraction, ``lrs_mean`` 0-100),
+    with ``source`` = "published" and its ``reference``: shown beside the boards, never pooled."""
+    from ddlib.tracking import TAG, client
+
+    mlflow_client = client()
+    found = mlflow_client.get_experiment_by_name(PUBLISHED_EXPERIMENT)
+    if found is None:
+        return pd.DataFrame()
+    runs = mlflow_client.search_runs([found.experiment_id], filter_string=f"tags.`{TAG['kind']}` = '{PUBLISHED_KIND}'",
+                                     order_by=["attributes.start_time ASC"], max_results=50000)
+    rows = []
+    for run in runs:
+        params = run.data.params
+        row = {"source": "published", "reference": params.get("reference")}
+        row.update({c: params.get(c) for c in ("dataset", "data", "ipc", "method", "model", "label_type", "num_eval",
+                                                 "w", "gamma") if c in params})
+        row["ipc"] = int(row["ipc"])
+        for column, _ in (*LRS_VALUES.values(), *ARS_VALUES.values()):
+            for stat in ("mean", "std"):
+                row[f"{column}_{stat}"] = run.data.metrics.get(f"{column}_{stat}", float("nan"))
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    bases = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
+    empty = [f"{b}_{s}" for b in bases if table[f"{b}_mean"].isna().all() for s in ("mean", "std")]
+    return table.drop(columns=empty).sort_values(["dataset", "ipc", "method"], kind="stable").reset_index(drop=True)
