@@ -133,6 +133,16 @@ def require_keys(path: Path, obj: dict, keys: tuple[str, ...]) -> None:
         raise DistilledSetError(f"{path}: missing keys {missing}; found {sorted(map(str, obj))}")
 
 
+def set_fields(path: Path, values: dict) -> dict:
+    """What a file of named arrays holds (a plain ``.pt`` dict, an ``.npz``): images and labels
+    (required), soft labels, a learned lr and the flags, read as a format's reader returns them."""
+    require_keys(path, values, ("images", "labels"))
+    return {"images": values["images"], "labels": values["labels"], "soft_labels": values.get("soft_labels"),
+            "lr": values.get("lr"), "normalized": flag(values.get("normalized"), path, "normalized"),
+            "zca_space": flag(values.get("zca_space"), path, "zca_space"), "default_normalized": False,
+            "stem": path.stem}
+
+
 def flag(value: Any, path: Path, key: str) -> bool | None:
     """A flag stored in a file: a boolean (or 0/1), else refused. ``bool("False")`` is true, so a
     string flag read loosely would de-normalise pixels that were never normalised."""

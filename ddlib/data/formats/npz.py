@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddlib.data.formats.base import DistilledSetError, SetPath, flag, require_keys, set_format, short
+from ddlib.data.formats.base import DistilledSetError, SetPath, set_fields, set_format, short
 
 
 @set_format("npz", priority=40, detect=lambda src: src.path.is_file() and src.suffix == ".npz",
@@ -24,14 +24,4 @@ def read(src: SetPath) -> dict:
         raise
     except Exception as exc:
         raise DistilledSetError(f"{path}: unreadable or corrupt file ({type(exc).__name__}: {short(exc)})") from exc
-    require_keys(path, arrays, ("images", "labels"))
-    return {
-        "images": arrays["images"],
-        "labels": arrays["labels"],
-        "soft_labels": arrays.get("soft_labels"),
-        "lr": arrays.get("lr"),
-        "normalized": flag(arrays.get("normalized"), path, "normalized"),
-        "zca_space": flag(arrays.get("zca_space"), path, "zca_space"),
-        "default_normalized": False,
-        "stem": path.stem,
-    }
+    return set_fields(path, arrays)

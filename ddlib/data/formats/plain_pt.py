@@ -5,7 +5,7 @@ layout is refused here, naming what it holds."""
 
 from __future__ import annotations
 
-from ddlib.data.formats.base import DistilledSetError, SetPath, flag, plain, require_keys, set_format
+from ddlib.data.formats.base import DistilledSetError, SetPath, plain, set_fields, set_format
 
 
 @set_format("pt", priority=30, detect=SetPath.is_torch_file,
@@ -22,17 +22,6 @@ def read(src: SetPath) -> dict:
             f"{path}: unknown format: dict with keys {sorted(map(str, obj))}; expected 'data' (DC/DSA/DM results) "
             "or 'images' and 'labels'"
         )
-    require_keys(path, obj, ("images", "labels"))
     provenance = obj.get("provenance")
-    return {
-        "images": obj["images"],
-        "labels": obj["labels"],
-        "soft_labels": obj.get("soft_labels"),
-        "lr": obj.get("lr"),
-        "normalized": flag(obj.get("normalized"), path, "normalized"),
-        "zca_space": flag(obj.get("zca_space"), path, "zca_space"),
-        "method": obj.get("method") or None,
-        "provenance": plain(provenance) if isinstance(provenance, dict) else None,
-        "default_normalized": False,
-        "stem": path.stem,
-    }
+    return {**set_fields(path, obj), "method": obj.get("method") or None,
+            "provenance": plain(provenance) if isinstance(provenance, dict) else None}
