@@ -226,7 +226,7 @@ TABLE = [
      r"folder_set: two class folders name the same class"),
     ("imagefolder-missing-class", _folder([str(c) for c in range(9)]), r"folder_set: classes missing \(no images\): 9"),
     ("unknown-top-level-key", _params(colour="red"), r"unknown top-level key\(s\) \['colour'\]"),
-    ("unknown-param", _params(epochs=3), r"unknown parameter\(s\) \['epochs'\]"),
+    ("unknown-param", _params(epoch=3), r"unknown parameter\(s\) \['epoch'\]"),  # a typo of epochs
     ("wrong-type-ipc", _params(grid={"method": ["random"], "ipc": ["one"]}), r"ipc must be a positive integer, got 'one'"),
     ("wrong-type-seeds", _params(seeds="0"), r"seeds must be a non-empty list of integers"),
     ("negative-epochs", _params(recipe={"epochs": -3}), r"epochs must be a positive integer, got -3"),
