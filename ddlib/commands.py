@@ -91,10 +91,13 @@ def _cmd_score(args) -> int:
     preset = f", preset {cell['preset']}" if cell.get("preset") is not None else ""  # the one a protocol picks, too
     print(f"{verb} {result.name} on {result.data or cell['dataset']} ({protocol}{preset}; MLflow run {result.run_id}, "
           f"experiment {experiment!r})")
+    from ddlib.report.core import readable
+
     with pd.option_context("display.width", 200, "display.max_columns", 40):
-        print(result.per_seed.to_string(index=False))
+        print("per seed (accuracies and their differences in points, scores 0-100):")
+        print(readable(result.per_seed).to_string(index=False))
         print()
-        print(result.table().to_string())
+        print(readable(result.table()).to_string())
     _print_flags(result)
     return 0
 

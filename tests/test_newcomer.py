@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import re
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,11 @@ def test_score_cli_and_python_api_give_the_same_numbers(npz_set, tmp_path, monke
     cli_store = use_store(monkeypatch, tmp_path / "cli")
     assert cli_main(["score", str(npz_set), "--dataset", "digits", *FAST_ARGS]) == 0
     out = capsys.readouterr().out
-    assert "scored my_set-ipc2-convnet on digits" in out and "acc_syn_hard" in out and "lrs" in out
+    assert "scored my_set-ipc2-convnet on digits" in out and "acc_syn_hard" in out
+    # the leaderboards' units (points, scores 0-100, two decimals), the headline score first
+    header = out.split("per seed (accuracies and their differences in points, scores 0-100):\n")[1].splitlines()[0]
+    assert header.split()[:4] == ["seed", "LRS", "HLR", "IOR"], header
+    assert re.search(r"^LRS +\d+\.\d\d +\d+\.\d\d$", out, re.M), out
     params_file = next((cli_store / "score").glob("label_robust-my_set-*.yaml"))
     assert yaml.safe_load(params_file.read_text())["methods"]["my_set"]["path"] == str(npz_set)
     protocol, experiment, cell = resolve_cell(score_grid(npz_set, "digits", **FAST))

@@ -37,8 +37,8 @@ from ddlib.protocols.cell import CLASSES_TAG, PRECISION_TAG, SET_DIGEST_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "aggregate", "board_score", "row_names", "rank_caption", "format_leaderboard", "log_summary",
-           "SCORES", "UNSCALED", "INTERVALS", "display_format"]
+__all__ = ["per_seed_values", "aggregate", "board_score", "row_names", "readable", "rank_caption", "format_leaderboard",
+           "log_summary", "SCORES", "UNSCALED", "INTERVALS", "display_format"]
 
 # How every leaderboard's intervals and rank groups are made (stated in captions).
 INTERVALS = {"resamples": stats.RESAMPLES, "level": stats.LEVEL, "seed": stats.SEED}
@@ -47,8 +47,11 @@ INTERVALS = {"resamples": stats.RESAMPLES, "level": stats.LEVEL, "seed": stats.S
 # fraction shown in percent.
 SCORES = ("lrs", "ars", "rr", "ae", "crei", "rcr", "rrm", "aem", "creim", "rcrm")
 UNSCALED = (*SCORES, "spearman", "kendall", "top1", "best_possible", "images", "tau")
-VALUE_ORDER = ("acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any", "acc_syn_aug", "acc_rdm_aug",
-               "acc_syn_noaug", "acc_rdm_noaug", "hlr", "ior", "ior_aug", "ior_noaug", "lrs", "ars")
+# The headline score first (each board's), then its parts, then the accuracies they come from.
+VALUE_ORDER = ("lrs", "ars", "crei", "creim", "acc_aug_avg", "acc_transfer", "acc_set", "spearman",
+               "hlr", "ior", "ior_aug", "ior_noaug", "rr", "ae", "rcr",
+               "acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any", "acc_rdm_hard", "acc_syn_aug",
+               "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug")
 UPPER = ("hlr", "ior", "ior_aug", "ior_noaug", *SCORES)
 # Class counts of cells logged before they carried the tag (ddlib.num_classes): what chance is.
 KNOWN_CLASSES = {"digits": 10, "mnist": 10, "fashionmnist": 10, "cifar10": 10, "svhn": 10, "cifar100": 100,
@@ -283,7 +286,31 @@ def display_format(base: str) -> tuple[float, str]:
         return 1.0, "{:.4f}"
     if base in UNSCALED or base.endswith("seconds"):
         return 1.0, "{:.2f}"
-    return 100.0, "{:.1f}"
+    return 100.0, "{:.2f}"  # accuracies and their differences in points
+
+
+def readable(table: pd.DataFrame) -> pd.DataFrame:
+    """A result's per-seed rows or mean/std table in the leaderboards' units (accuracies and their
+    differences in points, scores 0-100, two decimals), the headline score first."""
+    out = table.copy()
+    if {"mean", "std"} <= set(out.columns):  # Result.table(): one row per value
+        order = [v for v in VALUE_ORDER if v in out.index] + [v for v in out.index if v not in VALUE_ORDER]
+        out = out.loc[order]
+
+        def shown(base, value):
+            scale, fmt = display_format(str(base))
+            return fmt.format(value * scale) if pd.notna(value) else "n/a"
+
+        return pd.DataFrame({column: [shown(b, v) for b, v in zip(out.index, out[column])] for column in ("mean", "std")},
+                            index=[b.upper() if b in UPPER else b for b in out.index])
+    values = [c for c in out.columns if c != "seed" and pd.api.types.is_float_dtype(out[c])]
+    order = [c for c in out.columns if c not in values] + [v for v in VALUE_ORDER if v in values] + \
+        [v for v in values if v not in VALUE_ORDER]
+    out = out[order]
+    for column in values:
+        scale, fmt = display_format(column)
+        out[column] = [fmt.format(v * scale) if pd.notna(v) else "n/a" for v in out[column]]
+    return out.rename(columns={c: c.upper() for c in out.columns if c in UPPER})
 
 
 HIDDEN = ("seeds", "series", "family", "runs", "rank", "tied_with", "sanity")  # shown by format_leaderboard in its own place
