@@ -24,7 +24,8 @@ def _cmd_run(args) -> int:
 
     try:
         report = run_grid(args.params, workers=args.workers, force=args.force, dry_run=args.dry_run,
-                          executor=args.executor, address=args.address, gpus=args.gpus, timeout=args.timeout)
+                          executor=args.executor, address=args.address, gpus=args.gpus, timeout=args.timeout,
+                          strict=args.strict)
     except (GridError, ExecutorError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -176,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ddlib", description=__doc__)
     parser.add_argument("--version", action=_Version, nargs=0, help="print ddlib's version (and git commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
+    from ddlib.commands import STRICT_HELP
+
     run = sub.add_parser("run", help="execute a params grid with papermill, tracked in MLflow")
     run.add_argument("params", help="params YAML file, e.g. params/demo.yaml")
     run.add_argument("--workers", type=int, default=None,
@@ -183,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--force", action="store_true", help="rerun cells that already have a FINISHED run")
     run.add_argument("--dry-run", action="store_true",
                      help="check params, data and files; list every cell, what it reuses and its time; run nothing")
+    run.add_argument("--strict", action="store_true", help=STRICT_HELP)
     _add_scale_arguments(run)
     run.set_defaults(func=_cmd_run)
     summ = sub.add_parser("summary", help="print the leaderboard and log it (CSV, HTML, PNG) to MLflow")

@@ -16,6 +16,8 @@ __all__ = ["register", "UI_HOST", "UI_PORT", "ui_argv"]
 
 UI_HOST = "127.0.0.1"  # this machine only; reach it from elsewhere with an SSH tunnel
 UI_PORT = 5000
+STRICT_HELP = ("refuse a set that holds test images (exact or near-duplicates): its cell FAILS before training "
+               "(default: scored and flagged; also DDLIB_STRICT=1)")
 
 
 # --------------------------------------------------------------------------- score
@@ -74,7 +76,7 @@ def _cmd_score(args) -> int:
 
         return print_plan(path)
     try:
-        report = run_grid(path, workers=1, force=args.force, progress=not args.quiet)
+        report = run_grid(path, workers=1, force=args.force, progress=not args.quiet, strict=args.strict)
         protocol, experiment, cell = resolve_cell(grid)
     except GridError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
@@ -146,6 +148,7 @@ def _add_score_parser(sub) -> None:
     score.add_argument("--force", action="store_true", help="score again even if this cell already finished")
     score.add_argument("--dry-run", action="store_true", help="check the set and list the cell; run nothing")
     score.add_argument("--quiet", action="store_true", help="no progress bar")
+    score.add_argument("--strict", action="store_true", help=STRICT_HELP)
     score.set_defaults(func=_cmd_score)
 
 

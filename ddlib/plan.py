@@ -55,6 +55,7 @@ class GridPlan:
     cells: list[CellPlan]
     data: list[str]  # the data roots checked, with what they hold
     notes: list[str] = field(default_factory=list)  # input files a dry run did not load, and why
+    leakage: list[str] = field(default_factory=list)  # file sets that hold test images (protocols.leakage)
 
     def minutes(self, workers: int = 1) -> float | None:
         todo = [c for c in self.cells if c.action == "run"]
@@ -127,12 +128,13 @@ def _evaluations(tracker: Tracker, tags: dict, params: dict) -> tuple[list[str],
 
 def plan_grid(path: str | os.PathLike, force: bool = False) -> GridPlan:
     """Validate, check every data root and input file, and plan each cell (see the module docstring)."""
-    from ddlib.runner import check_cell_inputs, check_data, expand, load_grid
+    from ddlib.runner import check_cell_inputs, check_cell_leakage, check_data, expand, load_grid
 
     spec = load_grid(path)
     cells = expand(spec)
     data = check_data(spec, cells)  # the runner's own checks: every data root, set, preset, checkpoint, ground truth
     notes = check_cell_inputs(spec, cells, run_code=False)  # a dry run unpickles nothing (trusted: true)
+    leakage = check_cell_leakage(spec, cells)
     tracker = _read_only_tracker(spec.experiment)
     plans = []
     for params in cells:
@@ -146,7 +148,7 @@ def plan_grid(path: str | os.PathLike, force: bool = False) -> GridPlan:
         elif plan.action == "run":
             plan.train, plan.basis = ["every model (empty store)"], "no earlier run of this recipe"
         plans.append(plan)
-    return GridPlan(str(path), spec.protocol, spec.experiment, plans, data, notes)
+    return GridPlan(str(path), spec.protocol, spec.experiment, plans, data, notes, leakage)
 
 
 class _Reader(Tracker):
@@ -197,6 +199,8 @@ def print_plan(path: str | os.PathLike, workers: int = 1, force: bool = False, o
         print(f"input file {note}", file=out)
     print("input files ok (every set, preset, checkpoint and ground truth loaded"
           + (", but those above)" if plan.notes else ")"), file=out)
+    for line in plan.leakage:
+        print(f"warning: test images in a set: {line}; the run flags it, --strict refuses it", file=out)
     for cell in plan.cells:
         if cell.action == "skip":
             print(f"\n[skip] {cell.name}: already FINISHED (--force reruns it)", file=out)

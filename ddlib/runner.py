@@ -42,12 +42,14 @@ from tqdm.auto import tqdm
 from ddlib.executors import CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor
 from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.protocols.cell import cell_tags, run_name
+from ddlib.protocols.leakage import LEAKAGE_TAG, STRICT_ENV, test_leaked
 from ddlib.tracking import (TAG, Tracker, config_hash, default_tags, init_store, is_server_uri, project_folder,
                             owner_is_gone, store_environment, tracking_uri)
 from ddlib.shown import shown
 from ddlib.yamlfile import YamlFileError, load_yaml
 
-__all__ = ["GridSpec", "load_grid", "expand", "check_data", "check_cell_inputs", "run_grid", "RunReport", "GridError",
+__all__ = ["GridSpec", "load_grid", "expand", "check_data", "check_cell_inputs", "check_cell_leakage",
+           "run_grid", "RunReport", "GridError",
            "GridInterrupted", "ExecutorError", "notebooks_dir", "reap_stale_runs", "parse_gpus"]
 
 TOP_LEVEL_KEYS = {"protocol", "experiment", "description", "params", "grid", "methods", "gpus_per_cell",
@@ -235,6 +237,23 @@ def check_cell_inputs(spec: GridSpec, cells: list[dict], run_code: bool = True) 
     return notes
 
 
+def check_cell_leakage(spec: GridSpec, cells: list[dict]) -> list[str]:
+    """The dry run's leakage check of every distinct file set (:func:`ddlib.protocols.inputs.set_leakage`):
+    one line per set that holds test images."""
+    from ddlib.protocols.inputs import set_leakage
+
+    seen: set[str] = set()
+    out = []
+    for cell in cells:
+        key = config_hash({k: cell.get(k) for k in ("source", "method", "ipc", "dataset", "data_root")})
+        if key in seen:
+            continue
+        seen.add(key)
+        if note := set_leakage(cell):
+            out.append(f"cell {run_name(spec.protocol, cell)}: {note}")
+    return out
+
+
 def parse_gpus(gpus: str | None) -> list[str] | None:
     """``--gpus``: ``0,1,3`` or ``auto`` (every visible CUDA device) -> device ids; None -> None."""
     if gpus is None:
@@ -276,13 +295,15 @@ def check_notebook_runner() -> None:
 
 def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = False, dry_run: bool = False,
              progress: bool = True, executor: str = "local", address: str | None = None, gpus: str | None = None,
-             timeout: float | None = None) -> RunReport:
+             timeout: float | None = None, strict: bool = False) -> RunReport:
     """Run every cell of a params file that has no FINISHED run yet.
 
     ``executor``: ``local`` (a process pool of ``workers``; with ``gpus``, one device per worker)
     or ``ray`` (tasks on the Ray cluster at ``address``, or on a local instance started for the
     run; needs a tracking server). ``timeout``: seconds per cell; a cell over it is stopped and
-    FAILED ("timed out after ... s")."""
+    FAILED ("timed out after ... s"). ``strict``: every kernel refuses a set holding test images
+    (``DDLIB_STRICT=1``, :mod:`ddlib.protocols.leakage`), and a cell that FINISHED earlier with one is
+    reported failed, not skipped."""
     started = time.perf_counter()
     if executor not in ("local", "ray"):
         raise ExecutorError(f"executor must be 'local' or 'ray', got {executor!r}")
@@ -315,7 +336,11 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
         tags = cell_tags(spec.protocol, params)
         name = run_name(spec.protocol, params)
         config = {TAG["config"]: tags[TAG["config"]]}
-        if not force and tracker.find_finished(config, all_experiments=False):
+        finished = tracker.find_finished(config, all_experiments=False) if not force else []
+        if finished and strict and (leaked := test_leaked(finished[0].data.tags)):
+            report.failed.append((name, f"strict: it finished earlier with {leaked} test image(s) in its set "
+                                        f"({finished[0].data.tags.get(LEAKAGE_TAG, '')}); refused"))
+        elif finished:
             report.skipped.append(name)
         elif tags[TAG["config"]] in running:  # another live runner computes it
             report.elsewhere.append(name)
@@ -336,7 +361,8 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     # (CPU results are bit-identical only for the same thread count). MLflow prints a "View run ...
     # at" line per finished run on a server: not into every notebook.
     threads = os.environ.get("DDLIB_NUM_THREADS") or str(runner.threads_per_cell())
-    env = {**store_environment(), "DDLIB_NUM_THREADS": threads, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+    env = {**store_environment(), "DDLIB_NUM_THREADS": threads, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+           **({STRICT_ENV: "1"} if strict else {})}
     from ddlib.protocols.spec import notebook_folder
 
     notebook = str((notebook_folder(spec.protocol) or notebooks_dir()) / PROTOCOLS[spec.protocol][0])

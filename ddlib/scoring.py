@@ -230,13 +230,15 @@ def cell_result(protocol: str, experiment: str, params: dict) -> CellResult | No
 # --------------------------------------------------------------------------- in process
 
 
-def _run_steps(protocol: str, experiment: str, params: dict, progress: bool):
-    """The protocol notebook's steps, in this process: open the cell, obtain the set, evaluate, close."""
+def _run_steps(protocol: str, experiment: str, params: dict, progress: bool, strict: bool = False):
+    """The protocol notebook's steps, in this process: open the cell, obtain the set, evaluate, close.
+    ``strict``: refuse a set holding test images (:mod:`ddlib.protocols.leakage`)."""
     from ddlib.protocols import protocol_module
 
     module = protocol_module(protocol)
     cell = module.open_cell(experiment=experiment, **params)
     cell.progress = progress
+    cell.strict = cell.strict or strict
     distilled = module.obtain(cell)
     result = module.evaluate(cell, distilled)
     cell.close()
@@ -249,7 +251,7 @@ def score(images: Any = None, labels: Any = None, *, dataset: str | None = None,
           like: str | os.PathLike | None = None, data_root: str | None = None, device: str | None = None,
           experiment: str | None = None, normalized: bool | None = None, zca_space: bool | None = None,
           trusted: bool = False, allow_unequal: bool = False, experiment_index: int | None = None,
-          progress: bool = False, **params):
+          progress: bool = False, strict: bool = False, **params):
     """Score a set in this process and return the protocol's result (``per_seed``, ``summary``, and
     ``run_id``, the MLflow cell run). The same names as ``ddlib score``'s options, the notebooks'
     parameters and the grids' keys.
@@ -271,6 +273,8 @@ def score(images: Any = None, labels: Any = None, *, dataset: str | None = None,
       ``help(ddlib.protocols.<protocol>)`` and its notebook list them).
 
     The cell is the one ``ddlib score`` runs for the same file: a finished one is reused.
+    ``strict=True`` refuses (:class:`ddlib.protocols.leakage.LeakageRefused`, the cell FAILED) a set that
+    holds images of the test split, exact or near; without it such a set is scored and flagged.
 
     >>> result = ddlib.score(images, labels, dataset="cifar10", seeds=[0, 1, 2])   # doctest: +SKIP
     >>> result.per_seed, result.summary["lrs_mean"]                                 # doctest: +SKIP
@@ -293,4 +297,4 @@ def score(images: Any = None, labels: Any = None, *, dataset: str | None = None,
         protocol, experiment, cell = resolve_cell(grid)
     except ValueError as e:  # GridError names a placeholder file: say what was called
         raise ValueError(str(e).replace("<score>: ", "ddlib.score: ")) from None
-    return _run_steps(protocol, experiment, cell, progress)
+    return _run_steps(protocol, experiment, cell, progress, strict)

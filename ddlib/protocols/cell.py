@@ -35,6 +35,7 @@ from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import configure_threads, resolve_device, run_precision
 from ddlib.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, image_grid
+from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
 from ddlib.engine.test_pass import Normalize, model_accuracy
@@ -98,6 +99,7 @@ class Cell:
     closed: bool = field(default=False, repr=False)
     cache: dict = field(default_factory=dict, repr=False)  # per-cell reuse (teachers, ZCA)
     flags: list = field(default_factory=list, repr=False)  # what the numbers must be read with (flag())
+    strict: bool = field(default=False, repr=False)  # refuse a set holding test images (protocols.leakage)
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -123,6 +125,7 @@ class Cell:
                                              TAG["owner"]: owner_tag()})
         tracker.set_tags(run_id, {TAG["device"]: str(device), TAG["device_name"]: device_name(device)})
         cell = cls(protocol, dict(params), tracker, run_id, owns, device, None, progress)  # type: ignore[arg-type]
+        cell.strict = strict_from_env()
         with cell.guard():
             tracker.log_dict(run_id, params, "config.json")
             cell.dataset = reduce_dataset(load_dataset(params["dataset"], params.get("data_root")),

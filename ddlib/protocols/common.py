@@ -12,6 +12,7 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
 from ddlib.data.digest import tensor_digest
 from ddlib.protocols.cell import SET_DIGEST_TAG, Cell
+from ddlib.protocols.leakage import check_set
 from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SEARCHES, LR_SELECT, resolve_preset
 from ddlib.protocols.spec import Param
 from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source
@@ -220,7 +221,10 @@ def obtain(cell: Cell) -> DistilledSet:
     pooled with its old cells. Every evaluation is keyed by its training tensors already, so nothing
     trained on one set is reused for another; and a change of what a built-in kind produces bumps
     its entry of :data:`ddlib.methods.sources.BUILTIN_REVISIONS`, part of the config key, so a rerun
-    recomputes such cells instead of skipping them."""
+    recomputes such cells instead of skipping them.
+
+    The set is then checked against the cell's test and validation splits (:mod:`ddlib.protocols.leakage`:
+    logged, flagged where images leaked, refused in strict mode before anything trains)."""
     p = cell.params
     with cell.guard():
         distilled = obtain_set(p["method"], p["source"], cell.dataset, p["ipc"], device=cell.device,
@@ -229,6 +233,7 @@ def obtain(cell: Cell) -> DistilledSet:
             distilled = _from_zca_space(cell, distilled)
         cell.tracker.set_tags(cell.run_id, {SET_DIGEST_TAG: set_digest(distilled)})
         cell.log_set(distilled, "distilled")
+        check_set(cell, distilled)
     return distilled
 
 

@@ -96,6 +96,29 @@ def check_inputs(params: dict, run_code: bool = True) -> list[str]:
     return notes
 
 
+def set_leakage(params: dict) -> str | None:
+    """A dry run's word on a cell's file set: the test images it holds (exact copies, near-duplicates:
+    :mod:`ddlib.protocols.leakage`), or None (none, no file set, a ``trusted`` file only unpickling reads,
+    or ZCA-whitened values: the run checks those once they are pixels). The run also checks the
+    validation split, flags the cell, and in strict mode refuses it."""
+    from ddlib.data.datasets import load_dataset
+    from ddlib.data.distilled import needs_unpickling
+    from ddlib.data.leakage import digests, find_overlap
+
+    source = params.get("source") or {}
+    if source.get("kind") != "file" or source.get("zca_space"):
+        return None
+    path = input_files(params)["source"][0]
+    if source.get("trusted") and needs_unpickling(path):
+        return None
+    dataset = load_dataset(params["dataset"], params.get("data_root"))
+    distilled = load_file_source(params["method"], source, dataset, params["ipc"])
+    overlap = find_overlap(distilled.images, dataset.test_images, "test", set(digests(dataset.train_images)))
+    if not overlap.leaked:
+        return None
+    return f"{path}: {overlap.summary()} of {dataset.label} ({overlap.pairs(4)})"
+
+
 def _check_teachers(params: dict, checkpoints: list[Path], dataset) -> None:
     from ddlib.protocols.presets import load_preset
     from ddlib.protocols.teachers import load_teacher

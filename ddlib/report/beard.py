@@ -26,7 +26,7 @@ import pandas as pd
 
 from ddlib import metrics
 from ddlib.protocols.common import FULL_IPC
-from ddlib.report.core import aggregate, per_seed_values
+from ddlib.report.core import aggregate, leakage_note, per_seed_values
 from ddlib.tracking import TAG, client
 
 __all__ = ["ROW_PARAMS", "robustness_leaderboard", "unified_leaderboard", "eps_curves", "plot_eps_curves"]
@@ -136,7 +136,8 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
                      **{k: first[k] for k in keys}, "precision": first.get("precision"),
                      "ipcs": ",".join("all" if i == FULL_IPC else str(i) for i in sorted(sub["ipc"].unique())),
                      **scores,
-                     "sets": ",".join(str(v) for v in sub.sort_values("ipc")["set"]) if "set" in sub else ""})
+                     "sets": ",".join(str(v) for v in sub.sort_values("ipc")["set"]) if "set" in sub else "",
+                     "leakage": leakage_note(sub)})
     out = pd.DataFrame(rows)
     # the IPC list is part of a row: seeds missing at one IPC make a different row, never a silent mix
     out["group"] = out["group"] + "|" + out["ipcs"] + "|" + out.pop("sets")

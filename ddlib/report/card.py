@@ -119,6 +119,8 @@ def score_table(board: pd.DataFrame, rows: pd.DataFrame, values, keys, score: st
         if score and "rank" in row and not pd.isna(row["rank"]):
             tied = row.get("tied_with") or "none"
             column[f"rank on {score.upper()}"] = f"{int(row['rank'])} of {_compared(board, row)} (tied with: {tied})"
+        if isinstance(row.get("sanity"), str) and row["sanity"]:  # near chance, test images in the set
+            column["sanity"] = row["sanity"]
         columns[_variant(row, keys)] = column
     return pd.DataFrame(columns)
 
@@ -271,7 +273,9 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
                              "value": format_value(main, row.get(f"{main}_mean"), row.get(f"{main}_low"),
                                                    row.get(f"{main}_high")),
                              "seeds": str(row["seeds"]),
-                             "rank": f"{int(row['rank'])} of {_compared(board, row)}" if ranked else ""})
+                             "rank": f"{int(row['rank'])} of {_compared(board, row)}" if ranked else "",
+                             **({"sanity": row["sanity"]} if isinstance(row.get("sanity"), str) and row["sanity"]
+                                else {})})
     seeds = next((b.config.get("seeds") for b in blocks if b.ran and b.config), None)
     for block in blocks:
         if not block.ran:

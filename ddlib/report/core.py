@@ -35,10 +35,11 @@ import pandas as pd
 from ddlib import metrics, stats
 from ddlib.protocols.cell import CLASSES_TAG, PRECISION_TAG, SET_DIGEST_TAG
 from ddlib.protocols.common import FULL_IPC
+from ddlib.protocols.leakage import LEAKAGE_TAG
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "aggregate", "board_score", "row_names", "readable", "rank_caption", "format_leaderboard",
-           "log_summary", "SCORES", "UNSCALED", "INTERVALS", "display_format"]
+__all__ = ["per_seed_values", "aggregate", "leakage_note", "board_score", "row_names", "readable", "rank_caption",
+           "format_leaderboard", "log_summary", "SCORES", "UNSCALED", "INTERVALS", "display_format"]
 
 # How every leaderboard's intervals and rank groups are made (stated in captions).
 INTERVALS = {"resamples": stats.RESAMPLES, "level": stats.LEVEL, "seed": stats.SEED}
@@ -130,7 +131,7 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
             row = {"group": group, "series": tags.get(TAG["series"], group) + split,
                    "family": tags.get(TAG["family"], group) + split,
                    "seed": seed, "run_id": run.info.run_id, "data": tags.get(TAG["data"]),
-                   "classes": _classes(run)}
+                   "classes": _classes(run), "leakage": tags.get(LEAKAGE_TAG)}
             row.update({p: _param(run, p) for p in row_params})
             row.update({column: tags.get(tag) for column, tag in (row_tags or {}).items()})
             row.update({column: tags.get(tag) for column, tag in {**SPLIT_TAGS, **SET_TAGS}.items()})
@@ -155,13 +156,22 @@ def _sanity(sub: pd.DataFrame) -> str:
     return "; ".join(metrics.near_chance(means, int(classes.iloc[0])))
 
 
+def leakage_note(sub: pd.DataFrame) -> str:
+    """The ``ddlib.leakage`` notes of the cells a row pools (test or validation images in the set:
+    :mod:`ddlib.protocols.leakage`); empty where none."""
+    if "leakage" not in sub:
+        return ""
+    return "; ".join(dict.fromkeys(str(v) for v in sub["leakage"] if isinstance(v, str) and v))
+
+
 def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[str],
               sort: Sequence[str] = (), descending: str | None = None) -> pd.DataFrame:
     """Mean and std over seeds of ``value_cols`` per group, each with its bootstrap interval
     (``<col>_low``, ``<col>_high``: :data:`INTERVALS`); ``config`` (the group hash) is kept only
     where two groups share every row param (e.g. two grids that differ in a recipe); ``runs``: the
     cell runs the row pools; ``precision`` and ``set`` (:data:`KEY_COLUMNS`) where the frame has them,
-    ``set`` only where two rows differ by nothing else. With ``descending`` (the board's score), rows compared with each other
+    ``set`` only where two rows differ by nothing else; ``sanity``: near-chance accuracies and the
+    sets' test or validation images (:func:`leakage_note`). With ``descending`` (the board's score), rows compared with each other
     (one ``family`` at one IPC) get rank groups on it: ``rank`` (1 + the rows significantly better,
     paired by seed) and ``tied_with`` (:func:`_rank_groups`)."""
     if df.empty:
@@ -185,8 +195,9 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
             row[f"{col}_mean"], row[f"{col}_std"] = metrics.mean_std(sub[col].dropna()) if col in sub else (
                 float("nan"), float("nan"))
             row[f"{col}_low"], row[f"{col}_high"] = (float(v) for v in bounds.get(col, (float("nan"), float("nan"))))
-        if "classes" in sub:
-            row["sanity"] = _sanity(sub)
+        notes = [leakage_note(sub), _sanity(sub) if "classes" in sub else ""]
+        if "classes" in sub or "leakage" in sub:
+            row["sanity"] = "; ".join(n for n in notes if n)
         row["config"] = group[:8]
         row["runs"] = " ".join(dict.fromkeys(sub["run_id"])) if "run_id" in sub else ""
         out.append(row)
@@ -313,7 +324,8 @@ def readable(table: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={c: c.upper() for c in out.columns if c in UPPER})
 
 
-HIDDEN = ("seeds", "series", "family", "runs", "rank", "tied_with", "sanity")  # shown by format_leaderboard in its own place
+# shown by format_leaderboard in its own place (leakage: in sanity)
+HIDDEN = ("seeds", "series", "family", "runs", "rank", "tied_with", "sanity", "leakage")
 PER_SEED = "_per_seed"  # <score>_per_seed: {seed: value} as JSON
 
 

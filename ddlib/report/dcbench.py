@@ -15,7 +15,7 @@ import scipy.stats
 from ddlib import stats
 from ddlib.protocols.dcbench import best_by_mean
 from ddlib.protocols.nas_space import rank_correlation
-from ddlib.report.core import INTERVALS, aggregate, board_score, per_seed_values
+from ddlib.report.core import INTERVALS, aggregate, board_score, leakage_note, per_seed_values
 
 __all__ = ["augmentation_leaderboard", "compression_leaderboard", "plot_compression", "synthesis_vs_selection",
            "transfer_leaderboard", "transfer_tau", "nas_leaderboard", "SELECTION"]
@@ -189,6 +189,7 @@ def nas_leaderboard(experiment: str = "nas") -> pd.DataFrame:
             row.update({f"{value}_mean": ci.estimate, f"{value}_std": float("nan"), f"{value}_low": ci.low,
                         f"{value}_high": ci.high})
         row["runs"] = " ".join(dict.fromkeys(sub["run_id"]))
+        row["sanity"] = leakage_note(sub)
         row["spearman_per_seed"] = json.dumps({str(int(seed)): rank_correlation(p, truth)["spearman"]
                                                for seed, p in zip(sub["seed"], proxies)})
         out.append(row)
