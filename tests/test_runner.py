@@ -44,7 +44,7 @@ def tiny_grid(tmp_path):
     [
         ({"colour": "red"}, "unknown top-level key.*colour"),
         ({"protocol": "nope"}, "protocol must be one of"),
-        ({"params": {"dataset": "digits", "epochs": 3}}, r"unknown parameter\(s\) \['epochs'\]"),
+        ({"params": {"dataset": "digits", "epoch": 3}}, r"unknown parameter\(s\) \['epoch'\]"),  # a typo of epochs
         ({"params": {"dataset": "digits", "recipe": {"epoch": 3}}}, "unknown recipe key.*'epoch'"),
         ({"grid": {"method": ["random"], "ipc": [0]}}, "ipc must be a positive integer"),
         ({"params": {"dataset": "nosuchset"}}, "dataset: unknown dataset 'nosuchset'"),
