@@ -168,7 +168,7 @@ def test_ray_executor_without_ray_says_how_to_install_it(mlflow_store, tmp_path,
     path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}})
     assert cli_main(["run", str(path), "--executor", "ray"]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "--executor ray needs Ray: pip install -e '.[cluster]'" in err, err
+    assert "Traceback" not in err and "--executor ray needs Ray: pip install 'ddlib[cluster]'" in err, err
     assert not (mlflow_store / "mlflow.db").exists()
 
 

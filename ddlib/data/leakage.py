@@ -110,20 +110,31 @@ def quantize(images: torch.Tensor) -> torch.Tensor:
     return (images.float().clamp(0, 1) * 255).round().to(torch.uint8)
 
 
-def digests(images: torch.Tensor) -> list[bytes]:
+def _chunks(images, chunk: int):
+    """``images`` ``chunk`` at a time, each a tensor: a streamed set (``FileImages``) is decoded a
+    chunk at a time, never whole."""
+    chunk = min(chunk, getattr(images, "decode_limit", chunk))
+    for start in range(0, len(images), chunk):
+        yield images[start:start + chunk]
+
+
+def digests(images: torch.Tensor, chunk: int = 8192) -> list[bytes]:
     """A 16-byte digest of each image's uint8 pixels and shape (:func:`quantize`)."""
-    pixels = quantize(images).contiguous()
-    shape = str(tuple(pixels.shape[1:])).encode()
-    flat = pixels.reshape(len(pixels), -1).numpy()
-    return [hashlib.blake2b(shape + row.tobytes(), digest_size=16).digest() for row in flat]
+    out = []
+    for part in _chunks(images, chunk):
+        pixels = quantize(part).contiguous()
+        shape = str(tuple(pixels.shape[1:])).encode()
+        flat = pixels.reshape(len(pixels), -1).numpy()
+        out += [hashlib.blake2b(shape + row.tobytes(), digest_size=16).digest() for row in flat]
+    return out
 
 
 def fingerprints(images: torch.Tensor, device: torch.device | str | None = None, chunk: int = 8192) -> torch.Tensor:
     """N x THUMBNAIL² float32 fingerprints (see the module docstring), on ``device``."""
     device = torch.device(device) if device is not None else images.device
     out = []
-    for start in range(0, len(images), chunk):
-        x = images[start:start + chunk].to(device)
+    for x in _chunks(images, chunk):
+        x = x.to(device)
         x = x.float() / 255 if x.dtype == torch.uint8 else x.float().clamp(0, 1)
         x = F.adaptive_avg_pool2d(x, THUMBNAIL)  # before the luma: both are linear, the thumbnail is smaller
         if x.shape[1] == 3:

@@ -32,9 +32,8 @@ SET_PARAMS = {
     "device": Param("auto", "auto, cpu, cuda, cuda:N or mps"),
     "train_per_class": Param(None, "CPU smoke runs only: real training images per class (null: all)", "int"),
     "test_size": Param(None, "CPU smoke runs only: a class-stratified test subset (null: the whole test set)", "int"),
-    "epochs": Param(None, "what the set is trained for, one name on every surface (CLI --epochs, ddlib.score, "
-                          "papermill -p epochs, grids): folded into the protocol's own key (preset_epochs under a "
-                          "preset, else recipe's epochs and aug_epochs)", "int"),
+    "epochs": Param(None, "training epochs (one name everywhere): preset_epochs under a preset, else recipe's "
+                          "epochs and aug_epochs", "int"),
 }
 
 # How the method's own evaluation is reproduced (ddlib.protocols.preset_eval), against which random subset.
