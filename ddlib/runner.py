@@ -21,7 +21,7 @@ A cell whose config (including the content of its input files) already has a FIN
 skipped. Cells execute in a local process pool or on Ray (:mod:`ddlib.executors`); each cell's
 run is created when its execution starts. A failing notebook's run is marked FAILED with the
 partial executed notebook attached; the rest carry on; the exit status is non-zero when anything
-failed. An interrupted grid (SIGTERM, Ctrl-C) marks its running cells KILLED; a killed one (SIGKILL)
+failed. An interrupted grid (SIGTERM, Ctrl-C) marks its running cells KILLED, naming the signal; a killed one (SIGKILL)
 leaves RUNNING runs that the next run marks KILLED once their owner is gone; either way the rerun
 redoes exactly the cells that did not finish.
 """
@@ -39,7 +39,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ddlib.executors import CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor
+from ddlib.executors import (CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor, interrupted, short_error,
+                             stop_signal)
 from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.protocols.cell import cell_tags, run_name
 from ddlib.tracking import (PROJECT_ROOT, TAG, Tracker, config_hash, default_tags, init_store, is_server_uri,
@@ -60,6 +61,8 @@ class GridError(ValueError):
 
 class GridInterrupted(KeyboardInterrupt):
     """The runner was told to stop (SIGTERM); its running cells are KILLED, a rerun redoes them."""
+
+    signum = signal.SIGTERM
 
 
 @dataclass
@@ -349,8 +352,10 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     previous = _handle_sigterm()
     try:
         runner.run(jobs, record)
-    except BaseException:
-        _settle(tracker, runner_id, "KILLED", "interrupted: the runner stopped; rerun the grid to redo it")
+    except BaseException as stop:
+        why = (interrupted(stop_signal(stop)) if isinstance(stop, KeyboardInterrupt)
+               else f"the runner stopped ({short_error(stop)}); rerun the grid to redo it")
+        _settle(tracker, runner_id, "KILLED", why)
         raise
     finally:
         bar.close()

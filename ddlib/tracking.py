@@ -131,9 +131,29 @@ def client():
     uri = tracking_uri()
     if uri not in _CLIENTS:
         if uri.startswith("sqlite:///"):
-            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            _create_database(Path(uri[len("sqlite:///"):]))
         _CLIENTS[uri] = MlflowClient(tracking_uri=uri)
     return _CLIENTS[uri]
+
+
+def _create_database(path: Path) -> None:
+    """A new SQLite store, migrated under another name and moved into place whole. MLflow migrates
+    a new database step by step, not in one transaction: a Ctrl-C midway left a store that every
+    later command failed on ("duplicate column name")."""
+    if path.exists():
+        return
+    from mlflow import MlflowClient
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(path.parent / f".{path.name}.create.lock"):
+        if path.exists():  # another process created it meanwhile
+            return
+        new = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.new")  # MLflow caches engines by URI
+        try:
+            MlflowClient(tracking_uri=f"sqlite:///{new}").search_experiments(max_results=1)
+            os.replace(new, path)
+        finally:
+            new.unlink(missing_ok=True)
 
 
 def init_store() -> str:
@@ -194,7 +214,13 @@ def file_lock(name: str) -> Iterator[None]:
     """An inter-process lock (flock) so parallel workers do not train or create the same thing twice."""
     lock_dir = mlruns_dir() / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{name}.lock", "w") as handle:
+    with _lock(lock_dir / f"{name}.lock"):
+        yield
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
