@@ -32,6 +32,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ddlib import progress
 from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag
 
 __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell",
@@ -85,6 +86,7 @@ class _Watch:
     def __init__(self):
         self.reason: str | None = None
         self.signum: int | None = None
+        self.progress: Path | None = None  # the cell's progress file (ddlib.progress), mirrored to its run's tag
         self.done = threading.Event()
         self._lock = threading.Lock()
 
@@ -143,9 +145,20 @@ def _init_pool_worker(gpu_slots) -> None:
 def _monitor(watch: _Watch, tracker: Tracker, run_id: str, deadline: float | None, timeout: float | None,
              parent: int | None) -> None:
     next_beat = time.monotonic() + HEARTBEAT_SECONDS
+    next_progress, shown = time.monotonic() + progress.TAG_SECONDS, None
     orphaned_at = None
     while not watch.done.wait(0.5):
         now = time.monotonic()
+        if now >= next_progress and watch.progress is not None:
+            record = progress.read(watch.progress)
+            line = progress.describe(record) if record else None
+            if line and line != shown:
+                try:
+                    tracker.set_tags(run_id, {progress.PROGRESS_TAG: line})
+                    shown = line
+                except Exception:  # noqa: BLE001 - progress is advice; the store may be busy
+                    pass
+            next_progress = now + progress.TAG_SECONDS
         if now >= next_beat:
             try:
                 tracker.set_tags(run_id, {TAG["heartbeat"]: f"{time.time():.0f}"})
@@ -197,6 +210,10 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
     try:
         with tempfile.TemporaryDirectory(prefix="ddlib-cell-") as tmp:
             out = Path(tmp) / notebook.name
+            # the kernel inherits this: where its training loop says how far it is (the runner's folder,
+            # or this cell's on a Ray node, where only the run's tag reaches the runner)
+            watch.progress = Path(os.environ.get(progress.DIR_ENV) or tmp) / f"{run_id}.json"
+            os.environ[progress.FILE_ENV] = str(watch.progress)
             try:
                 pm.execute_notebook(
                     str(notebook), str(out),
@@ -226,6 +243,9 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
     finally:
         watch.done.set()
         papermill_log.removeFilter(watch)
+        os.environ.pop(progress.FILE_ENV, None)
+        if watch.progress is not None:
+            watch.progress.unlink(missing_ok=True)
         _CURRENT = None
 
 

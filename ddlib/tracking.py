@@ -28,7 +28,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
@@ -210,18 +210,24 @@ def _parse_owner(owner: str) -> tuple[str, int, float]:
 
 
 @contextlib.contextmanager
-def file_lock(name: str) -> Iterator[None]:
-    """An inter-process lock (flock) so parallel workers do not train or create the same thing twice."""
+def file_lock(name: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """An inter-process lock (flock) so parallel workers do not train or create the same thing twice.
+    ``on_wait`` is called once if another process holds it (say so, then wait)."""
     lock_dir = mlruns_dir() / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with _lock(lock_dir / f"{name}.lock"):
+    with _lock(lock_dir / f"{name}.lock", on_wait):
         yield
 
 
 @contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
+def _lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

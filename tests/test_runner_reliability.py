@@ -377,3 +377,43 @@ def test_dry_run_plans_reuse_from_the_evaluations_of_an_interrupted_cell(mlflow_
     kcenter_cell = out[out.index("[run]  kcenter-ipc2"):]
     assert "reuse:  rdm_hard (seeds 0), real_hard (seeds 0), syn_hard (seeds 0, 1)" in random_cell, random_cell
     assert "reuse:  rdm_hard (seeds 0), real_hard (seeds 0)\n" in kcenter_cell, kcenter_cell  # not random's own set
+
+
+# --------------------------------------------------------------------------- progress per model (issue 24.9)
+
+
+def test_the_runner_shows_each_running_cells_model_epoch_and_eta(mlflow_store, tmp_path, probe_notebooks, monkeypatch,
+                                                                  capsys):
+    """Under the grid's bar, a line per running cell: the model it trains (role, seed, lr), the epoch
+    and the ETA, read from the progress file its kernel writes (the probe writes one as
+    Cell.train_eval does); the worker mirrors it to the run's ``ddlib.progress`` tag."""
+    monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
+    monkeypatch.setenv("DDLIB_PROBE_PROGRESS", "random-ipc1-convnet")
+    monkeypatch.setenv("DDLIB_PROBE_SLEEP", "4")
+    monkeypatch.setenv("DDLIB_PROGRESS_TAG_SECONDS", "1")  # read by the spawned worker
+    grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}}
+    report = run_grid(write_grid(tmp_path, grid), progress=True)
+    assert report.finished == ["random-ipc1-convnet"]
+    line = "syn_hard · seed 0 · lr 0.01 · model 2/2 · epoch 12/30 · ETA 0:54"
+    err = capsys.readouterr().err
+    assert f"random-ipc1-convnet: {line}" in err, err
+    assert cell_runs()[0].data.tags["ddlib.progress"] == line  # what `ddlib runs` shows, and Ray's runner reads
+
+
+@pytest.mark.filterwarnings("ignore:sanity")  # one epoch: near chance, as intended
+def test_a_cell_writes_the_model_it_trains_where_the_worker_says(mlflow_store, tmp_path, monkeypatch):
+    """A cell's trainings write their progress to ``DDLIB_PROGRESS_FILE`` (set by its worker): the
+    last record is the last model trained, at its last epoch."""
+    import json
+
+    from ddlib.protocols import label_robust
+
+    progress_file = tmp_path / "progress.json"
+    monkeypatch.setenv("DDLIB_PROGRESS_FILE", str(progress_file))
+    monkeypatch.setenv("DDLIB_PROGRESS_SECONDS", "0")
+    cell = label_robust.open_cell(**{**TINY, "method": "random", "ipc": 1, "lr_policy": "fixed"})
+    label_robust.evaluate(cell, label_robust.obtain(cell))
+    cell.close()
+    record = json.loads(progress_file.read_text())
+    assert {k: record[k] for k in ("cell", "role", "seeds", "lrs", "epoch", "epochs")} == {
+        "cell": "random-ipc1-convnet", "role": "real_hard", "seeds": [0], "lrs": [0.01], "epoch": 1, "epochs": 1}

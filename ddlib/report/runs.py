@@ -8,11 +8,10 @@ import time
 
 import pandas as pd
 
+from ddlib.progress import PROGRESS_TAG
 from ddlib.tracking import TAG, client
 
-__all__ = ["list_cell_runs", "PROGRESS_TAG"]
-
-PROGRESS_TAG = "ddlib.progress"  # a running cell's current training, mirrored by its worker (ddlib.progress)
+__all__ = ["list_cell_runs"]
 
 
 def list_cell_runs(status: str | None = None, experiment: str | None = None, now: float | None = None) -> pd.DataFrame:
