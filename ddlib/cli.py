@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 import pandas as pd
@@ -15,7 +16,8 @@ from ddlib.shown import one_line
 
 
 def _cmd_run(args) -> int:
-    from ddlib.runner import ExecutorError, GridError, GridInterrupted, run_grid
+    from ddlib.executors import stop_signal
+    from ddlib.runner import ExecutorError, GridError, run_grid
 
     if args.dry_run:  # every cell with its params, what is reused, data and files checked, time estimate
         from ddlib.plan import print_plan
@@ -29,13 +31,11 @@ def _cmd_run(args) -> int:
     except (GridError, ExecutorError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
-    except GridInterrupted:
-        print("interrupted (SIGTERM): running cells marked KILLED; rerun the same command to finish the grid",
-              file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("interrupted: running cells marked KILLED; rerun the same command to finish the grid", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # Ctrl-C (SIGINT) or SIGTERM (GridInterrupted): one line, naming it
+        signum = stop_signal(stop)
+        print(f"interrupted ({signal.Signals(signum).name}): running cells marked KILLED; rerun the same command "
+              "to finish the grid", file=sys.stderr)
+        return 128 + signum
     verb = "would run" if args.dry_run else "finished"
     elsewhere = f", {len(report.elsewhere)} running elsewhere" if report.elsewhere else ""
     reaped = f", {len(report.reaped)} dead run(s) marked KILLED" if report.reaped else ""
@@ -218,7 +218,14 @@ def main(argv: list[str] | None = None) -> int:
         if why := unreachable_server():
             print(f"error: {why}", file=sys.stderr)
             return 2
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt as stop:  # `ddlib score` and the rest: one line, not a traceback
+        from ddlib.executors import stop_signal
+
+        signum = stop_signal(stop)
+        print(f"interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ def _add_score_parser(sub) -> None:
 
 
 def _cmd_runs(args) -> int:
-    from ddlib.report.export import list_cell_runs
+    from ddlib.report.runs import list_cell_runs  # not report.export: no torch, no SciPy
 
     table = list_cell_runs(args.status, args.experiment)
     if table.empty:

@@ -19,6 +19,7 @@ The runner marks what a killed worker could not (see :func:`ddlib.tracking.owner
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -31,6 +32,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ddlib import progress
 from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag
 
 __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell",
@@ -41,7 +43,7 @@ __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecu
 # KeyboardInterrupt, so keep its own log quiet (notebook errors still reach the executed notebook).
 KERNEL_ARGUMENTS = ["--log-level=CRITICAL"]
 RAY_INSTALL_HINT = "pip install 'ddlib[cluster]' (in a checkout: make setup)"
-EXIT_TERMINATED = 143  # 128 + SIGTERM
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, `kill`: either stops a cell, which is marked KILLED
 ORPHAN_GRACE_SECONDS = 15.0  # after the runner died: time to mark the run KILLED before exiting anyway
 
 
@@ -77,19 +79,27 @@ class CellOutcome:
 
 
 class _Watch:
-    """What stops a running notebook (timeout, SIGTERM, the runner gone): the first reason wins,
-    and the kernel is killed so that papermill returns at once."""
+    """What stops a running notebook (timeout, SIGINT or SIGTERM, the runner gone): the first reason
+    wins, and the kernel is killed so that papermill returns at once (``signum``: the signal that
+    interrupted it, which the worker exits with)."""
 
     def __init__(self):
         self.reason: str | None = None
+        self.signum: int | None = None
+        self.progress: Path | None = None  # the cell's progress file (ddlib.progress), mirrored to its run's tag
         self.done = threading.Event()
         self._lock = threading.Lock()
 
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: str, signum: int | None = None) -> None:
         with self._lock:
             if self.reason is None:
-                self.reason = reason
+                self.reason, self.signum = reason, signum
         _kill_children()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Papermill's log, quiet once the cell is stopped: "Kernel died while waiting for execute
+        reply" is what killing the kernel on purpose looks like from there."""
+        return self.reason is None
 
 
 _CURRENT: _Watch | None = None  # the cell this process executes (for the SIGTERM handler)
@@ -107,17 +117,26 @@ def _kill_children() -> None:
             pass
 
 
-def _on_sigterm(signum, frame) -> None:
+def interrupted(signum: int) -> str:
+    """The reason an interrupted cell's run is KILLED with, naming the signal (SIGINT is Ctrl-C)."""
+    name = signal.Signals(signum).name
+    return f"interrupted ({name}{': Ctrl-C' if signum == signal.SIGINT else ''}): rerun the grid to redo it"
+
+
+def _on_stop_signal(signum, frame) -> None:
     if _CURRENT is None:
-        os._exit(EXIT_TERMINATED)
-    _CURRENT.stop("interrupted (SIGTERM): rerun the grid to redo it")
+        os._exit(128 + signum)
+    _CURRENT.stop(interrupted(signum), signum)
 
 
 def _init_pool_worker(gpu_slots) -> None:
-    """Pool worker start: the runner coordinates interruption (Ctrl-C reaches it, it sends SIGTERM),
-    and with ``--gpus`` each worker takes one device, which its kernels alone see."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    """Pool worker start: SIGINT (Ctrl-C reaches the runner's whole process group) and SIGTERM
+    (which the runner forwards) stop the worker's cell, naming the signal; they were blocked while
+    the worker started (:meth:`LocalExecutor.run`), so a Ctrl-C during its imports is no traceback.
+    With ``--gpus`` each worker takes one device, which its kernels alone see."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _on_stop_signal)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     gpu = gpu_slots.get() if gpu_slots is not None else None
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -126,9 +145,20 @@ def _init_pool_worker(gpu_slots) -> None:
 def _monitor(watch: _Watch, tracker: Tracker, run_id: str, deadline: float | None, timeout: float | None,
              parent: int | None) -> None:
     next_beat = time.monotonic() + HEARTBEAT_SECONDS
+    next_progress, shown = time.monotonic() + progress.TAG_SECONDS, None
     orphaned_at = None
     while not watch.done.wait(0.5):
         now = time.monotonic()
+        if now >= next_progress and watch.progress is not None:
+            record = progress.read(watch.progress)
+            line = progress.describe(record) if record else None
+            if line and line != shown:
+                try:
+                    tracker.set_tags(run_id, {progress.PROGRESS_TAG: line})
+                    shown = line
+                except Exception:  # noqa: BLE001 - progress is advice; the store may be busy
+                    pass
+            next_progress = now + progress.TAG_SECONDS
         if now >= next_beat:
             try:
                 tracker.set_tags(run_id, {TAG["heartbeat"]: f"{time.time():.0f}"})
@@ -175,9 +205,15 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
                                      os.getppid() if watch_parent else None))
     monitor.start()
     notebook = Path(job.notebook)
+    papermill_log = logging.getLogger("papermill")
+    papermill_log.addFilter(watch)
     try:
         with tempfile.TemporaryDirectory(prefix="ddlib-cell-") as tmp:
             out = Path(tmp) / notebook.name
+            # the kernel inherits this: where its training loop says how far it is (the runner's folder,
+            # or this cell's on a Ray node, where only the run's tag reaches the runner)
+            watch.progress = Path(os.environ.get(progress.DIR_ENV) or tmp) / f"{run_id}.json"
+            os.environ[progress.FILE_ENV] = str(watch.progress)
             try:
                 pm.execute_notebook(
                     str(notebook), str(out),
@@ -192,7 +228,7 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
             if watch.reason and watch.reason.startswith("interrupted"):
                 tracker.kill_run(run_id, watch.reason)
                 shutil.rmtree(tmp, ignore_errors=True)  # os._exit skips the context manager's cleanup
-                os._exit(EXIT_TERMINATED if "SIGTERM" in watch.reason else 1)
+                os._exit(128 + watch.signum if watch.signum else 1)
             if out.exists():
                 tracker.log_artifact(run_id, out, "notebook")
             if watch.reason:  # timed out: the kernel was killed; the notebook holds what it did
@@ -206,6 +242,10 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
             return CellOutcome(job.name, "finished", run_id)
     finally:
         watch.done.set()
+        papermill_log.removeFilter(watch)
+        os.environ.pop(progress.FILE_ENV, None)
+        if watch.progress is not None:
+            watch.progress.unlink(missing_ok=True)
         _CURRENT = None
 
 
@@ -243,7 +283,13 @@ class LocalExecutor:
         pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_init_pool_worker,
                                    initargs=(slots,))
         try:
-            futures = {pool.submit(execute_cell, job, True): job for job in jobs}
+            # Workers start (on submit) with SIGINT and SIGTERM blocked, inherited from this thread:
+            # a Ctrl-C while they import waits until their handlers are set (no traceback per worker).
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                futures = {pool.submit(execute_cell, job, True): job for job in jobs}
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             for future in as_completed(futures):
                 job = futures[future]
                 try:
@@ -251,19 +297,32 @@ class LocalExecutor:
                 except BaseException as exc:  # noqa: BLE001 - the worker itself died
                     outcome = CellOutcome(job.name, "failed", error=short_error(exc))
                 on_outcome(job, outcome)
-        except BaseException:
-            _terminate(pool)
+        except BaseException as stop:
+            _terminate(pool, stop_signal(stop))
             raise
         pool.shutdown(wait=True)
 
 
-def _terminate(pool: ProcessPoolExecutor, grace: float = 15.0) -> None:
-    """Stop every worker: SIGTERM (each marks its run KILLED and kills its kernel), then SIGKILL."""
+def stop_signal(error: BaseException) -> int:
+    """The signal an interruption came from: its ``signum`` (the runner's SIGTERM handler sets it),
+    else SIGINT for a KeyboardInterrupt (Ctrl-C), else SIGTERM."""
+    signum = getattr(error, "signum", None)
+    if signum is not None:
+        return int(signum)
+    return signal.SIGINT if isinstance(error, KeyboardInterrupt) else signal.SIGTERM
+
+
+def _terminate(pool: ProcessPoolExecutor, signum: int = signal.SIGTERM, grace: float = 15.0) -> None:
+    """Stop every worker: ``signum`` (the signal that stopped the runner: each worker marks its run
+    KILLED naming it, and kills its kernel), then SIGKILL."""
     processes = list((pool._processes or {}).values())  # noqa: SLF001 - no public handle on the workers
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():
-            process.terminate()
+            try:
+                os.kill(process.pid, signum)
+            except ProcessLookupError:
+                pass
     deadline = time.monotonic() + grace
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))

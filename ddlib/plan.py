@@ -8,9 +8,10 @@ CSV: the runner's own :func:`ddlib.runner.check_cell_inputs`), then reads the st
 * the evaluations it will **reuse** and those it will **train**: the random-subset and full-data
   (and teacher) models of one setting are the same for every method, so those that an earlier
   cell of the same setting (family key) trained at the same IPC (the random subset) or any IPC
-  (the full data) with these seeds are reused; the set's own models are trained. The store
-  decides, not this list (an evaluation's key also holds the exact training tensors): read it as
-  the expected split;
+  (the full data) with these seeds are reused, and every model an earlier, unfinished run of this
+  cell trained (an interrupted grid). Trained means a FINISHED evaluation, whatever became of its
+  cell. The store decides, not this list (an evaluation's key also holds the exact training
+  tensors): read it as the expected split;
 * the time, estimated from earlier FINISHED cells of the same recipe: the same row (every param
   but the seeds), else the same setting and IPC, else the same setting: their minutes per seed,
   times this cell's seeds. Cells with no earlier run of their recipe say "no estimate".
@@ -101,27 +102,42 @@ def _estimate(tracker: Tracker, tags: dict, params: dict) -> tuple[float | None,
     return None, "no earlier run of this recipe"
 
 
+def _family_cells(tracker: Tracker, family: str) -> list:
+    """Every cell run of a setting, whatever its status: an interrupted (KILLED) or failed cell's
+    FINISHED evaluations are in the store, and a rerun reuses them."""
+    return tracker.client.search_runs(
+        [tracker.experiment_id], filter_string=f"tags.`{TAG['family']}` = '{family}' and tags.`{TAG['kind']}` = 'cell'",
+        max_results=1000)
+
+
+def _finished_evaluations(tracker: Tracker, cell_run_id: str) -> list:
+    return tracker.client.search_runs(
+        [tracker.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{cell_run_id}' and attributes.status = "
+                                               f"'FINISHED' and tags.`{TAG['kind']}` = 'eval'", max_results=10000)
+
+
 def _evaluations(tracker: Tracker, tags: dict, params: dict) -> tuple[list[str], list[str]]:
-    """(reused, trained) roles: shared evaluations that sibling cells (same setting) trained."""
-    siblings = _cells_with(tracker, TAG["family"], tags[TAG["family"]])
+    """(reused, trained) roles: the FINISHED evaluations of earlier cells of this setting, whether
+    those cells finished or not (a grid interrupted after 24 trainings left them). Any role of an
+    earlier run of this very cell (the same config: the same set), the shared roles of its siblings
+    (the random subset at this IPC, the full data and teachers at any)."""
     found: dict[str, set] = {}
-    for cell in siblings:
+    cells = _family_cells(tracker, tags[TAG["family"]])
+    for cell in cells:
+        same_cell = cell.data.tags.get(TAG["config"]) == tags[TAG["config"]]
         same_ipc = cell.data.params.get("ipc") == str(params.get("ipc"))
-        children = tracker.client.search_runs(
-            [tracker.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{cell.info.run_id}' "
-                                                   "and attributes.status = 'FINISHED'", max_results=1000)
-        for child in children:
+        for child in _finished_evaluations(tracker, cell.info.run_id):
             role = child.data.tags.get(TAG["role"], "")
-            if not role.startswith(SHARED_ROLES) or ("-lr" in role and not same_ipc):
+            if not same_cell and (not role.startswith(SHARED_ROLES) or ("-lr" in role and not same_ipc)
+                                  or not (role.startswith(IPC_FREE_ROLES) or same_ipc)):
                 continue
-            if role.startswith(IPC_FREE_ROLES) or same_ipc:
-                found.setdefault(role, set()).add(child.data.params.get("seed"))
+            found.setdefault(role, set()).add(child.data.params.get("seed"))
     seeds = {str(s) for s in params.get("seeds") or []}
     reuse = sorted(f"{role} (seeds {', '.join(sorted(got & seeds))})" for role, got in found.items() if got & seeds)
     shared_missing = [r for r, got in found.items() if seeds - got]
     train = ["the set's own models"] + sorted(f"{r} (seeds {', '.join(sorted(seeds - found[r]))})"
                                              for r in shared_missing)
-    if not found:
+    if not cells:
         train = ["every model (no earlier cell of this setting)"]
     return reuse, train
 

@@ -21,7 +21,7 @@ A cell whose config (including the content of its input files) already has a FIN
 skipped. Cells execute in a local process pool or on Ray (:mod:`ddlib.executors`); each cell's
 run is created when its execution starts. A failing notebook's run is marked FAILED with the
 partial executed notebook attached; the rest carry on; the exit status is non-zero when anything
-failed. An interrupted grid (SIGTERM, Ctrl-C) marks its running cells KILLED; a killed one (SIGKILL)
+failed. An interrupted grid (SIGTERM, Ctrl-C) marks its running cells KILLED, naming the signal; a killed one (SIGKILL)
 leaves RUNNING runs that the next run marks KILLED once their owner is gone; either way the rerun
 redoes exactly the cells that did not finish.
 """
@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import uuid
@@ -39,7 +41,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ddlib.executors import CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor
+from ddlib.executors import (CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor, interrupted, short_error,
+                             stop_signal)
+from ddlib import progress as cell_progress
 from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.protocols.cell import cell_tags, run_name
 from ddlib.protocols.leakage import LEAKAGE_TAG, STRICT_ENV, test_leaked
@@ -62,6 +66,8 @@ class GridError(ValueError):
 
 class GridInterrupted(KeyboardInterrupt):
     """The runner was told to stop (SIGTERM); its running cells are KILLED, a rerun redoes them."""
+
+    signum = signal.SIGTERM
 
 
 @dataclass
@@ -363,14 +369,20 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     threads = os.environ.get("DDLIB_NUM_THREADS") or str(runner.threads_per_cell())
     env = {**store_environment(), "DDLIB_NUM_THREADS": threads, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
            **({STRICT_ENV: "1"} if strict else {})}
+    progress_dir = tempfile.mkdtemp(prefix="ddlib-progress-") if executor == "local" and progress else None
+    if progress_dir:
+        env[cell_progress.DIR_ENV] = progress_dir
     from ddlib.protocols.spec import notebook_folder
 
     notebook = str((notebook_folder(spec.protocol) or notebooks_dir()) / PROTOCOLS[spec.protocol][0])
     jobs = [CellJob(spec.protocol, spec.experiment, name, params, {**default_tags(spec.protocol), **tags}, env,
                     notebook, runner_id, timeout, force) for name, params, tags in todo]
     bar = tqdm(total=len(jobs), desc=f"{spec.protocol} ({len(report.skipped)} skipped)", disable=not progress)
+    source = _progress_files(progress_dir) if progress_dir else _progress_tags(tracker, runner_id)
+    lines = _CellLines(min(runner.workers, len(jobs)), source, disable=not progress)
 
     def record(job: CellJob, outcome: CellOutcome) -> None:
+        lines.finish(job.name)
         if outcome.status == "finished":
             report.finished.append(job.name)
             if outcome.run_id and (flag := _sanity_flag(tracker, outcome.run_id)):
@@ -385,18 +397,99 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
         bar.update(1)
 
     previous = _handle_sigterm()
+    lines.start()
     try:
         runner.run(jobs, record)
-    except BaseException:
-        _settle(tracker, runner_id, "KILLED", "interrupted: the runner stopped; rerun the grid to redo it")
+    except BaseException as stop:
+        why = (interrupted(stop_signal(stop)) if isinstance(stop, KeyboardInterrupt)
+               else f"the runner stopped ({short_error(stop)}); rerun the grid to redo it")
+        _settle(tracker, runner_id, "KILLED", why)
         raise
     finally:
+        lines.close()
         bar.close()
+        if progress_dir:
+            shutil.rmtree(progress_dir, ignore_errors=True)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     _settle(tracker, runner_id, "FAILED", "its worker process died")
     report.seconds = time.perf_counter() - started
     return report
+
+
+PROGRESS_POLL_SECONDS = 0.5
+
+
+class _CellLines:
+    """One line per running cell under the grid's bar: the model it trains now, its epoch and ETA
+    (:mod:`ddlib.progress`), refreshed by a thread every :data:`PROGRESS_POLL_SECONDS`."""
+
+    def __init__(self, slots: int, source, disable: bool):
+        self.source, self.disable = source, disable  # source() -> {cell name: line}
+        self.bars = [tqdm(total=0, position=i + 1, bar_format="{desc}", leave=False, dynamic_ncols=True,
+                          disable=disable) for i in range(slots)]
+        self.names: list[str | None] = [None] * slots
+        self.done: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True, name="ddlib-progress")
+
+    def start(self) -> None:
+        if not self.disable and self.bars:
+            self._thread.start()
+
+    def finish(self, name: str) -> None:
+        self.done.add(name)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(PROGRESS_POLL_SECONDS):
+            try:
+                self.refresh()
+            except Exception:  # noqa: BLE001 - the console's progress must never stop a grid
+                pass
+
+    def refresh(self) -> None:
+        lines = {name: line for name, line in self.source().items() if name not in self.done}
+        for i, name in enumerate(self.names):
+            if name is not None and name not in lines:
+                self.names[i] = None
+                self.bars[i].set_description_str("", refresh=True)
+        for name, line in sorted(lines.items()):
+            if name not in self.names:
+                if None not in self.names:
+                    continue
+                self.names[self.names.index(None)] = name
+            self.bars[self.names.index(name)].set_description_str(f"  {name}: {line}", refresh=True)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        for bar in self.bars:
+            bar.close()
+
+
+def _progress_files(folder: str):
+    """The progress of the cells running on this machine: their files in the runner's folder."""
+    def lines() -> dict[str, str]:
+        records = (cell_progress.read(path) for path in Path(folder).glob("*.json"))
+        return {r["cell"]: cell_progress.describe(r) for r in records if r}
+
+    return lines
+
+
+def _progress_tags(tracker: Tracker, runner_id: str):
+    """The progress of cells running elsewhere (Ray): their runs' tags, read every TAG_SECONDS."""
+    state = {"at": 0.0, "lines": {}}
+
+    def lines() -> dict[str, str]:
+        if time.monotonic() - state["at"] >= cell_progress.TAG_SECONDS:
+            state["at"] = time.monotonic()
+            state["lines"] = {run.info.run_name: run.data.tags[cell_progress.PROGRESS_TAG]
+                              for run in tracker.find_running({TAG["runner"]: runner_id})
+                              if cell_progress.PROGRESS_TAG in run.data.tags}
+        return state["lines"]
+
+    return lines
 
 
 def _sanity_flag(tracker: Tracker, run_id: str) -> str | None:

@@ -28,7 +28,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
@@ -144,9 +144,29 @@ def client():
     uri = tracking_uri()
     if uri not in _CLIENTS:
         if uri.startswith("sqlite:///"):
-            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            _create_database(Path(uri[len("sqlite:///"):]))
         _CLIENTS[uri] = MlflowClient(tracking_uri=uri)
     return _CLIENTS[uri]
+
+
+def _create_database(path: Path) -> None:
+    """A new SQLite store, migrated under another name and moved into place whole. MLflow migrates
+    a new database step by step, not in one transaction: a Ctrl-C midway left a store that every
+    later command failed on ("duplicate column name")."""
+    if path.exists():
+        return
+    from mlflow import MlflowClient
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(path.parent / f".{path.name}.create.lock"):
+        if path.exists():  # another process created it meanwhile
+            return
+        new = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.new")  # MLflow caches engines by URI
+        try:
+            MlflowClient(tracking_uri=f"sqlite:///{new}").search_experiments(max_results=1)
+            os.replace(new, path)
+        finally:
+            new.unlink(missing_ok=True)
 
 
 def init_store() -> str:
@@ -203,12 +223,24 @@ def _parse_owner(owner: str) -> tuple[str, int, float]:
 
 
 @contextlib.contextmanager
-def file_lock(name: str) -> Iterator[None]:
-    """An inter-process lock (flock) so parallel workers do not train or create the same thing twice."""
+def file_lock(name: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """An inter-process lock (flock) so parallel workers do not train or create the same thing twice.
+    ``on_wait`` is called once if another process holds it (say so, then wait)."""
     lock_dir = mlruns_dir() / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with _lock(lock_dir / f"{name}.lock", on_wait):
+        yield
+
+
+@contextlib.contextmanager
+def _lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    with open(path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -85,6 +85,11 @@ PROBE = """\
 import os, time
 from ddlib.tracking import Tracker
 
+if os.environ.get("DDLIB_PROBE_PROGRESS"):  # a cell that says where its training is, as Cell.train_eval does
+    from types import SimpleNamespace
+    from ddlib.progress import writer_from_env
+    writer_from_env(os.environ["DDLIB_PROBE_PROGRESS"])("syn_hard", SimpleNamespace(
+        runs=((seeds[0], 0.01),), epoch=12, epochs=30, models_before=1, models=2, eta_seconds=54.0))
 time.sleep(float(os.environ.get("DDLIB_PROBE_SLEEP", "0")))  # a cell that takes a while, without using a core
 tracker = Tracker(experiment)
 values = {seed: {"acc_syn_hard": 0.5 + ipc / 100 + seed / 1000, "acc_real_hard": 0.9 + seed / 1000,
@@ -102,7 +107,8 @@ def probe_notebooks(tmp_path_factory) -> Path:
     (``PROBE_PER_SEED``, step = seed) through ddlib's tracking layer as the protocol notebooks do,
     without importing torch or training: a kernel start costs ~3 CPU-s instead of ~10, so tests of
     the runner and the stores can run dozens of cells. ``DDLIB_PROBE_SLEEP`` (seconds) makes each
-    cell last that long (kill and timeout tests); ``DDLIB_PROBE_FLAG`` sets the cell's ``ddlib.sanity`` tag."""
+    cell last that long (kill and timeout tests); ``DDLIB_PROBE_FLAG`` sets the cell's ``ddlib.sanity`` tag;
+    ``DDLIB_PROBE_PROGRESS`` (the cell's name) writes a training progress record (:mod:`ddlib.progress`)."""
     import nbformat
 
     folder = tmp_path_factory.mktemp("probe_notebooks")

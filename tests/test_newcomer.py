@@ -192,6 +192,23 @@ def test_runs_lists_cells_by_status(tmp_path, monkeypatch, capsys):
     assert "busy" in out and "broken" not in out
     assert cli_main(["runs"]) == 0
     assert "3 cell runs: " in capsys.readouterr().out
+    from ddlib.report.runs import list_cell_runs
+
+    table = list_cell_runs(now=time.time() + 120).set_index("name")  # two minutes later
+    assert table.loc["busy", "minutes"] == pytest.approx(2.0, abs=0.1)  # a running cell's minutes so far, not NaN
+
+
+def test_runs_command_imports_no_torch_or_scipy(tmp_path):
+    """``ddlib runs`` took 18-20 s for three runs: it imported the leaderboard code (torch, SciPy) to
+    list runs. It needs the tracking layer and pandas only."""
+    store = tmp_path / "store"
+    code = ("import contextlib, io, sys, ddlib.cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()): ddlib.cli.main(['runs'])\n"
+            "print(sorted(m for m in ('torch', 'scipy.stats', 'ddlib.report.core', 'ddlib.protocols.cell') if m in sys.modules))")
+    env = {**os.environ, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "[]", out.stdout
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ key covers the content of its input files."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -301,3 +302,118 @@ def test_cell_over_its_timeout_fails_with_the_partial_notebook(mlflow_store, tmp
     assert [a.path for a in client.list_artifacts(run.info.run_id, "notebook")] == ["notebook/label_robust.ipynb"]
     assert "lrs_mean" not in run.data.metrics
     assert run.data.tags[TAG["owner"]].startswith(socket.gethostname() + ":")
+
+
+# --------------------------------------------------------------------------- Ctrl-C (issue 24.3)
+
+
+def _read_until(process: subprocess.Popen, text: str, timeout: float) -> str:
+    """The runner's output (stdout and stderr) up to ``text``; tqdm writes its bar without a newline."""
+    import select
+
+    seen, deadline = "", time.monotonic() + timeout
+    while text not in seen:
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise AssertionError(f"no {text!r} in the runner's output:\n{seen}")
+        ready, _, _ = select.select([process.stdout], [], [], 0.5)
+        if ready:
+            seen += os.read(process.stdout.fileno(), 4096).decode(errors="replace")
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["workers starting", "cells running"])
+def test_ctrl_c_stops_the_grid_in_one_line_naming_sigint(when, mlflow_store, tmp_path, probe_notebooks):
+    """Ctrl-C (SIGINT to the runner's whole process group, as a terminal sends it) while the pool's
+    workers import, or while cells run: one line naming SIGINT, no traceback from a worker, no
+    "Kernel died" from papermill, exit status 130, and the running cells KILLED with SIGINT in their
+    error tag (the runner used to forward SIGTERM and name that)."""
+    path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2]}})
+    tracking.init_store()
+    probe = {"DDLIB_NOTEBOOKS": str(probe_notebooks), "DDLIB_PROBE_SLEEP": "120"}
+    runner = _runner(path, mlflow_store, "--workers", "2", env=probe)
+    seen = _read_until(runner, "label_robust (", 600)  # the runner's bar: next, it starts its workers
+    if when == "workers starting":
+        time.sleep(0.5)  # they take seconds to import (and used to print a KeyboardInterrupt traceback each)
+    else:
+        _wait_for(lambda: len(cell_runs(status="RUNNING")) == 2, 600, "two running cells", runner)
+    os.killpg(runner.pid, signal.SIGINT)
+    output = seen + runner.communicate(timeout=120)[0]
+    assert runner.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output and "Kernel died" not in output, output
+    lines = [line for line in re.split(r"[\r\n]", output) if "interrupted" in line]
+    assert lines == ["interrupted (SIGINT): running cells marked KILLED; rerun the same command to finish the grid"], output
+    assert not cell_runs(status="RUNNING")
+    if when == "cells running":
+        errors = {r.data.tags[TAG["error"]] for r in cell_runs()}
+        assert errors == {"interrupted (SIGINT: Ctrl-C): rerun the grid to redo it"}, errors
+
+
+def test_dry_run_plans_reuse_from_the_evaluations_of_an_interrupted_cell(mlflow_store, tmp_path, capsys):
+    """A grid interrupted after some trainings finished: its cell is KILLED, its FINISHED evaluations
+    are in the store and a rerun reuses them; the dry run says so (it looked at FINISHED cells only
+    and said "nothing found")."""
+    from ddlib.cli import main as cli_main
+
+    path = write_grid(tmp_path, {"protocol": "label_robust", "params": {**TINY, "seeds": [0, 1]},
+                                 "grid": {"method": ["random", "kcenter"], "ipc": [2]}})
+    cells = {c["method"]: c for c in expand(load_grid(path))}
+    tracking.init_store()
+    tracker = Tracker("label_robust")
+    killed = tracker.start_run(run_name("label_robust", cells["random"]), params=cells["random"],
+                               tags=cell_tags("label_robust", cells["random"]))
+    for role, seed in [("syn_hard", 0), ("rdm_hard", 0), ("real_hard", 0), ("syn_hard", 1)]:  # what finished
+        child = tracker.start_run(f"{role}-s{seed}", params={"role": role, "seed": seed},
+                                  tags={TAG["kind"]: "eval", TAG["role"]: role, TAG["eval_key"]: f"{role}{seed}"},
+                                  parent_run_id=killed)
+        tracker.end_run(child)
+    tracker.start_run("rdm_hard-s1", params={"role": "rdm_hard", "seed": 1},  # interrupted mid-training
+                      tags={TAG["kind"]: "eval", TAG["role"]: "rdm_hard"}, parent_run_id=killed)
+    tracker.kill_run(killed, "interrupted (SIGINT: Ctrl-C): rerun the grid to redo it")
+
+    assert cli_main(["run", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    random_cell = out[out.index("[run]  random-ipc2"):out.index("[run]  kcenter-ipc2")]
+    kcenter_cell = out[out.index("[run]  kcenter-ipc2"):]
+    assert "reuse:  rdm_hard (seeds 0), real_hard (seeds 0), syn_hard (seeds 0, 1)" in random_cell, random_cell
+    assert "reuse:  rdm_hard (seeds 0), real_hard (seeds 0)\n" in kcenter_cell, kcenter_cell  # not random's own set
+
+
+# --------------------------------------------------------------------------- progress per model (issue 24.9)
+
+
+def test_the_runner_shows_each_running_cells_model_epoch_and_eta(mlflow_store, tmp_path, probe_notebooks, monkeypatch,
+                                                                  capsys):
+    """Under the grid's bar, a line per running cell: the model it trains (role, seed, lr), the epoch
+    and the ETA, read from the progress file its kernel writes (the probe writes one as
+    Cell.train_eval does); the worker mirrors it to the run's ``ddlib.progress`` tag."""
+    monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
+    monkeypatch.setenv("DDLIB_PROBE_PROGRESS", "random-ipc1-convnet")
+    monkeypatch.setenv("DDLIB_PROBE_SLEEP", "4")
+    monkeypatch.setenv("DDLIB_PROGRESS_TAG_SECONDS", "1")  # read by the spawned worker
+    grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}}
+    report = run_grid(write_grid(tmp_path, grid), progress=True)
+    assert report.finished == ["random-ipc1-convnet"]
+    line = "syn_hard · seed 0 · lr 0.01 · model 2/2 · epoch 12/30 · ETA 0:54"
+    err = capsys.readouterr().err
+    assert f"random-ipc1-convnet: {line}" in err, err
+    assert cell_runs()[0].data.tags["ddlib.progress"] == line  # what `ddlib runs` shows, and Ray's runner reads
+
+
+@pytest.mark.filterwarnings("ignore:sanity")  # one epoch: near chance, as intended
+def test_a_cell_writes_the_model_it_trains_where_the_worker_says(mlflow_store, tmp_path, monkeypatch):
+    """A cell's trainings write their progress to ``DDLIB_PROGRESS_FILE`` (set by its worker): the
+    last record is the last model trained, at its last epoch."""
+    import json
+
+    from ddlib.protocols import label_robust
+
+    progress_file = tmp_path / "progress.json"
+    monkeypatch.setenv("DDLIB_PROGRESS_FILE", str(progress_file))
+    monkeypatch.setenv("DDLIB_PROGRESS_SECONDS", "0")
+    cell = label_robust.open_cell(**{**TINY, "method": "random", "ipc": 1, "lr_policy": "fixed"})
+    label_robust.evaluate(cell, label_robust.obtain(cell))
+    cell.close()
+    record = json.loads(progress_file.read_text())
+    assert {k: record[k] for k in ("cell", "role", "seeds", "lrs", "epoch", "epochs")} == {
+        "cell": "random-ipc1-convnet", "role": "real_hard", "seeds": [0], "lrs": [0.01], "epoch": 1, "epochs": 1}

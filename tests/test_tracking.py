@@ -1,3 +1,5 @@
+import pytest
+
 from ddlib import tracking
 from ddlib.tracking import TAG, Tracker
 
@@ -113,3 +115,34 @@ def test_cell_runs_have_readable_names():
     assert run_name("adversarial", {"method": "dc", "ipc": 1, "model": "convnet", "mode": "targeted"}) == \
         "dc-ipc1-convnet-targeted"
     assert run_name("nas", {"method": "random", "ipc": 10}) == "random-ipc10-nas201"
+
+
+def test_a_store_creation_interrupted_midway_leaves_no_broken_store(mlflow_store, monkeypatch):
+    """MLflow migrates a new SQLite store step by step: a Ctrl-C midway used to leave a database every
+    later command failed on ("duplicate column name"). Interrupted, there is no store; the next
+    command creates a whole one."""
+    from alembic import command
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db import utils as db_utils
+
+    real_upgrade = db_utils._upgrade_db
+
+    def upgrade_halfway(engine):
+        config = db_utils._get_alembic_config(str(engine.url))
+        revisions = list(ScriptDirectory.from_config(config).walk_revisions())
+        done, next_one = revisions[len(revisions) // 2].revision, revisions[len(revisions) // 2 - 1].revision
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, done)
+            command.upgrade(config, next_one)  # the next step's changes made ...
+            command.stamp(config, done, purge=True)  # ... but not recorded: Ctrl-C arrived in between
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(db_utils, "_upgrade_db", upgrade_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        tracking.client()
+    monkeypatch.setattr(db_utils, "_upgrade_db", real_upgrade)
+    monkeypatch.setattr(tracking, "_CLIENTS", {})
+    tracker = tracking.Tracker("after")
+    tracker.end_run(tracker.start_run("works"))
+    assert [r.info.status for r in tracking.client().search_runs([tracker.experiment_id])] == ["FINISHED"]

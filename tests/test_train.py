@@ -447,3 +447,24 @@ def test_bf16_work_gets_a_row_major_layout(digits, one_thread):
     (a,), (b,) = (_train(digits, s, [0], recipe=recipe, keep_models=True) for s in (subset, copied))
     assert a.epoch_losses == b.epoch_losses and a.test_accuracy == b.test_accuracy
     assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_on_epoch_reports_each_model_group_and_epoch(digits, batched):
+    """The loop says where it is (the runner shows it per running cell): which models train now
+    (seed, lr), each epoch from 0 (starting) to the last, how many of the call's models trained
+    before them, and an ETA for the call at the current pace."""
+    seen = []
+    subset = random_subset(digits, 2, seed=0)
+    _train(digits, subset, [0, 1], lrs=[0.01, 0.05], recipe=Recipe(epochs=3, batch_size=32), desc="syn_hard",
+           batched=batched, on_epoch=seen.append)
+    assert {p.desc for p in seen} == {"syn_hard"} and {(p.epochs, p.models) for p in seen} == {(3, 2)}
+    groups = [(p.runs, p.models_before) for p in seen if p.epoch == 0]
+    assert groups == ([(((0, 0.01), (1, 0.05)), 0)] if batched else [(((0, 0.01),), 0), (((1, 0.05),), 1)])
+    for runs, _before in groups:
+        epochs = [p for p in seen if p.runs == runs]
+        assert [p.epoch for p in epochs] == [0, 1, 2, 3] and epochs[0].eta_seconds is None
+        assert all(p.seconds >= 0 and p.eta_seconds >= 0 for p in epochs[1:])
+    first_model_done = next(p for p in seen if p.epoch == 3)
+    if not batched:  # the second model is still to train: the ETA covers it at the first one's pace
+        assert first_model_done.eta_seconds == pytest.approx(first_model_done.seconds)

@@ -59,7 +59,7 @@ from ddlib.engine.test_pass import _EVAL_BATCH, _largest_fitting  # noqa: F401
 from ddlib.engine.recipe import _scheduler  # noqa: F401
 
 __all__ = ["hook_name", "train_and_test", "SeedResult", "NonFiniteLossError", "choose_mode", "MODES", "lockstep", "AugmentHook",
-           "LossHook", "Objective", "cross_entropy_loss",
+           "LossHook", "Objective", "cross_entropy_loss", "EpochProgress",
            # re-exported from their own files
            "Recipe", "epochs_trained", "run_precision", "model_accuracy", "model_confusion", "Normalize", "as_pixels",
            "standard_layout"]
@@ -75,6 +75,33 @@ LossHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # objective(model, x, targets, generator) -> scalar: the whole per-batch objective, for training that
 # needs the model itself (adversarial training crafts examples against it). Default: loss(model(x), y, x).
 Objective = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class EpochProgress:
+    """Where a :func:`train_and_test` call is, for ``on_epoch``: the models training now (their (seed,
+    lr): one, or several in lockstep or stacked), the epochs they finished (0: starting), how many of
+    the call's models trained before them, and the seconds these have trained so far."""
+
+    desc: str
+    runs: tuple[tuple[int, float], ...]
+    epoch: int
+    epochs: int
+    models_before: int
+    models: int
+    seconds: float
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds until the call's last model is trained, at this group's pace (None before an epoch)."""
+        if self.epoch == 0:
+            return None
+        per_epoch = self.seconds / self.epoch
+        later = (self.models - self.models_before - len(self.runs)) / len(self.runs)  # groups of this size
+        return per_epoch * (self.epochs - self.epoch) + later * per_epoch * self.epochs
+
+
+OnEpoch = Callable[[EpochProgress], None]
 
 
 def hook_name(hook, default: str) -> str:
@@ -206,6 +233,9 @@ class _Loop:
     architecture: Callable[[], nn.Module]  # a new, unseeded model of the call's architecture
     bar: tqdm
     desc: str = "train"
+    on_epoch: OnEpoch | None = None
+    models: int = 0  # in the call
+    models_before: int = 0  # trained by the call before the group in training
 
     def new_model(self, seed: int) -> nn.Module:
         torch.manual_seed(seed)
@@ -253,6 +283,7 @@ def _train(loop: _Loop, group: _Lockstep | _Stack) -> tuple[list[list[float]], f
     synchronize(dev)
     start = time.perf_counter()
     group.train()
+    _report(loop, group, 0, epochs, 0.0)
     for epoch in range(epochs):
         orders = {s: torch.randperm(n, generator=g).to(dev) for s, g in order_gens.items()}
         total = torch.zeros(len(group.runs), device=dev)
@@ -264,11 +295,17 @@ def _train(loop: _Loop, group: _Lockstep | _Stack) -> tuple[list[list[float]], f
                 scheduler.step()
         totals.append(total)
         loop.bar.update(len(group.runs))
+        _report(loop, group, epoch + 1, epochs, time.perf_counter() - start)
         if (epoch + 1) % FINITE_CHECK_EVERY == 0 or epoch + 1 == epochs:
             _check_finite(torch.stack(totals), loop.desc, group.runs, recipe)
     synchronize(dev)
     seconds = (time.perf_counter() - start) / len(group.runs)
     return (torch.stack(totals) / n).T.tolist(), seconds  # one sync per training, not per step
+
+
+def _report(loop: _Loop, group: _Lockstep | _Stack, epoch: int, epochs: int, seconds: float) -> None:
+    if loop.on_epoch is not None:
+        loop.on_epoch(EpochProgress(loop.desc, tuple(group.runs), epoch, epochs, loop.models_before, loop.models, seconds))
 
 
 class _Lockstep:
@@ -363,6 +400,7 @@ def train_and_test(
     progress: bool = False,
     desc: str = "train",
     batched: str | bool | None = None,
+    on_epoch: OnEpoch | None = None,
 ) -> list[SeedResult]:
     """Train one model per seed on (``train_images``, ``train_targets``) and test each.
 
@@ -373,7 +411,9 @@ def train_and_test(
     as the per-batch objective (adversarial training); it may not be combined with ``loss``.
     ``lrs`` gives each seed its own learning rate (default: the recipe's for all; a seed may then
     repeat, e.g. one seed at every lr of a search). ``batched`` picks the mode (:func:`choose_mode`;
-    default: automatic). Returns one :class:`SeedResult` per (seed, lr), in order.
+    default: automatic). ``on_epoch`` is called with an :class:`EpochProgress` when a group of models
+    starts and after each of its epochs (the caller decides what to do with it, and how often: the
+    engine knows nothing of files or tracking). Returns one :class:`SeedResult` per (seed, lr), in order.
     """
     runs = _runs(train_images, train_targets, recipe, seeds, lrs, loss, objective)
     dev = resolve_device(device)
@@ -385,7 +425,8 @@ def train_and_test(
     images = train_images.to(dev)
     loop = _Loop(images=standard_layout(images) if precision == "bf16" else images, targets=train_targets.to(dev),
                  normalize=normalize, augment=augment, loss=loss or cross_entropy_loss, objective=objective,
-                 recipe=recipe, precision=precision, device=dev, architecture=architecture, bar=bar, desc=desc)
+                 recipe=recipe, precision=precision, device=dev, architecture=architecture, bar=bar, desc=desc,
+                 on_epoch=on_epoch, models=len(runs))
     norm_key = ("normalize", tuple(map(float, mean)), tuple(map(float, std)), id(preprocess))
     memo_key = (model_name, repr(sorted((model_kwargs or {}).items())), tuple(test_images.shape[1:]))
     tests = PreparedTestSet(test_images, test_labels, normalize, norm_key, dev, num_classes, recipe.eval_batch_size,
@@ -397,6 +438,7 @@ def train_and_test(
         for i, losses, (model, confusion, eval_seconds) in zip(indices, epoch_losses, group.test(tests)):
             results[i] = SeedResult(runs[i][0], tests.accuracy(confusion), losses, train_seconds, eval_seconds,
                                     model if keep_models else None, confusion.tolist(), runs[i][1], mode, precision)
+        loop.models_before += len(indices)
     bar.close()
     return [results[i] for i in range(len(runs))]
 

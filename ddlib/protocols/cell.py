@@ -19,6 +19,9 @@ trained models (an attack's robust accuracy on a pooled model, say) are cached t
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import re
 import tempfile
 import time
 import warnings
@@ -39,8 +42,9 @@ from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
 from ddlib.engine.test_pass import Normalize, model_accuracy
-from ddlib.engine.recipe import Recipe
-from ddlib.engine.train import AugmentHook, LossHook, Objective, hook_name, train_and_test
+from ddlib.engine.recipe import Recipe, epochs_trained
+from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
+from ddlib.progress import ProgressWriter, writer_from_env
 
 __all__ = ["Cell", "TrainedModel", "group_params", "cell_tags", "device_name"]
 
@@ -51,6 +55,7 @@ TRAIN_MODE_TAG = "ddlib.train_mode"  # sequential / batched: how the loop ran (n
 RESULT_KEY_TAG = "ddlib.result_key"
 CLASSES_TAG = "ddlib.num_classes"  # the cell's class count: what "near chance" means (leaderboards' sanity column)
 SANITY_TAG = "ddlib.sanity"  # set where an accuracy that must be well above chance is not (metrics.near_chance)
+TRAININGS_TAG = "ddlib.trainings"  # what the cell trained and reused, per role (JSON): the dry run's calibration
 PRECISION_TAG = "ddlib.precision"  # the precisions the cell's trainings ran in (fp32, bf16): Recipe.precision resolved
 # Every cell of a dataset that holds out a validation split holds out the same one (VALIDATION_SEED,
 # whatever the preset or method): one real-data pool per (dataset, val_fraction), identified by this tag.
@@ -59,6 +64,11 @@ SET_DIGEST_TAG = "ddlib.set_digest"  # the obtained set's content (ddlib.protoco
 # The seed of every cell's validation split: the real-data pool depends on the dataset and the
 # fraction only, never on the preset or method of a cell.
 VALIDATION_SEED = 0
+
+
+def role_stem(role: str) -> str:
+    """A role with its lr candidate starred: ``rdm_hard-lr0.01-val`` -> ``rdm_hard-lr*-val``."""
+    return re.sub(r"-lr[0-9.e+-]*?(?=-[a-z_]|$)", "-lr*", role)
 
 
 def device_name(device: torch.device) -> str:
@@ -100,6 +110,7 @@ class Cell:
     cache: dict = field(default_factory=dict, repr=False)  # per-cell reuse (teachers, ZCA)
     flags: list = field(default_factory=list, repr=False)  # what the numbers must be read with (flag())
     strict: bool = field(default=False, repr=False)  # refuse a set holding test images (protocols.leakage)
+    progress_writer: ProgressWriter | None = field(default=None, repr=False)  # for the runner's console (ddlib.progress)
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -126,6 +137,7 @@ class Cell:
         tracker.set_tags(run_id, {TAG["device"]: str(device), TAG["device_name"]: device_name(device)})
         cell = cls(protocol, dict(params), tracker, run_id, owns, device, None, progress)  # type: ignore[arg-type]
         cell.strict = strict_from_env()
+        cell.progress_writer = writer_from_env(run_name(protocol, params))
         with cell.guard():
             tracker.log_dict(run_id, params, "config.json")
             cell.dataset = reduce_dataset(load_dataset(params["dataset"], params.get("data_root")),
@@ -183,7 +195,16 @@ class Cell:
             raise
 
     def close(self, metrics: dict[str, float] | None = None) -> None:
-        """Log the cell's summary metrics; end the run if this cell started it."""
+        """Log the cell's summary metrics and what it trained (:data:`TRAININGS_TAG`, metrics
+        ``models_trained``, ``models_reused``, ``image_epochs_trained``); end the run if this cell
+        started it."""
+        trainings = self.cache.get("trainings")
+        if trainings:
+            self.tracker.set_tags(self.run_id, {TRAININGS_TAG: json.dumps(trainings, sort_keys=True)})
+            metrics = {**(metrics or {}),
+                       "models_trained": sum(t["trained"] for t in trainings.values()),
+                       "models_reused": sum(t["models"] - t["trained"] for t in trainings.values()),
+                       "image_epochs_trained": sum(t["trained_image_epochs"] for t in trainings.values())}
         if metrics:
             self.tracker.log_metrics(self.run_id, metrics)
         if self.owns_run and not self.closed:
@@ -296,7 +317,11 @@ class Cell:
         group = config_hash([identities[lr] for lr in dict.fromkeys(lrs)])
         runs = list(zip(seeds, lrs))
         keys = [config_hash({**identities[lr], "seed": seed}) for seed, lr in runs]
-        with self.guard(), file_lock(f"eval-{group}"):
+        def waiting() -> None:
+            if self.progress_writer is not None:
+                self.progress_writer.waiting(role_of(lrs[0]), "waiting: another cell trains the same models (then reused)")
+
+        with self.guard(), file_lock(f"eval-{group}", on_wait=waiting):
             found: dict[int, TrainedModel] = {}
             for i, ((seed, lr), key) in enumerate(zip(runs, keys)):
                 wanted = {TAG["eval_key"]: key, **({MODEL_STORED_TAG: "true"} if keep_models else {})}
@@ -307,6 +332,8 @@ class Cell:
                     found[i] = TrainedModel(role_of(lr), seed, m["test_accuracy"], m.get("train_seconds", float("nan")),
                                           m.get("eval_seconds", float("nan")), stored[0].info.run_id, True, net)
             missing = [i for i in range(len(runs)) if i not in found]
+            for i, (_seed, lr) in enumerate(runs):
+                self._count_training(role_of(lr), len(targets) * epochs_trained(recipes[lr]), i in missing)
             if missing:
                 results = train_and_test(
                     model, images, targets, eval_images, eval_labels, num_classes=ds.num_classes,
@@ -314,6 +341,7 @@ class Cell:
                     lrs=[runs[i][1] for i in missing], augment=augment, loss=loss,
                     objective=objective, preprocess=preprocess, device=self.device, model_kwargs=model_kwargs,
                     progress=self.progress, desc=role_of(runs[missing[0]][1]), keep_models=keep_models,
+                    on_epoch=self._on_epoch(role_of),
                 )
                 for i, r in zip(missing, results):
                     lr = runs[i][1]
@@ -342,6 +370,31 @@ class Cell:
                     found[i] = TrainedModel(role_of(lr), r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
                                           run_id, False, net)
         return [found[i] for i in range(len(runs))]
+
+    def _count_training(self, role: str, image_epochs: int, trained: bool) -> None:
+        """One model of ``role`` (lr candidates counted under one stem, ``-lr*``): trained or reused."""
+        stem = role_stem(role)
+        entry = self.cache.setdefault("trainings", {}).setdefault(
+            stem, {"models": 0, "trained": 0, "image_epochs": 0, "trained_image_epochs": 0})
+        entry["models"] += 1
+        entry["image_epochs"] += image_epochs
+        if trained:
+            entry["trained"] += 1
+            entry["trained_image_epochs"] += image_epochs
+
+    def _on_epoch(self, role_of: Callable[[float], str]) -> Callable[[EpochProgress], None] | None:
+        """The training loop's progress to the runner (the role of the models training now: one name,
+        or an lr search's common stem), where a runner listens."""
+        writer = self.progress_writer
+        if writer is None:
+            return None
+
+        def report(progress: EpochProgress) -> None:
+            names = sorted({role_of(lr) for _, lr in progress.runs})
+            name = names[0] if len(names) == 1 else os.path.commonprefix(names).rstrip("0123456789.-e") + " search"
+            writer(name, progress)
+
+        return report
 
     def pool_checkpoints(self, role: str, paths: dict[int, str], model: str,
                          model_kwargs: dict | None = None) -> list[TrainedModel]:

@@ -19,6 +19,7 @@ from typing import Iterable
 import pandas as pd
 
 from ddlib.report.core import _param, format_leaderboard
+from ddlib.report.runs import list_cell_runs  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, client
 
 __all__ = ["FORMATS", "RECIPE_COLUMNS", "recipe_columns", "export_tables", "write_export", "list_cell_runs"]
@@ -164,34 +165,3 @@ def _markdown(table: pd.DataFrame) -> str:
     rule = "|" + "|".join("---" for _ in table.columns) + "|"
     rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
     return "\n".join([header, rule, *rows])
-
-
-# --------------------------------------------------------------------------- cell runs
-
-
-def list_cell_runs(status: str | None = None, experiment: str | None = None) -> pd.DataFrame:
-    """Every cell run of the store (newest first): experiment, run name, status, start, minutes,
-    dataset, method, ipc, the error of a failed one, and its run id. ``status``: finished, failed,
-    running, killed (any case)."""
-    mlflow_client = client()
-    experiments = [e for e in mlflow_client.search_experiments() if experiment in (None, e.name)]
-    if not experiments:
-        return pd.DataFrame()
-    names = {e.experiment_id: e.name for e in experiments}
-    clauses = [f"tags.`{TAG['kind']}` = 'cell'"]
-    if status:
-        clauses.append(f"attributes.status = '{status.upper()}'")
-    runs = mlflow_client.search_runs(list(names), filter_string=" and ".join(clauses),
-                                     order_by=["attributes.start_time DESC"], max_results=50000)
-    rows = []
-    for run in runs:
-        info, params, tags = run.info, run.data.params, run.data.tags
-        end = info.end_time or None
-        rows.append({
-            "experiment": names.get(info.experiment_id, info.experiment_id), "name": info.run_name,
-            "status": info.status, "started": pd.Timestamp(info.start_time, unit="ms").strftime("%Y-%m-%d %H:%M"),
-            "minutes": round((end - info.start_time) / 60000, 1) if end else None,
-            "dataset": params.get("dataset"), "method": params.get("method"), "ipc": params.get("ipc"),
-            "error": tags.get(TAG["error"], ""), "run_id": info.run_id,
-        })
-    return pd.DataFrame(rows)
