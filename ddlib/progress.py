@@ -37,7 +37,7 @@ class ProgressWriter:
     def __init__(self, path: str | os.PathLike, cell: str, every: float | None = None):
         self.path, self.cell = Path(path), cell
         self.every = _every() if every is None else every
-        self._last = 0.0
+        self._last, self.started = 0.0, time.time()
 
     def __call__(self, role: str, progress) -> None:
         """``progress``: an :class:`ddlib.engine.train.EpochProgress` of a call training ``role``."""
@@ -48,13 +48,13 @@ class ProgressWriter:
         record = {"cell": self.cell, "role": role, "seeds": sorted({s for s, _ in progress.runs}),
                   "lrs": sorted({lr for _, lr in progress.runs}), "epoch": progress.epoch, "epochs": progress.epochs,
                   "model": progress.models_before + 1, "in_step": len(progress.runs), "models": progress.models,
-                  "eta": progress.eta_seconds, "time": time.time()}
+                  "eta": progress.eta_seconds, "time": time.time(), "started": self.started}
         self._write(record)
 
 
     def waiting(self, role: str, why: str) -> None:
         """Not training: ``role`` waits for ``why`` (another cell training the same models, say)."""
-        self._write({"cell": self.cell, "role": role, "waiting": why, "time": time.time()})
+        self._write({"cell": self.cell, "role": role, "waiting": why, "time": time.time(), "started": self.started})
 
     def _write(self, record: dict) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")

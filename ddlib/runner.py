@@ -358,6 +358,7 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     if not todo:
         report.seconds = time.perf_counter() - started
         return report
+    guesses = _estimates(tracker, spec.protocol, todo)
     if executor == "ray":
         runner = RayExecutor(address, min(workers, len(todo)), spec.cpus_per_cell, spec.gpus_per_cell)
     else:
@@ -378,7 +379,7 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     jobs = [CellJob(spec.protocol, spec.experiment, name, params, {**default_tags(spec.protocol), **tags}, env,
                     notebook, runner_id, timeout, force) for name, params, tags in todo]
     bar = tqdm(total=len(jobs), desc=f"{spec.protocol} ({len(report.skipped)} skipped)", disable=not progress)
-    source = _progress_files(progress_dir) if progress_dir else _progress_tags(tracker, runner_id)
+    source = _progress_files(progress_dir, guesses) if progress_dir else _progress_tags(tracker, runner_id)
     lines = _CellLines(min(runner.workers, len(jobs)), source, disable=not progress)
 
     def record(job: CellJob, outcome: CellOutcome) -> None:
@@ -468,11 +469,18 @@ class _CellLines:
             bar.close()
 
 
-def _progress_files(folder: str):
-    """The progress of the cells running on this machine: their files in the runner's folder."""
+def _progress_files(folder: str, estimates: dict[str, float]):
+    """The progress of the cells running on this machine (their files in the runner's folder), with
+    each cell's minutes so far and the runner's estimate."""
     def lines() -> dict[str, str]:
-        records = (cell_progress.read(path) for path in Path(folder).glob("*.json"))
-        return {r["cell"]: cell_progress.describe(r) for r in records if r}
+        out = {}
+        for record in filter(None, (cell_progress.read(path) for path in Path(folder).glob("*.json"))):
+            name, line = record["cell"], cell_progress.describe(record)
+            if record.get("started"):
+                guess = f" of ~{estimates[name]:.1f}" if name in estimates else ""
+                line = f"[{(time.time() - record['started']) / 60:.1f}{guess} min] {line}"
+            out[name] = line
+        return out
 
     return lines
 
@@ -490,6 +498,21 @@ def _progress_tags(tracker: Tracker, runner_id: str):
         return state["lines"]
 
     return lines
+
+
+def _estimates(tracker: Tracker, protocol: str, todo: list) -> dict[str, float]:
+    """Each cell's estimated minutes (:func:`ddlib.plan.estimates`), tagged on its run when it starts:
+    the next dry run says how good the estimate was."""
+    from ddlib.plan import estimates
+
+    try:
+        guesses = estimates(tracker, protocol, [params for _, params, _ in todo])
+    except Exception:  # noqa: BLE001 - an estimate is advice: it must not stop a grid
+        return {}
+    for name, _, tags in todo:
+        if name in guesses:
+            tags[TAG["estimate"]] = f"{guesses[name]:.3f}"
+    return guesses
 
 
 def _sanity_flag(tracker: Tracker, run_id: str) -> str | None:

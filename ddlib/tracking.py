@@ -76,6 +76,7 @@ TAG = {
     "owner": "ddlib.owner",  # "host:pid:start time" of the process executing a cell (liveness)
     "heartbeat": "ddlib.heartbeat",  # Unix time, renewed while the cell executes (liveness across hosts)
     "runner": "ddlib.runner",  # id of the `ddlib run` invocation that executes a cell
+    "estimate": "ddlib.estimate_minutes",  # the runner's estimate of a cell's minutes when it started (ddlib.plan)
 }
 
 # A RUNNING cell whose heartbeat is older than this is taken for dead (its process may be on a

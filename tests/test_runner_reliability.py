@@ -396,7 +396,7 @@ def test_the_runner_shows_each_running_cells_model_epoch_and_eta(mlflow_store, t
     assert report.finished == ["random-ipc1-convnet"]
     line = "syn_hard · seed 0 · lr 0.01 · model 2/2 · epoch 12/30 · ETA 0:54"
     err = capsys.readouterr().err
-    assert f"random-ipc1-convnet: {line}" in err, err
+    assert re.search(rf"random-ipc1-convnet: \[\d+\.\d min\] {line}", err), err  # minutes since the cell started
     assert cell_runs()[0].data.tags["ddlib.progress"] == line  # what `ddlib runs` shows, and Ray's runner reads
 
 
@@ -417,3 +417,57 @@ def test_a_cell_writes_the_model_it_trains_where_the_worker_says(mlflow_store, t
     record = json.loads(progress_file.read_text())
     assert {k: record[k] for k in ("cell", "role", "seeds", "lrs", "epoch", "epochs")} == {
         "cell": "random-ipc1-convnet", "role": "real_hard", "seeds": [0], "lrs": [0.01], "epoch": 1, "epochs": 1}
+    # what it trained, per role (the dry run's count of models and image-epochs): 10 images x 2 epochs,
+    # and the reference on the 200 real images for 1 epoch
+    run = tracking.client().get_run(cell.run_id)
+    assert json.loads(run.data.tags["ddlib.trainings"]) == {
+        role: {"models": 1, "trained": 1, "image_epochs": n, "trained_image_epochs": n}
+        for role, n in (("syn_hard", 20), ("rdm_hard", 20), ("real_hard", 200))}
+    assert run.data.metrics["models_trained"] == 3 and run.data.metrics["image_epochs_trained"] == 240
+
+
+# --------------------------------------------------------------------------- what a cell will cost (issue 24.8)
+
+
+def test_dry_run_counts_models_and_image_epochs_and_says_how_good_the_last_estimate_was(
+        mlflow_store, tmp_path, probe_notebooks, monkeypatch, capsys):
+    """From what an earlier cell of the setting recorded (``ddlib.trainings``: per role, models and
+    image-epochs) and what the store holds, the dry run says per cell how many models it needs, how
+    many it trains (and their image-epochs) and reuses; its minutes are scaled from the earlier
+    cell's by image-epochs trained; and it says how the earlier cell's estimate (tagged by the runner
+    when it started) compared with its minutes. The runner tags each cell it starts with its estimate."""
+    import json
+
+    from ddlib.cli import main as cli_main
+    from ddlib.protocols.cell import TRAININGS_TAG
+
+    path = write_grid(tmp_path, {"protocol": "label_robust", "params": {**TINY, "seeds": [0, 1]},
+                                 "grid": {"method": ["random", "kcenter"], "ipc": [2]}})
+    cells = {c["method"]: c for c in expand(load_grid(path))}
+    tracking.init_store()
+    tracker = Tracker("label_robust")
+    client = tracking.client()
+    start = int(time.time() * 1000) - 600_000
+    trainings = {"syn_hard": {"models": 2, "trained": 2, "image_epochs": 80, "trained_image_epochs": 80},
+                 "rdm_hard": {"models": 2, "trained": 2, "image_epochs": 80, "trained_image_epochs": 80},
+                 "real_hard": {"models": 2, "trained": 2, "image_epochs": 400, "trained_image_epochs": 400}}
+    earlier = client.create_run(tracker.experiment_id, start_time=start, run_name="random-ipc2-convnet",
+                                tags={**cell_tags("label_robust", cells["random"]), TAG["estimate"]: "2.0",
+                                      TRAININGS_TAG: json.dumps(trainings)}).info.run_id
+    tracker.log_params(earlier, cells["random"])
+    for seed in (0, 1):
+        child = tracker.start_run(f"real_hard-s{seed}", params={"role": "real_hard", "seed": seed},
+                                  tags={TAG["kind"]: "eval", TAG["role"]: "real_hard"}, parent_run_id=earlier)
+        tracker.end_run(child)
+    client.set_terminated(earlier, "FINISHED", end_time=start + 180_000)  # 3 minutes
+
+    assert cli_main(["run", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "[run]  kcenter-ipc2-convnet: ~0.9 min (this setting at this IPC: 1 earlier run(s), by image-epochs; " \
+           "last time (random-ipc2-convnet) estimated 2.0 min, took 3.0)" in out, out
+    assert "models: 6 models; trains 4 (rdm_hard 2, syn_hard 2) = 160 image-epochs; reuses 2 (real_hard 2)" in out, out
+
+    monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
+    assert run_grid(path, progress=False).finished == ["kcenter-ipc2-convnet"]
+    started = next(r for r in cell_runs() if r.info.run_name == "kcenter-ipc2-convnet")
+    assert float(started.data.tags[TAG["estimate"]]) == pytest.approx(3.0 * 160 / 560, abs=1e-3)
