@@ -20,6 +20,10 @@ HAND_WRITTEN = {
     "random": {"seed": int},
     "kcenter": {"seed": int, "model": str, "epochs": int, "n_init": int},
     "kcenter_greedy": {"seed": int, "model": str, "epochs": int},
+    # issue 27.4's coresets, added with the registry in place
+    "herding": {"seed": int, "model": str, "epochs": int},
+    "forgetting": {"seed": int, "model": str, "epochs": int},
+    "el2n": {"seed": int, "model": str, "epochs": int, "models": int},
     "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
            "model": str, "init": str, "init_epochs": int, "seed": int},
     "file": {"path": str, "normalized": (bool, NONE), "allow_unequal": bool, "experiment": int,
@@ -33,7 +37,8 @@ def test_the_keys_of_every_kind_are_its_parameters_and_match_the_hand_written_ta
     assert sources.SOURCES.names() == sorted(HAND_WRITTEN)
     for kind, keys in HAND_WRITTEN.items():
         assert sources.source_keys(kind) == keys, kind
-    assert sources.BUILTIN_SOURCES == {k: {"kind": k} for k in ("random", "kcenter", "kcenter_greedy", "dm", "full")}
+    assert sources.BUILTIN_SOURCES == {k: {"kind": k} for k in ("random", "kcenter", "kcenter_greedy", "herding",
+                                                                          "forgetting", "el2n", "dm", "full")}
     assert sources.MODEL_KINDS == ("checkpoint",) and sources.BUILTIN_REVISIONS == {"kcenter": 2}
     assert sources.builtin_revision({"kind": "dm", "init": "kcenter"}) == "dm revision 1, kcenter revision 2"
 
@@ -43,9 +48,11 @@ def test_a_kind_s_defaults_are_those_of_the_code_it_runs():
     place); they must not drift apart."""
     from ddlib.data.distilled import load
     from ddlib.methods.dm import distribution_matching
+    from ddlib.methods.coresets import el2n_subset, forgetting_subset, herding_subset
     from ddlib.methods.select import kcenter_greedy_subset, kcenter_subset, random_subset
 
     runs = {"random": random_subset, "kcenter": kcenter_subset, "kcenter_greedy": kcenter_greedy_subset,
+            "herding": herding_subset, "forgetting": forgetting_subset, "el2n": el2n_subset,
             "dm": distribution_matching, "file": load}
     for kind, fn in runs.items():
         signature = inspect.signature(fn).parameters

@@ -21,6 +21,8 @@ it picks outliers (on digits at IPC 10 it scores below random). Kept for those w
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from ddlib.data.datasets import Dataset
@@ -136,25 +138,52 @@ def feature_model_name(dataset: Dataset) -> str:
     return "convnet_d4" if min(dataset.image_size) >= 64 else "convnet"
 
 
+def cache_path(dataset: Dataset, name: str, identity: dict) -> Path:
+    """Where a result trained once per machine lives: ``$DDLIB_CACHE/features/<dataset>-<name>-<key>.pt``,
+    the key a digest of ``identity`` (everything the result depends on)."""
+    import hashlib
+    import json
+
+    from ddlib.data.datasets import cache_dir
+
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+    return cache_dir() / "features" / f"{dataset.name}-{name}-{key}.pt"
+
+
+def cache_store(path, payload: dict) -> None:
+    """Save ``payload`` at ``path`` atomically: parallel workers never read half a file."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def training_identity(dataset: Dataset, model: str, recipe: Recipe, dev: torch.device) -> dict:
+    """What a network trained on the whole training set depends on, besides its seed(s)."""
+    from ddlib.data.digest import tensor_digest
+
+    return {"data": tensor_digest(dataset.train_images, dataset.train_labels), "test": tensor_digest(dataset.test_labels),
+            "model": model, "recipe": recipe.to_dict(), "torch": str(torch.__version__), "device": dev.type}
+
+
+def feature_recipe(epochs: int) -> Recipe:
+    """DC's recipe (SGD 0.01, momentum 0.9, weight decay 5e-4, batch 256, no schedule) in fp32: the
+    networks that select real images train with it."""
+    return Recipe(epochs=epochs, batch_size=256, lr=0.01, scheduler="none", precision="fp32")
+
+
 def _feature_network(dataset: Dataset, seed: int, model: str, dev: torch.device, epochs: int):
     """The trained feature ConvNet and its test accuracy, trained once per machine: its weights are
     cached under ``$DDLIB_CACHE/features`` by what they depend on (the training images and labels, the
     model, recipe, seed, torch's version), so the K-Center cells of a grid (and DM started from
     K-Center images) do not each train it again. Loading gives the very weights training gives."""
-    import hashlib
-    import json
-    import os
-
-    from ddlib.data.datasets import cache_dir
-    from ddlib.data.digest import tensor_digest
     from ddlib.models import create_model
 
-    recipe = Recipe(epochs=epochs, batch_size=256, lr=0.01, scheduler="none", precision="fp32")
-    identity = {"data": tensor_digest(dataset.train_images, dataset.train_labels),
-                "test": tensor_digest(dataset.test_labels), "model": model, "recipe": recipe.to_dict(), "seed": seed,
-                "torch": str(torch.__version__), "device": dev.type}
-    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
-    path = cache_dir() / "features" / f"{dataset.name}-{model}-{key}.pt"
+    recipe = feature_recipe(epochs)
+    identity = {**training_identity(dataset, model, recipe, dev), "seed": seed}
+    path = cache_path(dataset, model, identity)
     if path.is_file():
         try:
             stored = torch.load(path, map_location="cpu", weights_only=True)
@@ -168,11 +197,8 @@ def _feature_network(dataset: Dataset, seed: int, model: str, dev: torch.device,
         num_classes=dataset.num_classes, mean=dataset.mean, std=dataset.std, recipe=recipe, seeds=[seed],
         device=dev, keep_models=True,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    torch.save({"state_dict": {k: v.detach().cpu() for k, v in trained.model.state_dict().items()},
-                "test_accuracy": trained.test_accuracy, "precision": trained.precision, "identity": identity}, tmp)
-    os.replace(tmp, path)  # atomic: parallel workers never read half a file
+    cache_store(path, {"state_dict": {k: v.detach().cpu() for k, v in trained.model.state_dict().items()},
+                       "test_accuracy": trained.test_accuracy, "precision": trained.precision, "identity": identity})
     return trained.model.eval(), {"accuracy": trained.test_accuracy, "precision": trained.precision, "from": "trained"}
 
 

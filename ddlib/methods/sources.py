@@ -5,6 +5,8 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
 * ``{kind: random, seed: 0}``, ``{kind: kcenter, seed: 0}`` (DC-Bench's K-Center: the real images
   nearest per-class k-means centres) and ``{kind: kcenter_greedy}`` (greedy farthest-point
   selection): selection baselines (:mod:`ddlib.methods.select`);
+* ``{kind: herding}``, ``{kind: forgetting, epochs: 20}`` and ``{kind: el2n, epochs: 20, models: 10}``:
+  the coreset baselines of the DD literature (:mod:`ddlib.methods.coresets`);
 * ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.methods.dm.distribution_matching`;
 * ``{kind: file, path: "sets/dc_cifar10_ipc{ipc}.pt"}``: a published set; ``{ipc}`` and
   ``{dataset}`` in the path are filled in per grid cell (any other brace is part of the file name),
@@ -23,7 +25,8 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
   pooling, another normalisation layer) or were trained on other data pass every shape check, and
   only their accuracy shows it.
 
-The names ``random``, ``kcenter``, ``kcenter_greedy``, ``dm`` and ``full`` work without a spec.
+The names ``random``, ``kcenter``, ``kcenter_greedy``, ``herding``, ``forgetting``, ``el2n``, ``dm`` and
+``full`` work without a spec.
 
 Each kind is a factory registered in :data:`SOURCES` (:class:`ddlib.registry.Registry`): its
 keyword-only parameters are the keys a spec may give, their annotations the types a given value must
@@ -88,6 +91,27 @@ def _kcenter_greedy(req: SetRequest, *, seed: int = 0, model: str = None, epochs
     from ddlib.methods.select import kcenter_greedy_subset
 
     return kcenter_greedy_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
+
+
+@SOURCES.register("herding", builtin=True)
+def _herding(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1) -> DistilledSet:
+    from ddlib.methods.coresets import herding_subset
+
+    return herding_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
+
+
+@SOURCES.register("forgetting", builtin=True)
+def _forgetting(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20) -> DistilledSet:
+    from ddlib.methods.coresets import forgetting_subset
+
+    return forgetting_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
+
+
+@SOURCES.register("el2n", builtin=True)
+def _el2n(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20, models: int = 10) -> DistilledSet:
+    from ddlib.methods.coresets import el2n_subset
+
+    return el2n_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs, models=models)
 
 
 @SOURCES.register("dm", builtin=True, runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [])

@@ -23,7 +23,7 @@ from ddlib.shown import shown
 SET_PARAMS = {
     "dataset": Param("digits", "the real dataset (digits, mnist, cifar10, ..., imagefolder:<path>)"),
     "data_root": Param(None, "where the dataset is (null: $DDLIB_DATA); a folder, archive or file", "str"),
-    "method": Param("random", "the set's name: a built-in (random, kcenter, kcenter_greedy, dm, full) or a grid method"),
+    "method": Param("random", "the set: random, kcenter, kcenter_greedy, herding, forgetting, el2n, dm, full, or a grid method"),
     "source": Param(None, "where the set comes from (null: the built-in method); the runner fills it from "
                           "the grid's methods section", "dict"),
     "ipc": Param(1, "images per class"),

@@ -20,7 +20,8 @@ from ddlib.report.core import INTERVALS, aggregate, board_score, leakage_note, p
 __all__ = ["augmentation_leaderboard", "compression_leaderboard", "plot_compression", "synthesis_vs_selection",
            "transfer_leaderboard", "transfer_tau", "nas_leaderboard", "SELECTION"]
 
-SELECTION = ("random", "kcenter", "kcenter_greedy")  # real-image selection baselines; everything else but "full" is a method
+# real-image selection baselines; everything else but "full" is a method
+SELECTION = ("random", "kcenter", "kcenter_greedy", "herding", "forgetting", "el2n")
 
 
 def _accuracies(experiment: str, row_params, keys=()) -> pd.DataFrame:
@@ -71,7 +72,7 @@ def compression_leaderboard(experiment: str = "compression") -> pd.DataFrame:
 
 def synthesis_vs_selection(board: pd.DataFrame) -> pd.DataFrame:
     """For each synthetic method and IPC: its margin over the best selection baseline (random,
-    K-Center) at the same IPC, and the largest IPC up to which it beats selection at every IPC.
+    K-Center, the coresets) at the same IPC, and the largest IPC up to which it beats selection at every IPC.
     Methods are compared within one *family* of cells (the same data, model, recipe, augmentation)."""
     if board.empty:
         return pd.DataFrame()
