@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _store_env(store: Path) -> dict:
@@ -53,6 +54,13 @@ def report(store: Path, experiment: str) -> dict:
     return out
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of the waited-for child processes so far (workers and kernels
+    included): on a shared machine a steadier measure of the work than the wall time."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("params")
@@ -70,21 +78,29 @@ def main() -> None:
         result = {"params": args.params, "workers": args.workers, "machine": platform.machine(),
                   "cpu_count": os.cpu_count(), "python": platform.python_version()}
         if not args.report_only:
-            start = time.perf_counter()
+            from machine import machine_info  # bench/machine.py, beside this script
+
+            result["machine_info"] = machine_info("cpu")
+            start, cpu = time.perf_counter(), _children_cpu()
             subprocess.run([sys.executable, "-m", "ddlib", "run", args.params, "--workers", str(args.workers)],
                            cwd=ROOT, env=_store_env(store), check=False)
             result["grid_seconds"] = time.perf_counter() - start
-            start = time.perf_counter()
+            result["grid_cpu_seconds"] = _children_cpu() - cpu  # every process of the grid (load-independent-ish)
+            start, cpu = time.perf_counter(), _children_cpu()
             shown = subprocess.run([sys.executable, "-m", "ddlib", "summary", "--no-log"], cwd=ROOT,
                                    env=_store_env(store), capture_output=True, text=True)
             result["summary_seconds"] = time.perf_counter() - start
+            result["summary_cpu_seconds"] = _children_cpu() - cpu
             result["summary"] = shown.stdout
+            result["load_after"] = os.getloadavg()
         result.update(report(store, experiment))
     out = ROOT / "bench" / "results" / f"grid_{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
     if "grid_seconds" in result:
-        print(f"{args.params}: {result['grid_seconds']:.0f} s for the grid, {result['summary_seconds']:.0f} s summary")
+        print(f"{args.params}: {result['grid_seconds']:.0f} s for the grid ({result['grid_cpu_seconds']:.0f} CPU-s), "
+              f"{result['summary_seconds']:.0f} s summary ({result['summary_cpu_seconds']:.0f} CPU-s); "
+              f"load after {result['load_after'][0]:.1f}")
     for cell in result["cells"]:
         print(f"  cell {cell['name']:<32} {cell['status']:<9} {cell['wall_seconds'] or float('nan'):8.1f} s")
     for model in result["models"]:

@@ -32,6 +32,7 @@ import itertools
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -419,16 +420,22 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
 
 
 PROGRESS_POLL_SECONDS = 0.5
+PLAIN_PROGRESS_SECONDS = 30.0  # not a terminal: a running cell's line at most this often (and on a new model)
 
 
 class _CellLines:
     """One line per running cell under the grid's bar: the model it trains now, its epoch and ETA
     (:mod:`ddlib.progress`), refreshed by a thread every :data:`PROGRESS_POLL_SECONDS`."""
 
-    def __init__(self, slots: int, source, disable: bool):
+    def __init__(self, slots: int, source, disable: bool, terminal: bool | None = None):
         self.source, self.disable = source, disable  # source() -> {cell name: line}
+        # Not a terminal (a log file, CI): no redrawn lines (each redraw would be a new line of the
+        # log), but a cell's line printed when it starts training another model or every
+        # PLAIN_PROGRESS_SECONDS.
+        self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self.bars = [tqdm(total=0, position=i + 1, bar_format="{desc}", leave=False, dynamic_ncols=True,
-                          disable=disable) for i in range(slots)]
+                          disable=disable or not self.terminal) for i in range(slots)]
+        self._printed: dict[str, tuple[str, float]] = {}  # cell -> (what it trained, when) last printed
         self.names: list[str | None] = [None] * slots
         self.done: set[str] = set()
         self._stop = threading.Event()
@@ -450,6 +457,9 @@ class _CellLines:
 
     def refresh(self) -> None:
         lines = {name: line for name, line in self.source().items() if name not in self.done}
+        if not self.terminal:
+            self._print_plain(lines)
+            return
         for i, name in enumerate(self.names):
             if name is not None and name not in lines:
                 self.names[i] = None
@@ -460,6 +470,15 @@ class _CellLines:
                     continue
                 self.names[self.names.index(None)] = name
             self.bars[self.names.index(name)].set_description_str(f"  {name}: {line}", refresh=True)
+
+    def _print_plain(self, lines: dict[str, str]) -> None:
+        now = time.monotonic()
+        for name, line in sorted(lines.items()):
+            what = line.split("] ", 1)[-1].split(" · epoch")[0]  # the role, seeds, lr, model: no minutes, epoch, ETA
+            last = self._printed.get(name)
+            if last is None or last[0] != what or now - last[1] >= PLAIN_PROGRESS_SECONDS:
+                self._printed[name] = (what, now)
+                tqdm.write(f"  {name}: {line}", file=sys.stderr)
 
     def close(self) -> None:
         self._stop.set()

@@ -471,3 +471,27 @@ def test_dry_run_counts_models_and_image_epochs_and_says_how_good_the_last_estim
     assert run_grid(path, progress=False).finished == ["kcenter-ipc2-convnet"]
     started = next(r for r in cell_runs() if r.info.run_name == "kcenter-ipc2-convnet")
     assert float(started.data.tags[TAG["estimate"]]) == pytest.approx(3.0 * 160 / 560, abs=1e-3)
+
+
+def test_progress_lines_in_a_log_are_printed_on_a_new_model_not_per_epoch(capsys, monkeypatch):
+    """Not a terminal (a log file, CI): a running cell's line is printed when it starts another model
+    (or after ``PLAIN_PROGRESS_SECONDS``), not redrawn per epoch (a 3-minute demo wrote thousands of
+    lines into its log)."""
+    from ddlib import runner
+
+    current = {"a": "[0.1 min] syn_hard · seed 0 · lr 0.01 · model 1/3 · epoch 1/200 · ETA 0:10"}
+    lines = runner._CellLines(1, lambda: dict(current), disable=False, terminal=False)
+    lines.refresh()
+    for epoch in range(2, 50):
+        current["a"] = f"[0.2 min] syn_hard · seed 0 · lr 0.01 · model 1/3 · epoch {epoch}/200 · ETA 0:09"
+        lines.refresh()
+    current["a"] = "[0.3 min] syn_hard · seed 1 · lr 0.01 · model 2/3 · epoch 1/200 · ETA 0:08"
+    lines.refresh()
+    monkeypatch.setattr(runner, "PLAIN_PROGRESS_SECONDS", 0.0)
+    current["a"] = "[0.4 min] syn_hard · seed 1 · lr 0.01 · model 2/3 · epoch 9/200 · ETA 0:07"
+    lines.refresh()
+    lines.close()
+    printed = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert printed == ["  a: [0.1 min] syn_hard · seed 0 · lr 0.01 · model 1/3 · epoch 1/200 · ETA 0:10",
+                       "  a: [0.3 min] syn_hard · seed 1 · lr 0.01 · model 2/3 · epoch 1/200 · ETA 0:08",
+                       "  a: [0.4 min] syn_hard · seed 1 · lr 0.01 · model 2/3 · epoch 9/200 · ETA 0:07"], printed

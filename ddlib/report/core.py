@@ -122,8 +122,7 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
         split = "".join(f"|{tags.get(tag)}" for tag in (*(row_tags or {}).values(), *SPLIT_TAGS.values()))
         group = tags.get(TAG["group"], run.info.run_id) + split + "".join(f"|{tags.get(t)}" for t in SET_TAGS.values())
         extra = sorted(k for k in run.data.metrics if match and match(k) and _per_seed_key(k) and k not in keys)
-        history = {k: {m.step: m.value for m in mlflow_client.get_metric_history(run.info.run_id, k)}
-                   for k in (*keys, *extra)}
+        history = {k: _history(mlflow_client, run, k) for k in (*keys, *extra)}
         seeds = set().union(*(h.keys() for h in history.values())) if history else set()
         for seed in sorted(seeds):
             if not all(seed in history[k] for k in keys):
@@ -138,6 +137,22 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
             row.update({k: history[k].get(seed, float("nan")) for k in history})
             rows[(group, seed)] = row
     return pd.DataFrame(list(rows.values()))
+
+
+_HISTORIES: dict[tuple, dict[int, float]] = {}  # (store, run, its end time, key) -> {step: value}
+
+
+def _history(mlflow_client, run, key: str) -> dict[int, float]:
+    """A FINISHED run's per-seed values of ``key`` ({seed: value}), read once per process: a summary
+    builds each leaderboard several times (the weight sweeps, stability, plots) from the same runs,
+    and a finished run's history does not change (its end time is part of the key, in case it is
+    finished again)."""
+    cache_key = (mlflow_client.tracking_uri, run.info.run_id, run.info.end_time, key)
+    if cache_key not in _HISTORIES:
+        if len(_HISTORIES) > 200_000:
+            _HISTORIES.clear()
+        _HISTORIES[cache_key] = {m.step: m.value for m in mlflow_client.get_metric_history(run.info.run_id, key)}
+    return _HISTORIES[cache_key]
 
 
 def _classes(run) -> float:
