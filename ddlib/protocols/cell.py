@@ -219,8 +219,13 @@ class Cell:
             path = image_grid(distilled, Path(tmp) / f"{name}.png")
             self.tracker.log_artifact(self.run_id, path, "images")
             provenance = {k: v for k, v in distilled.provenance.items() if k != "indices"}
+            # the grid's layout and the class names, so a report can label its rows (ddlib.report.card)
+            grid = {"rows": distilled.num_classes, "columns": max(1, min(10, distilled.ipc)),
+                    "tile": list(distilled.image_shape[1:]), "padding": 2}
+            classes = list(getattr(self.dataset, "class_names", ()))[:distilled.num_classes]
             self.tracker.log_dict(self.run_id, {"method": distilled.method, "source": distilled.source,
-                                                "ipc": distilled.ipc, "n": len(distilled), **provenance},
+                                                "ipc": distilled.ipc, "n": len(distilled), **provenance,
+                                                "grid": grid, **({"classes": classes} if classes else {})},
                                   f"sets/{name}.json")
         return path
 
