@@ -200,3 +200,20 @@ def test_card_headline_first_and_ipc1_grid_on_one_screen(site, browser, artifact
     assert grid["height"] <= HEIGHT, grid  # an IPC-1 set of ten classes: one screen, not a 2,000-pixel strip
     browser.screenshot(artifacts / "readable-card-dm-ipc1-digits.png", full_page=False)
     browser.screenshot(artifacts / "readable-card-dm-ipc1-digits-full.png")
+
+
+def test_a_logged_grid_is_cut_back_into_its_tiles(tmp_path):
+    """Cells logged before sets/*.json carried the layout: the tiles are recovered from the PNG alone
+    (one line per class, square tiles, 2-pixel padding: ddlib.data.distilled.grid_tensor)."""
+    import torch
+
+    from ddlib.data.distilled import DistilledSet, image_grid
+
+    images = torch.rand(30, 3, 6, 6)
+    ds = DistilledSet(images, torch.arange(10).repeat(3), 10)
+    png = image_grid(ds, tmp_path / "grid.png").read_bytes()
+    tiles = plots._grid_tiles(png, rows=10, columns=None, tile=None)
+    assert tiles.shape == (10, 3, 6, 6, 3)
+    expected = (images[ds.labels == 4][2].permute(1, 2, 0).numpy() * 255 + 0.5).astype(int) / 255  # save_image rounds
+    np.testing.assert_allclose(tiles[4, 2], expected, atol=1 / 255)
+    assert plots._grid_tiles(png, rows=7, columns=None, tile=None) is None  # not this layout: the PNG is shown as it is

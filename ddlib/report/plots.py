@@ -212,7 +212,8 @@ def set_grid_png(runs: list[str], ipc: int) -> tuple[bytes | None, str]:
         if tiles is None:
             return data, "The set's images, one row per class (class names not recorded)"
         shown = tiles.shape[1]
-        what = f"IPC {ipc}" + (f", the first {shown} images of each class" if ipc > shown else "")
+        what = ("all images" if ipc == FULL_IPC else f"IPC {ipc}") \
+            + (f", the first {shown} images of each class" if ipc == FULL_IPC or ipc > shown else "")
         fig = viz.set_grid(tiles, names or [str(i) for i in range(rows)], f"The set's images ({what})")
         return figure_png(fig), f"The set's images ({what}), labelled with their classes"
     return None, ""
