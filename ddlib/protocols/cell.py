@@ -37,7 +37,7 @@ from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratifie
 from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import configure_threads, resolve_device, run_precision
 from ddlib.metrics import mean_std, near_chance
-from ddlib.data.distilled import DistilledSet, image_grid
+from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
@@ -219,13 +219,10 @@ class Cell:
             path = image_grid(distilled, Path(tmp) / f"{name}.png")
             self.tracker.log_artifact(self.run_id, path, "images")
             provenance = {k: v for k, v in distilled.provenance.items() if k != "indices"}
-            # the grid's layout and the class names, so a report can label its rows (ddlib.report.card)
-            grid = {"rows": distilled.num_classes, "columns": max(1, min(10, distilled.ipc)),
-                    "tile": list(distilled.image_shape[1:]), "padding": 2}
-            classes = list(getattr(self.dataset, "class_names", ()))[:distilled.num_classes]
             self.tracker.log_dict(self.run_id, {"method": distilled.method, "source": distilled.source,
                                                 "ipc": distilled.ipc, "n": len(distilled), **provenance,
-                                                "grid": grid, **({"classes": classes} if classes else {})},
+                                                "grid": grid_layout(distilled),  # a report labels its rows
+                                                "classes": list(self.dataset.class_names)[:distilled.num_classes]},
                                   f"sets/{name}.json")
         return path
 
