@@ -46,10 +46,31 @@ SEED = 0  # of the resampling generator: the same data give the same interval
 METHOD = "percentile bootstrap over seeds"
 
 
-def describe_method(resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED) -> str:
-    """One sentence for a caption: how the intervals were made."""
+def describe_method(resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED,
+                    seeds: Sequence[int] | None = None) -> str:
+    """One sentence for a caption: how the intervals were made, and what the ``seeds`` of the rows it
+    describes (their seed counts) make of them (:func:`seed_caveat`)."""
     return (f"{100 * level:g} % intervals: {METHOD} ({resamples} resamples of the per-seed tuples, generator seed "
-            f"{seed}, percentile interval); with 3 seeds they are optimistic")
+            f"{seed}, percentile interval); {seed_caveat(seeds)}")
+
+
+def seed_caveat(seeds: Sequence[int] | None = None) -> str:
+    """What few seeds do to an interval, for the seed counts of the rows shown (a card of 2-seed rows
+    says 2 seeds, never the usual 3). n seeds give C(2n - 1, n) distinct resamples and an interval no
+    wider than the seeds' range; one seed gives none."""
+    counts = sorted({int(n) for n in (seeds or []) if n == n and int(n) > 0})
+    if not counts:
+        return "with few seeds they are optimistic (n seeds give C(2n - 1, n) distinct resamples)"
+    parts = []
+    for n in counts:
+        if n == 1:
+            parts.append("1 seed gives no interval")
+        elif n < 10:
+            parts.append(f"{n} seeds give only {math.comb(2 * n - 1, n)} distinct resamples: read the interval as a "
+                         "lower bound on the uncertainty")
+        else:
+            parts.append(f"{n} seeds give {math.comb(2 * n - 1, n)} distinct resamples")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)

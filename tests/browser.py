@@ -66,6 +66,11 @@ class Browser:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return reply.get("result", {})
 
+    def set_viewport(self, width: int, height: int) -> None:
+        """Lay pages out in a ``width`` x ``height`` window (CSS pixels), kept across navigations."""
+        self.viewport = (width, height)
+        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+
     def evaluate(self, expression: str):
         result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
         if "exceptionDetails" in result:
@@ -91,6 +96,8 @@ class Browser:
         data = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=full_page)["data"]
         if full_page:
             self.send("Emulation.clearDeviceMetricsOverride")
+            if getattr(self, "viewport", None):
+                self.set_viewport(*self.viewport)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))

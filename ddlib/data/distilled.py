@@ -40,7 +40,8 @@ from ddlib.data.formats.base import plain, short
 if TYPE_CHECKING:  # ddlib.data.datasets imports the file-backed loaders; keep this module light to import
     from ddlib.data.datasets import Dataset
 
-__all__ = ["DistilledSet", "DistilledSetError", "load", "save", "validate", "image_grid", "grid_tensor", "needs_unpickling",
+__all__ = ["DistilledSet", "DistilledSetError", "load", "save", "validate", "image_grid", "grid_layout", "grid_tensor",
+           "needs_unpickling",
            "NUMPY_SAFE_GLOBALS", "NORMALIZED_RANGE"]
 
 # Values a set read as pixels may reach before we suspect it was really stored normalised.
@@ -272,6 +273,13 @@ def save(ds: DistilledSet, path: str | os.PathLike) -> Path:
     return path
 
 
+def grid_layout(ds: DistilledSet, max_per_class: int = 10) -> dict:
+    """The layout :func:`grid_tensor` draws (recorded beside the PNG so a report can cut it back into
+    labelled tiles): one line per class, ``columns`` images each, tiles of H x W, ``padding`` pixels."""
+    return {"rows": ds.num_classes, "columns": max(1, min(max_per_class, max(ds.class_counts))),
+            "tile": list(ds.image_shape[1:]), "padding": 2}
+
+
 def grid_tensor(ds: DistilledSet, max_per_class: int = 10) -> torch.Tensor:
     """A C x H x W image with one row per class (up to ``max_per_class`` images each). Pixels are
     clamped to [0, 1] for display only; empty slots stay black."""
@@ -280,13 +288,14 @@ def grid_tensor(ds: DistilledSet, max_per_class: int = 10) -> torch.Tensor:
     images = ds.images.detach().cpu()
     images = images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()
     labels = ds.labels.detach().cpu().long()
-    ncol = max(1, min(max_per_class, max(ds.class_counts)))
+    layout = grid_layout(ds, max_per_class)
+    ncol = layout["columns"]
     tiles = torch.zeros((ds.num_classes * ncol, *images.shape[1:]))
     for c in range(ds.num_classes):
         picked = images[labels == c][:ncol]
         tiles[c * ncol : c * ncol + len(picked)] = picked
     tiles = torch.nan_to_num(tiles).clamp_(0.0, 1.0)
-    return make_grid(tiles, nrow=ncol, padding=2, pad_value=1.0)
+    return make_grid(tiles, nrow=ncol, padding=layout["padding"], pad_value=1.0)
 
 
 def image_grid(ds: DistilledSet, path: str | os.PathLike, max_per_class: int = 10) -> Path:

@@ -37,7 +37,7 @@ from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratifie
 from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import configure_threads, resolve_device, run_precision
 from ddlib.metrics import mean_std, near_chance
-from ddlib.data.distilled import DistilledSet, image_grid
+from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
@@ -220,7 +220,9 @@ class Cell:
             self.tracker.log_artifact(self.run_id, path, "images")
             provenance = {k: v for k, v in distilled.provenance.items() if k != "indices"}
             self.tracker.log_dict(self.run_id, {"method": distilled.method, "source": distilled.source,
-                                                "ipc": distilled.ipc, "n": len(distilled), **provenance},
+                                                "ipc": distilled.ipc, "n": len(distilled), **provenance,
+                                                "grid": grid_layout(distilled),  # a report labels its rows
+                                                "classes": list(self.dataset.class_names)[:distilled.num_classes]},
                                   f"sets/{name}.json")
         return path
 

@@ -26,7 +26,8 @@ from ddlib.protocols.spec import all_specs
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report import beard, evals, viz
 from ddlib.report.boards import Boards, load_boards
-from ddlib.report.plots import board_rows, ipc_points, radar_profile
+from ddlib.report.export import row_recipe
+from ddlib.report.plots import board_rows, ipc_points, radar_profile, set_grid_png
 from ddlib.report.core import INTERVALS, _param, display_format, rank_caption
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.stats import describe_method
@@ -100,9 +101,11 @@ def _compared(board: pd.DataFrame, row: pd.Series) -> int:
     return int(keep.sum())
 
 
-def score_table(board: pd.DataFrame, rows: pd.DataFrame, values, keys, score: str | None) -> pd.DataFrame:
+def score_table(board: pd.DataFrame, rows: pd.DataFrame, values, keys, score: str | None,
+                recipes: dict | None = None) -> pd.DataFrame:
     """One column per row of the set (e.g. targeted / untargeted), one line per value: mean and
-    interval in display units, then seeds and the rank among the methods compared."""
+    interval in display units, then the row's recipe and epochs (``recipes``: runs -> :func:`row_recipe`),
+    seeds and the rank among the methods compared."""
     columns = {}
     wanted = []
     for item in values:
@@ -115,6 +118,9 @@ def score_table(board: pd.DataFrame, rows: pd.DataFrame, values, keys, score: st
     for _, row in rows.iterrows():
         column = {label: format_value(base, row[f"{base}_mean"], row.get(f"{base}_low"), row.get(f"{base}_high"))
                   for base, label in wanted}
+        made = (recipes or {}).get(str(row.get("runs", "")))
+        if made:
+            column["recipe"], column["epochs"] = made["recipe"], made["epochs"]
         column["seeds"] = str(row["seeds"])
         if score and "rank" in row and not pd.isna(row["rank"]):
             tied = row.get("tied_with") or "none"
@@ -203,7 +209,9 @@ class Card:
     blocks: list[Block]
     headline: pd.DataFrame  # each protocol's score, or "not run"
     figures: dict = field(default_factory=dict)  # name -> matplotlib figure (or None)
-    image_grid: bytes | None = None  # the set's images, one row per class
+    image_grid: bytes | None = None  # the set's images labelled with their classes (a PNG)
+    image_note: str = ""  # what the grid shows
+    seed_counts: list = field(default_factory=list)  # the seeds of every row on the card (its caveats)
     settings: dict = field(default_factory=dict)
     created: str = ""
 
@@ -240,7 +248,7 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
     if len(sets) > 1:
         raise ValueError(f"method {method!r} has several sets {sets}: give --dataset and --ipc")
     method, dataset, ipc = sets[0]
-    blocks, headline = [], []
+    blocks, headline, seed_counts = [], [], []
     source, data_source, data = None, "", None
     for protocol, name, title, values, keys, score, score_label in _layout():
         board = boards[name]
@@ -250,15 +258,18 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
         main, main_label = score, score_label
         if rows.empty:
             blocks.append(Block(protocol, title, False))
-            headline.append({"protocol": title, "score": main_label, "value": "not run", "seeds": "", "rank": ""})
+            headline.append({"protocol": title, "score": main_label, "value": "not run", "seeds": "", "rank": "",
+                             "recipe": "", "epochs": ""})
             continue
         runs = _runs(rows)
         config, found_source, found_data = _cell_info(runs)
         source, data_source = source or found_source, data_source or found_data
         block = Block(protocol, title, True, runs=runs, config=config)
-        caption = (f"Mean over seeds [95 % interval]. {rank_caption(score)}" if score
-                   else f"Mean over seeds [{describe_method(**INTERVALS)}].")
-        block.tables.append((caption, score_table(board, rows, values, keys, score)))
+        seed_counts += [int(n) for n in rows["seeds"]]
+        caption = (f"Mean over seeds [95 % interval]. {rank_caption(score, list(rows['seeds']))}" if score
+                   else f"Mean over seeds [{describe_method(**INTERVALS, seeds=list(rows['seeds']))}].")
+        recipes = {str(r): row_recipe(str(r).split()) for r in rows["runs"].fillna("")} if "runs" in rows else {}
+        block.tables.append((caption, score_table(board, rows, values, keys, score, recipes)))
         if protocol == "transfer" and not boards["transfer_tau"].empty:
             tau = boards["transfer_tau"]
             tau = tau[(tau["dataset"].astype(str) == dataset) & (tau["ipc"] == ipc)]
@@ -274,6 +285,7 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
                                                    row.get(f"{main}_high")),
                              "seeds": str(row["seeds"]),
                              "rank": f"{int(row['rank'])} of {_compared(board, row)}" if ranked else "",
+                             **{k: (recipes.get(str(row.get("runs", ""))) or {}).get(k, "") for k in ("recipe", "epochs")},
                              **({"sanity": row["sanity"]} if isinstance(row.get("sanity"), str) and row["sanity"]
                                 else {})})
     seeds = next((b.config.get("seeds") for b in blocks if b.ran and b.config), None)
@@ -281,19 +293,11 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
         if not block.ran:
             block.command = run_command(block.protocol, method, dataset, ipc, source, seeds)
     card = Card(method, dataset, ipc, data or data_label(dataset, data_source), data_source, blocks, pd.DataFrame(headline),
-                settings={"w": boards.w, "gamma": boards.gamma, "alpha": boards.alpha, **INTERVALS},
+                settings={"w": boards.w, "gamma": boards.gamma, "alpha": boards.alpha, **INTERVALS}, seed_counts=seed_counts,
                 created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
-    card.image_grid = _image_grid([r for b in blocks for r in b.runs])
+    card.image_grid, card.image_note = set_grid_png([r for b in blocks for r in b.runs], ipc)
     card.figures = _figures(card, boards)
     return card
-
-
-def _image_grid(runs: list[str]) -> bytes | None:
-    for run_id in runs:
-        data = evals.artifact_bytes(run_id, "images/distilled.png")
-        if data:
-            return data
-    return None
 
 
 # --------------------------------------------------------------------------- plots
@@ -339,18 +343,19 @@ def render_html(card: Card, pngs: dict[str, bytes] | None = None) -> str:
     """The card as one HTML document (images inline)."""
     pngs = pngs if pngs is not None else figure_pngs(card)
     ipc = "all images" if card.ipc == FULL_IPC else f"IPC {card.ipc}"
+    caveat = describe_method(**INTERVALS, seeds=card.seed_counts)
     body = [f"<h1>Report card: {escape(card.method)}, {escape(card.data)}, {escape(ipc)}</h1>",
+            _headline(card),
+            table_html(card.headline, "Each protocol's score for this set; rank: among the methods compared "
+                                      "in the same setting (ties: not significantly different)"),
             f'<p class="muted">Data: {escape(card.data)} (read from <code>{escape(card.data_source or "?")}</code>). '
             f"Scores: LRS w = {card.settings['w']}, ARS gamma = {card.settings['gamma']}, CREI alpha = "
-            f"{card.settings['alpha']}. Every value: mean over seeds [{escape(describe_method(**INTERVALS))}]. "
-            f"Generated {escape(card.created)} by ddlib.</p>",
-            "<h2 id=\"overview\">Overview</h2>",
-            table_html(card.headline, "Each protocol's score for this set; rank: among the methods compared "
-                                      "in the same setting (ties: not significantly different)")]
+            f"{card.settings['alpha']}. Every value: mean over seeds [{escape(caveat)}]. "
+            f"Generated {escape(card.created)} by ddlib.</p>"]
     figs = []
     if card.image_grid:
-        figs.append(f"<figure>{image_tag(card.image_grid, 'images of the set', pixels=True)}<figcaption>The set's images, "
-                    f"one row per class</figcaption></figure>")
+        figs.append(f"<figure>{image_tag(card.image_grid, 'images of the set', css='setgrid')}<figcaption>"
+                    f"{escape(card.image_note)}</figcaption></figure>")
     else:
         figs.append('<p class="notrun">Image grid: not recorded.</p>')
     if pngs.get("radar"):
@@ -379,6 +384,17 @@ def render_html(card: Card, pngs: dict[str, bytes] | None = None) -> str:
                 body.append("<details><summary>resolved configuration (config.json of the first run)</summary>"
                             f"<pre>{escape(json.dumps(block.config, indent=2, default=str))}</pre></details>")
     return page(f"ddlib report card: {card.name}", "\n".join(body))
+
+
+def _headline(card: Card) -> str:
+    """The card's first line: each protocol's headline score that has run, with its seeds and rank."""
+    ran = card.headline[card.headline["value"] != "not run"]
+    if ran.empty:
+        return '<p class="headline" id="headline">No protocol has run for this set.</p>'
+    parts = [f"<b>{escape(str(r['score']))} {escape(str(r['value']))}</b> ({escape(str(r['protocol']))}; "
+             f"{escape(str(r['seeds']))} seed{'s' if str(r['seeds']) != '1' else ''}"
+             + (f", rank {escape(str(r['rank']))}" if r["rank"] else "") + ")" for _, r in ran.iterrows()]
+    return '<p class="headline" id="headline">' + " &middot; ".join(parts) + "</p>"
 
 
 def figure_pngs(card: Card) -> dict[str, bytes]:

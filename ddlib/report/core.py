@@ -297,11 +297,12 @@ def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,
     return board
 
 
-def rank_caption(score: str) -> str:
-    """What the ``rank`` and ``tied_with`` columns mean, for a table's caption."""
+def rank_caption(score: str, seeds=None) -> str:
+    """What the ``rank`` and ``tied_with`` columns mean, for a table's caption (``seeds``: the seed
+    counts of its rows, for the caveat: :func:`ddlib.stats.seed_caveat`)."""
     return (f"rank: 1 + the rows whose {score.upper()} is significantly higher (paired by seed, "
             f"{100 * INTERVALS['level']:g} % bootstrap interval of the difference excludes 0); equal ranks and "
-            f"'tied with' are not significantly different. {stats.describe_method(**INTERVALS)}.")
+            f"'tied with' are not significantly different. {stats.describe_method(**INTERVALS, seeds=seeds)}.")
 
 
 def display_format(base: str) -> tuple[float, str]:

@@ -22,7 +22,7 @@ from ddlib.report.core import _param, format_leaderboard
 from ddlib.report.runs import list_cell_runs  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, client
 
-__all__ = ["FORMATS", "RECIPE_COLUMNS", "recipe_columns", "export_tables", "write_export", "list_cell_runs"]
+__all__ = ["FORMATS", "RECIPE_COLUMNS", "recipe_columns", "row_recipe", "export_tables", "write_export", "list_cell_runs"]
 
 FORMATS = ("csv", "markdown", "latex")
 RECIPE_COLUMNS = ("recipe", "epochs", "real_epochs", "data_source", "code")
@@ -88,6 +88,27 @@ def recipe_columns(run_ids: Iterable[str]) -> dict[str, str]:
         "data_source": _join(run.data.tags.get(TAG["data_source"]) for run in runs),
         "code": _join(commits),
     }
+
+
+def _recipe_summary(run) -> str | None:
+    """A row's recipe in a few words: the preset's name (and its ``preset_epochs``), else the grid's
+    recipe as ``key value`` pairs, "defaults" for the protocol's own."""
+    preset = _param(run, "preset")
+    if preset not in (None, "None", ""):
+        return f"preset {preset}"
+    value = _mapping(run, "recipe")
+    if value is None:
+        return None
+    return ", ".join(f"{k} {json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in sorted(value.items())) \
+        or "defaults"
+
+
+def row_recipe(run_ids: Iterable[str]) -> dict[str, str]:
+    """``recipe`` (:func:`_recipe_summary`) and ``epochs`` of one leaderboard row, for the site and the
+    report cards (values that differ between the row's runs are joined with "; ")."""
+    mlflow_client = client()
+    runs = [mlflow_client.get_run(r) for r in run_ids if r]
+    return {"recipe": _join(_recipe_summary(run) for run in runs), "epochs": _join(_epochs(run) for run in runs)}
 
 
 def _with_recipe(board: pd.DataFrame) -> pd.DataFrame:

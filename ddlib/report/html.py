@@ -26,8 +26,12 @@ caption{caption-side:bottom;text-align:left;color:#57606a;font-size:.92em;paddin
 .notrun{background:#fff8c5;border:1px solid #d4a72c;padding:.5em .8em;border-radius:4px}
 code,pre{background:#f6f8fa;border-radius:4px;font-size:.88em}code{padding:.1em .3em}pre{padding:.6em;overflow:auto}
 .figs{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}.figs img{max-width:100%;border:1px solid #eaeef2}
+.wide{overflow-x:auto;max-width:100%}.wide table{width:max-content}.wide th,.wide td{max-width:26em}
 .muted{color:#57606a;font-size:.92em}nav a{margin-right:1em}
-img.pixels{image-rendering:pixelated;min-width:240px}
+img.pixels{image-rendering:pixelated;min-width:240px;max-height:80vh;object-fit:contain}
+img.setgrid{max-height:80vh;max-width:100%;width:auto;height:auto}
+.headline{font-size:1.1em;margin:.4em 0 .8em;padding:.45em .8em;background:#ddf4ff;border:1px solid #54aeff;
+border-radius:4px}
 """
 
 SORT_SCRIPT = """
@@ -68,12 +72,13 @@ def figure_png(fig, dpi: int = 110) -> bytes:
     return buffer.getvalue()
 
 
-def image_tag(png: bytes | None = None, alt: str = "", src: str | None = None, pixels: bool = False) -> str:
+def image_tag(png: bytes | None = None, alt: str = "", src: str | None = None, pixels: bool = False,
+              css: str = "") -> str:
     """An <img>: the PNG inline as a data URI, or ``src`` (a file beside the page); ``pixels``:
-    small images (a set's 8x8 digits) drawn larger, pixel for pixel."""
+    small images (a set's 8x8 digits) drawn larger, pixel for pixel; ``css``: its class."""
     if src is None:
         src = "data:image/png;base64," + base64.b64encode(png or b"").decode()
-    kind = ' class="pixels"' if pixels else ""
+    kind = f' class="{escape(" ".join(c for c in ("pixels" if pixels else "", css) if c))}"' if pixels or css else ""
     return f'<img src="{escape(src)}" alt="{escape(alt)}"{kind}>'
 
 
@@ -83,7 +88,7 @@ def table_html(table: pd.DataFrame, caption: str = "", sortable: bool = False, i
     text = table.to_html(index=index, escape=True, border=0, classes=classes or None, na_rep="")
     if caption:
         text = text.replace("<thead>", f"<caption>{escape(caption)}</caption>\n<thead>", 1)
-    return text
+    return f'<div class="wide">{text}</div>'  # a wide table scrolls inside the page, not the page
 
 
 def page(title: str, body: str, sortable: bool = False) -> str:

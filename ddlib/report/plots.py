@@ -3,6 +3,9 @@ curves and confusion matrices, the evaluations under the cells: :mod:`ddlib.repo
 
 from __future__ import annotations
 
+import io
+import json
+
 import pandas as pd
 
 from ddlib.protocols.common import FULL_IPC
@@ -10,7 +13,8 @@ from ddlib.report import evals, viz
 from ddlib.report.boards import Boards
 from ddlib.report.dcbench import SELECTION
 
-__all__ = ["SELECTION", "board_rows", "radar_profile", "ipc_points", "summary_figures"]
+__all__ = ["SELECTION", "board_rows", "radar_profile", "ipc_points", "summary_figures", "set_grid_png",
+           "RANDOM_BASELINE"]
 
 
 def board_rows(board: pd.DataFrame, method: str, dataset: str, ipc: int | None) -> pd.DataFrame:
@@ -80,12 +84,54 @@ def ipc_points(boards: Boards, dataset: str, methods: list[str]) -> tuple[pd.Dat
         points = pd.DataFrame({"method": rows["method"], "ipc": rows["ipc"], "mean": rows[f"{acc}_mean"],
                                "low": rows[f"{acc}_low"], "high": rows[f"{acc}_high"]})
         points = points.groupby(["method", "ipc"], as_index=False, sort=False).first()
+        if "random" not in set(points["method"]):  # no random method plotted: the label-robust cells' baselines
+            model = rows["model"].iloc[0] if "model" in rows and rows["model"].nunique() == 1 else None
+            points = pd.concat([points, _random_baseline(boards, dataset, methods, model, set(points["ipc"]))],
+                               ignore_index=True)
         reference = None
         if f"{full}_mean" in rows and rows[f"{full}_mean"].notna().any():
             best = rows.dropna(subset=[f"{full}_mean"]).iloc[0]
             reference = (best[f"{full}_mean"], best[f"{full}_low"], best[f"{full}_high"])
         return points, reference, what
     return pd.DataFrame(), None, ""
+
+
+RANDOM_BASELINE = "random subset (baseline)"  # the label-robust cells' random subsets of the IPC, hard labels
+
+
+def _hard_label(preset) -> bool:
+    """Whether a label-robust row's random side is trained on hard labels (no preset, or a hard-label
+    preset): there ``acc_rdm_any`` is the random subset's hard-label accuracy (the cell trains it once)."""
+    if preset is None or (isinstance(preset, float) and preset != preset) or str(preset) in ("", "None"):
+        return True
+    try:
+        from ddlib.protocols.presets import load_preset
+
+        return load_preset(str(preset)).label_type == "hard"
+    except Exception:  # noqa: BLE001 - a preset file moved since: not known to be hard-label
+        return False
+
+
+def _random_baseline(boards: Boards, dataset: str, methods: list[str], model, ipcs: set) -> pd.DataFrame:
+    """Per IPC, the accuracy of the random subsets of that size the label-robust cells trained beside
+    the set, on hard labels (``acc_rdm_any`` of a row without a soft-label preset; mean and interval
+    over seeds), from the row of one of ``methods`` where there is one (its recipe), else of any method
+    at that IPC."""
+    board = boards["lrs"]
+    if board.empty or "acc_rdm_any_mean" not in board:
+        return pd.DataFrame()
+    rows = board[(board["dataset"].astype(str) == dataset) & board["ipc"].isin(ipcs)
+                 & board["acc_rdm_any_mean"].notna()]
+    if model is not None and "model" in rows:
+        rows = rows[rows["model"] == model]
+    if "preset" in rows:
+        rows = rows[[_hard_label(p) for p in rows["preset"]]]
+    if rows.empty:
+        return pd.DataFrame()
+    rows = rows.assign(_own=~rows["method"].isin(methods)).sort_values("_own", kind="stable")
+    rows = rows.groupby("ipc", as_index=False, sort=True).first()
+    return pd.DataFrame({"method": RANDOM_BASELINE, "ipc": rows["ipc"], "mean": rows["acc_rdm_any_mean"],
+                         "low": rows["acc_rdm_any_low"], "high": rows["acc_rdm_any_high"]})
 
 
 def summary_figures(boards: Boards) -> dict:
@@ -118,3 +164,56 @@ def summary_figures(boards: Boards) -> dict:
             figures[f"accuracy_vs_ipc_{dataset}"] = viz.accuracy_vs_ipc(
                 points, None, full, f"{dataset}: accuracy against IPC ({what}; 95 % intervals)")
     return {k: v for k, v in figures.items() if v is not None}
+
+
+def _grid_tiles(png: bytes, rows: int, columns: int | None, tile: list | None, padding: int = 2):
+    """The tiles of a set's grid PNG (:func:`ddlib.data.distilled.grid_tensor`: one line per class,
+    ``padding`` pixels between tiles) as classes x images x H x W x C in [0, 1]; None where the PNG
+    does not have that layout. Without ``tile`` the tiles are taken as square."""
+    import numpy as np
+    from PIL import Image
+
+    image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=float) / 255.0
+    height, width = image.shape[:2]
+    if rows < 1 or (height - padding) % rows:
+        return None
+    h = (height - padding) // rows - padding
+    w = tile[1] if tile else h
+    if columns is None:
+        columns = (width - padding) // (w + padding) if w + padding > 0 else 0
+    if h < 1 or columns < 1 or (tile and tile[0] != h) or columns * (w + padding) + padding != width:
+        return None
+    tiles = np.stack([np.stack([image[padding + r * (h + padding):padding + r * (h + padding) + h,
+                                      padding + c * (w + padding):padding + c * (w + padding) + w]
+                                for c in range(columns)]) for r in range(rows)])
+    gray = np.allclose(tiles[..., 0], tiles[..., 1]) and np.allclose(tiles[..., 0], tiles[..., 2])
+    return tiles[..., :1] if gray else tiles
+
+
+def set_grid_png(runs: list[str], ipc: int) -> tuple[bytes | None, str]:
+    """The set's images as logged by its first cell that has them, labelled with the dataset's class
+    names and sized for a screen (:func:`ddlib.report.viz.set_grid`), and a caption. The names and
+    layout come from the set's ``sets/distilled.json``; for cells logged before it carried them, from
+    the confusion counts' classes (the layout then inferred, square tiles). Without either, the
+    logged PNG as it is."""
+    from ddlib.report.html import figure_png
+
+    for run_id in runs:
+        data = evals.artifact_bytes(run_id, "images/distilled.png")
+        if not data:
+            continue
+        info = evals.artifact_bytes(run_id, "sets/distilled.json")
+        info = json.loads(info) if info else {}
+        names = info.get("classes") or evals.confusion_counts([run_id], "syn_hard")[1]
+        grid = info.get("grid") or {}
+        rows = int(grid.get("rows") or len(names))
+        tiles = _grid_tiles(data, rows, grid.get("columns"), grid.get("tile"), int(grid.get("padding", 2))) \
+            if rows else None
+        if tiles is None:
+            return data, "The set's images, one row per class (class names not recorded)"
+        shown = tiles.shape[1]
+        what = ("all images" if ipc == FULL_IPC else f"IPC {ipc}") \
+            + (f", the first {shown} images of each class" if ipc == FULL_IPC or ipc > shown else "")
+        fig = viz.set_grid(tiles, names or [str(i) for i in range(rows)], f"The set's images ({what})")
+        return figure_png(fig), f"The set's images ({what}), labelled with their classes"
+    return None, ""

@@ -21,6 +21,7 @@ from ddlib.report import beard, card as cards, ddranking, viz
 from ddlib.report.plots import ipc_points, radar_profile
 from ddlib.report.boards import load_boards
 from ddlib.report.core import INTERVALS, display_format, format_leaderboard, rank_caption
+from ddlib.report.export import row_recipe
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.report.stability import stability_table
 from ddlib.protocols.spec import board_specs
@@ -78,15 +79,42 @@ def _variants(rows: pd.DataFrame) -> list[str]:
     return [", ".join(str(r[k]) for k in keys) for _, r in rows.iterrows()]
 
 
-def _shown(board: pd.DataFrame, card_names: dict) -> pd.DataFrame:
+def _shown(board: pd.DataFrame, card_names: dict, score: str | None = None, recipes: dict | None = None) -> pd.DataFrame:
+    """The page's table: card, method, the row's recipe and epochs, then the headline score with its
+    rank (so they are on screen without scrolling sideways), then the rest."""
     shown = format_leaderboard(board, intervals=True)
     drop = [c for c in ("dataset", "ipc", "ipcs") if c in shown and shown[c].nunique() <= 1]
     shown = shown.drop(columns=drop)
+    if "runs" in board:
+        recipes = recipes if recipes is not None else {}
+        made = pd.DataFrame([recipes.get(str(r)) or row_recipe(str(r).split()) for r in board["runs"].fillna("")],
+                            index=shown.index, columns=["recipe", "epochs"])
+        shown = pd.concat([shown, made], axis=1)
     if card_names and "method" in shown:
         shown.insert(0, "card", [card_names.get((str(m), str(d), int(i)), "") if "ipc" in board else ""
                                  for m, d, i in zip(board["method"], board["dataset"],
                                                     board["ipc"] if "ipc" in board else [0] * len(board))])
-    return shown
+    headline = score.upper() if score and score.upper() in shown else None
+    first = [c for c in ("card", "method", "recipe", "epochs", headline, "rank", "tied with", "seeds") if c in shown]
+    return shown[first + [c for c in shown.columns if c not in first]]
+
+
+def _headline(sub: pd.DataFrame, score: str | None, recipes: dict) -> str:
+    """The page's first line: the best row's headline score, what made it, its seeds and rank group."""
+    if not score or f"{score}_mean" not in sub or not sub[f"{score}_mean"].notna().any():
+        return ""
+    best = sub.loc[sub[f"{score}_mean"].idxmax()]
+    value = cards.format_value(score, best[f"{score}_mean"], best.get(f"{score}_low"), best.get(f"{score}_high"))
+    recipe = recipes.get(str(best.get("runs", "")), {})
+    made, epochs = recipe.get("recipe") or "", recipe.get("epochs") or ""
+    if epochs and f"epochs {epochs}" not in made:  # a preset's, or preset_epochs
+        made = f"{made}, {epochs} epochs" if made else f"{epochs} epochs"
+    rank = ""
+    if "rank" in best and not pd.isna(best["rank"]):
+        rank = f"; rank {int(best['rank'])}" + (f", tied with {best['tied_with']}" if best.get("tied_with") else "")
+    return (f'<p class="headline" id="headline">Best {escape(score.upper())}: <b>{escape(value)}</b> by '
+            f"<b>{escape(str(best['method']))}</b>" + (f" ({escape(made)})" if made else "")
+            + f" &middot; {int(best['seeds'])} seed{'s' if int(best['seeds']) != 1 else ''}{escape(rank)}</p>")
 
 
 def _table_with_links(shown: pd.DataFrame, caption: str) -> str:
@@ -127,14 +155,17 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
             sub = sub.reset_index(drop=True)
             sub.to_csv(out / f"{slug}.csv", index=False)
             title = f"{specs[name].title}: {dataset}, IPC {ipc}"
-            caption = (f"Every value: mean over seeds [95 % interval]. {rank_caption(score)}"
+            seeds = list(sub["seeds"]) if "seeds" in sub else None
+            caption = (f"Every value: mean over seeds [95 % interval]. {rank_caption(score, seeds)}"
                        if score and "rank" in sub and sub["rank"].notna().any()
-                       else f"Every value: mean over seeds [95 % interval]; {describe_method(**INTERVALS)}.")
+                       else f"Every value: mean over seeds [95 % interval]; {describe_method(**INTERVALS, seeds=seeds)}.")
+            recipes = {str(r): row_recipe(str(r).split()) for r in sub["runs"].fillna("")} if "runs" in sub else {}
             body = [f'<nav><a href="index.html">all leaderboards</a></nav><h1>{escape(title)}</h1>',
+                    _headline(sub, score, recipes),
+                    _table_with_links(_shown(sub, card_names, score, recipes), caption),
                     f'<p class="muted">{len(sub)} rows; click a column header to sort. '
                     f'Data: <a href="{slug}.csv">{slug}.csv</a> (every mean, std, interval and the per-seed '
-                    f"scores, with the MLflow runs of each row).</p>",
-                    _table_with_links(_shown(sub, card_names), caption)]
+                    f"scores, with the MLflow runs of each row).</p>"]
             figures = {}
             if score and f"{score}_mean" in sub:
                 figures["scores"] = _score_plot(sub, score, f"{title}: {score.upper()} with 95 % intervals")
@@ -176,6 +207,10 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
     return pages
 
 
+def _seed_counts(tables: dict) -> list[int]:
+    return [int(n) for t in tables.values() if not t.empty and "seeds" in t for n in t["seeds"].dropna()]
+
+
 def _progress(items, show: bool, desc: str):
     if not show:
         return items
@@ -187,8 +222,8 @@ def _progress(items, show: bool, desc: str):
 def _index(out: Path, pages: list[Page], card_names: dict, tables: dict) -> None:
     body = ["<h1>ddlib leaderboards</h1>",
             f'<p class="muted">Generated from MLflow by <code>python -m ddlib leaderboard</code>. Every value is a mean '
-            f"over seeds with its {describe_method(**INTERVALS)}. Methods whose scores are not significantly "
-            f"different (paired by seed) share a rank.</p>"]
+            f"over seeds with its {describe_method(**INTERVALS, seeds=_seed_counts(tables))}. Methods whose scores are not "
+            f"significantly different (paired by seed) share a rank.</p>"]
     if not pages:
         body.append('<p class="notrun">No finished runs yet: <code>python -m ddlib run params/demo.yaml</code></p>')
     else:

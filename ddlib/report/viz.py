@@ -117,6 +117,8 @@ def accuracy_vs_ipc(points: pd.DataFrame, highlight: str | None = None, full: tu
         rows = rows.sort_values("ipc")
         err = [100 * (rows["mean"] - rows["low"]).fillna(0), 100 * (rows["high"] - rows["mean"]).fillna(0)]
         style = {"linestyle": "--"} if method in ("random", "kcenter") else {}
+        if str(method).startswith("random subset"):  # the random baseline of the label-robust cells
+            style = {"linestyle": "--", "color": "gray"}
         if highlight is not None:
             style["linewidth"] = 2.5 if method == highlight else 1.2
         ax.errorbar(rows["ipc"], 100 * rows["mean"], yerr=err, marker="o", capsize=3, label=str(method), **style)
@@ -212,5 +214,53 @@ def confusion_grid(matrices: dict[str, tuple], title: str = ""):
         ax.set_xlabel("predicted", fontsize=7)
         ax.set_ylabel("true", fontsize=7)
     fig.suptitle(title or "Confusion matrices (rows: true class, normalised)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def set_grid(tiles, names, title: str = "", max_classes: int = 100, max_rows: int = 20):
+    """A set's images labelled with their class names (``tiles``: classes x images x H x W x C in
+    [0, 1]; ``names``: one per class), sized to fit a screen. One image per class: the classes side by
+    side, ten to a line, each named under its image. More: one line per class (at most ``max_rows``
+    classes, the title says how many are shown), the name at its left."""
+    import numpy as np
+
+    tiles = np.asarray(tiles, dtype=float)
+    classes, per_class, h, w, channels = tiles.shape
+    names = [str(n) for n in names][:classes] + [str(i) for i in range(len(names), classes)]
+    pad = max(1, h // 16)
+    shown = min(classes, max_classes if per_class == 1 else max_rows)
+    more = f" (first {shown} of {classes} classes)" if shown < classes else ""
+    if per_class == 1:
+        cols = min(shown, 10)
+        lines = -(-shown // cols)
+        label = int(h * 0.45) + pad  # a strip under each image for its name
+        canvas = np.ones((lines * (h + label + pad) + pad, cols * (w + pad) + pad, channels))
+        spots = []
+        for k in range(shown):
+            y, x = pad + (k // cols) * (h + label + pad), pad + (k % cols) * (w + pad)
+            canvas[y:y + h, x:x + w] = tiles[k, 0]
+            spots.append((x + w / 2, y + h + label / 2, names[k]))
+        inch = 0.95 if cols > 1 else 1.4  # per image
+        fig, ax = plt.subplots(figsize=(cols * inch, lines * inch * (h + label + pad) / (w + pad) + 0.35))
+        for x, y, name in spots:
+            ax.text(x, y, name, ha="center", va="center", fontsize=8)
+    else:
+        canvas = np.ones((shown * (h + pad) + pad, per_class * (w + pad) + pad, channels))
+        for k in range(shown):
+            for j in range(per_class):
+                y, x = pad + k * (h + pad), pad + j * (w + pad)
+                canvas[y:y + h, x:x + w] = tiles[k, j]
+        inch = min(0.7, 7.0 / shown, 10.0 / per_class)  # per image: the grid stays within about 7 x 10 inches
+        fig, ax = plt.subplots(figsize=(per_class * inch + 1.3, shown * inch + 0.35))
+        ax.set_yticks([pad + k * (h + pad) + h / 2 for k in range(shown)], names[:shown], fontsize=8)
+        ax.set_xticks([])
+        for side in ax.spines.values():
+            side.set_visible(False)
+    image = canvas[..., 0] if channels == 1 else canvas
+    ax.imshow(image, cmap="gray" if channels == 1 else None, vmin=0, vmax=1, interpolation="nearest")
+    if per_class == 1:
+        ax.set_axis_off()
+    ax.set_title((title or "The set's images") + more, fontsize=9)
     fig.tight_layout()
     return fig
