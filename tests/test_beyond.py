@@ -130,3 +130,53 @@ def test_an_evaluation_logs_its_scores_cost_and_datasets(mlflow_store):
     assert parent.data.metrics["cost.train_flops_mean"] == pytest.approx(2 * m["train_flops"])
     assert {i.tags[0].value for i in parent.inputs.dataset_inputs} == {"distilled", "test"}
     assert "reliability.png" in {f.path for f in client.list_artifacts(cell.run_id)}
+
+
+def _lrs_cell(method: str, rows: list[dict]) -> str:
+    """A FINISHED label_robust cell run with per-seed histories, as a cell logs them."""
+    from ddlib.protocols import label_robust
+    from ddlib.protocols.cell import cell_tags
+    from ddlib.tracking import Tracker, default_tags
+
+    params = label_robust.validate({"dataset": "digits", "method": method, "ipc": 2, "seeds": [0, 1]})
+    tracker = Tracker("label_robust")
+    run_id = tracker.start_run(method, params=params, tags={**default_tags("label_robust"),
+                                                            **cell_tags("label_robust", params)})
+    tracker._log(run_id, [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"])
+    tracker.end_run(run_id)
+    return run_id
+
+
+def test_the_lrs_board_shows_the_distilled_sides_scores_and_the_cells_cost(mlflow_store):
+    from ddlib.report.ddranking import lrs_leaderboard
+
+    accuracies = {"acc_syn_hard": 0.5, "acc_real_hard": 0.9, "acc_syn_any": 0.6, "acc_rdm_any": 0.4}
+    # dm: syn_any's ECE 0.10 and 0.20 over seeds 0, 1 -> mean 0.15; syn_hard's (0.9) is not the board's;
+    # the cell's training FLOPs 1e12 and 3e12 -> mean 2e12
+    _lrs_cell("dm", [{"seed": s, **accuracies, "ece.syn_any": e, "ece.syn_hard": 0.9, "worst_class_acc.syn_any": w,
+                      "cost.train_flops": f} for s, e, w, f in ((0, 0.1, 0.3, 1e12), (1, 0.2, 0.5, 3e12))])
+    _lrs_cell("random", [{"seed": s, **accuracies} for s in (0, 1)])  # logged before these columns: NaN
+    board = lrs_leaderboard().set_index("method")
+    assert board.loc["dm", "ece_mean"] == pytest.approx(0.15)
+    assert board.loc["dm", "worst_class_acc_mean"] == pytest.approx(0.4)
+    assert board.loc["dm", "train_flops_mean"] == pytest.approx(2e12)
+    assert math.isnan(board.loc["random", "ece_mean"]) and math.isnan(board.loc["random", "train_flops_mean"])
+    assert board.loc["dm", "lrs_mean"] == board.loc["random", "lrs_mean"]  # the score is untouched
+
+
+def test_system_metrics_are_mlflows_own_switch(mlflow_store, monkeypatch):
+    import time
+
+    from ddlib.protocols.cell import Cell
+
+    params = {"dataset": "digits", "model": "mlp", "seeds": [0], "device": "cpu", "test_size": 20}
+    off = Cell.open("pool", dict(params), experiment="beyond", progress=False)
+    off.close()
+    monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
+    on = Cell.open("pool", dict(params), experiment="beyond", progress=False)
+    time.sleep(2.5)  # two samples at one per second (not a timing assert: the thread needs the time to sample)
+    on.close()
+    client = tracking.client()
+    assert not any(k.startswith("system/") for k in client.get_run(off.run_id).data.metrics)
+    assert any(k.startswith("system/cpu") for k in client.get_run(on.run_id).data.metrics)

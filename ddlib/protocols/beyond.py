@@ -36,8 +36,8 @@ from pathlib import Path
 from ddlib import beyond
 from ddlib.data.digest import tensor_digest
 
-__all__ = ["evaluation_scores", "model_cost", "log_evaluation", "note", "close", "start_system_metrics", "is_beyond",
-           "board_columns", "RELIABILITY_ARTIFACT", "CONTEXTS", "context_of"]
+__all__ = ["evaluation_scores", "model_cost", "log_evaluation", "note", "close", "start_system_metrics", "stop_system_metrics",
+           "is_beyond", "board_columns", "RELIABILITY_ARTIFACT", "CONTEXTS", "context_of"]
 
 RELIABILITY_ARTIFACT = "reliability.json"
 CONTEXTS = ("distilled", "random", "train", "test", "validation")
@@ -133,10 +133,8 @@ def close(cell) -> None:
     the reliability diagram of each role (summed over seeds); stops the system-metrics monitor."""
     from ddlib.metrics import mean_std
 
-    monitor = cell.cache.pop("system_metrics", None)
-    if monitor is not None:
-        monitor.finish()
-    rows = cell.cache.get("beyond")
+    stop_system_metrics(cell)
+    rows = cell.cache.pop("beyond", None)  # logged once, however often the cell is closed
     if not rows:
         return
     per: dict[str, dict[int, list[float]]] = {}
@@ -206,6 +204,12 @@ def start_system_metrics(cell) -> None:
         cell.cache["system_metrics"] = monitor
     except Exception as error:  # never a cell's failure: the numbers do not depend on it
         warnings.warn(f"system metrics not logged: {error}", UserWarning, stacklevel=2)
+
+
+def stop_system_metrics(cell) -> None:
+    monitor = cell.cache.pop("system_metrics", None)
+    if monitor is not None:
+        monitor.finish()
 
 
 # --------------------------------------------------------------------------- leaderboards

@@ -191,6 +191,7 @@ class Cell:
         try:
             yield
         except BaseException as error:
+            beyond.stop_system_metrics(self)
             if self.owns_run and not self.closed:
                 self.tracker.fail_run(self.run_id, error)
                 self.closed = True
