@@ -9,8 +9,10 @@ tests open the pages in headless Chromium (tests/browser.py) and keep their scre
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -309,9 +311,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_mlflow_ui_shows_cells_and_the_lrs_column(store, browser, artifacts):
-    from ddlib.report.ui import ui_urls
-
+@contextlib.contextmanager
+def _mlflow_ui():
+    """An ``mlflow server`` on the test store; yields its base URL."""
     mlflow = Path(sys.executable).with_name("mlflow")
     if not mlflow.exists():
         mlflow = shutil.which("mlflow")
@@ -329,7 +331,21 @@ def test_mlflow_ui_shows_cells_and_the_lrs_column(store, browser, artifacts):
                 pass
             assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
             time.sleep(1)
-        url = ui_urls(f"http://127.0.0.1:{port}")["label_robust"]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers (its own process group)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+
+
+def test_mlflow_ui_shows_cells_and_the_lrs_column(store, browser, artifacts):
+    from ddlib.report.ui import ui_urls
+
+    with _mlflow_ui() as base:
+        url = ui_urls(base)["label_robust"]
         cells = ["random-ipc2-convnet", "kcenter-ipc2-convnet", "dm-ipc2-convnet"]
         shown = " && ".join(f"document.body.innerText.includes('{c}')" for c in [*cells, "lrs_mean"])
         browser.open(url, shown, timeout=120)
@@ -342,13 +358,23 @@ def test_mlflow_ui_shows_cells_and_the_lrs_column(store, browser, artifacts):
         found = tracking.client().search_runs([experiment.experiment_id],
                                               "tags.protocol = 'label_robust' and params.ipc = '2'")
         assert sorted(r.info.run_name for r in found) == sorted(cells)
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers (its own process group)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
+
+
+def test_mlflow_ui_shows_the_datasets_of_a_run(store, browser, artifacts):
+    """Issue 27.6: a cell's run page lists the datasets its evaluations trained and were tested on
+    (mlflow.data inputs: the distilled set, the random subsets, the full training set, the test set)."""
+    experiment = tracking.client().get_experiment_by_name("label_robust")
+    (run,) = tracking.client().search_runs([experiment.experiment_id], "attributes.run_name = 'dm-ipc2-convnet'")
+    assert {i.tags[0].value for i in run.inputs.dataset_inputs} == {"distilled", "random", "train", "test"}
+    digests = {i.dataset.digest: i.dataset.name for i in run.inputs.dataset_inputs}
+    shown = r"/Datasets\ndigits [a-z0-9 ]+ \([0-9a-f]{24}\)/"  # the run page: its first dataset (name, digest)
+    with _mlflow_ui() as base:
+        browser.open(f"{base}/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}",
+                     f"{shown}.test(document.body.innerText)", timeout=120)
+        browser.screenshot(artifacts / "mlflow-ui-run-datasets.png", full_page=True)
+        text = browser.evaluate("document.body.innerText")
+    name, digest = re.search(r"Datasets\n(digits [a-z0-9 ]+) \(([0-9a-f]{24})\)", text).groups()
+    assert digests[digest] == name and f"+{len(run.inputs.dataset_inputs) - 1}" in text  # the others behind "+n"
 
 
 # --------------------------------------------------------------------------- the notebook

@@ -1,4 +1,4 @@
-"""The test pass: top-1 accuracy and confusion counts of trained models, in inference mode.
+"""The test pass: top-1 accuracy, confusion counts and calibration sums of trained models, in inference mode.
 
 A cell tests dozens of models on one test set, so the set is converted and normalised once
 (cached per test tensor and in-place version, :func:`_prepared`) and run in the largest batches
@@ -16,7 +16,8 @@ import torch.nn as nn
 
 from ddlib.engine.device import autocast
 
-__all__ = ["Normalize", "as_pixels", "model_accuracy", "model_confusion", "standard_layout", "PreparedTestSet"]
+__all__ = ["Normalize", "as_pixels", "model_accuracy", "model_confusion", "standard_layout", "PreparedTestSet",
+           "CALIBRATION_BINS"]
 
 
 class Normalize(nn.Module):
@@ -125,24 +126,54 @@ def _largest_fitting(fn, n: int, batch: int, device: torch.device, memo_key) -> 
                 _EVAL_BATCH[memo_key] = batch
 
 
-def _confusion(forward, x: torch.Tensor, labels: torch.Tensor, num_classes: int, batch: int, device: torch.device,
-               precision: str, memo_key) -> torch.Tensor:
+# Calibration (Guo et al. 2017, "On calibration of modern neural networks"): confidences in 15
+# equal-width bins ((m-1)/15, m/15], summed in the same pass as the confusion counts.
+CALIBRATION_BINS = 15
+
+
+def _calibration_sums(logits: torch.Tensor, labels: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
+    """S x (3B + 1) sums over a chunk: per confidence bin the images, the correct ones and their
+    confidences (the softmax probability of the predicted class), then the summed NLL of the true class.
+    One-hot products, not bincount: deterministic on CUDA."""
+    logp = logits.float().log_softmax(-1)
+    if logp.dim() == 2:
+        logp, predicted = logp.unsqueeze(0), predicted.unsqueeze(0)
+    y = labels.expand(predicted.shape)
+    confidence = logp.gather(-1, predicted.unsqueeze(-1)).squeeze(-1).exp()
+    nll = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    bins = (confidence * CALIBRATION_BINS).ceil().long().clamp_(1, CALIBRATION_BINS) - 1
+    onehot = torch.nn.functional.one_hot(bins, CALIBRATION_BINS).float()  # S x b x B
+    correct = (predicted == y).float()
+    return torch.cat([onehot.sum(1), torch.einsum("sb,sbk->sk", correct, onehot),
+                      torch.einsum("sb,sbk->sk", confidence, onehot), nll.sum(1, keepdim=True)], 1)
+
+
+def _test_counts(forward, x: torch.Tensor, labels: torch.Tensor, num_classes: int, batch: int, device: torch.device,
+                 precision: str, memo_key) -> tuple[torch.Tensor, torch.Tensor]:
     """Test counts per (true class, predicted class), on the CPU: K x K for one model, or S x K x K
-    when ``forward(x_chunk)`` gives S x b x K logits (S models on the same images)."""
+    when ``forward(x_chunk)`` gives S x b x K logits (S models on the same images); and, from the same
+    logits, each model's calibration sums (S x (3B + 1), float64: :func:`_calibration_sums`)."""
     k2 = num_classes * num_classes
 
     def chunk(i, j):
         with autocast(precision, device):
-            predicted = forward(standard_layout(x[i:j]) if precision == "bf16" else x[i:j]).argmax(-1)
+            logits = forward(standard_layout(x[i:j]) if precision == "bf16" else x[i:j])
+            predicted = logits.argmax(-1)
         pairs = labels[i:j] * num_classes + predicted
         models = 1 if pairs.dim() == 1 else pairs.shape[0]
         if pairs.dim() == 2:  # model s counts in its own K x K block
             pairs = pairs + torch.arange(models, device=pairs.device)[:, None] * k2
-        return torch.bincount(pairs.flatten(), minlength=models * k2)
+        return torch.bincount(pairs.flatten(), minlength=models * k2), _calibration_sums(logits, labels[i:j], predicted)
 
     parts = _largest_fitting(chunk, len(labels), batch, device, memo_key)
-    counts = torch.stack(parts).sum(0) if parts else torch.zeros(k2, dtype=torch.long)
-    return counts.view(-1, num_classes, num_classes).squeeze(0).cpu()
+    counts = torch.stack([p[0] for p in parts]).sum(0) if parts else torch.zeros(k2, dtype=torch.long)
+    sums = (torch.stack([p[1].cpu().double() for p in parts]).sum(0) if parts
+            else torch.zeros(1, 3 * CALIBRATION_BINS + 1, dtype=torch.float64))
+    return counts.view(-1, num_classes, num_classes).squeeze(0).cpu(), sums
+
+
+def _confusion(*args) -> torch.Tensor:
+    return _test_counts(*args)[0]
 
 
 @torch.inference_mode()
@@ -190,12 +221,17 @@ class PreparedTestSet:
 
     def confusions(self, forward, models: int = 1, channels_last: bool = False) -> torch.Tensor:
         """S x K x K test counts: ``forward`` is one model (S = 1) or gives S x b x K logits."""
+        return self.counts(forward, models, channels_last)[0]
+
+    def counts(self, forward, models: int = 1, channels_last: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """S x K x K test counts and S x (3B + 1) calibration sums, from one pass over the test set."""
         x = _prepared(self.images, self.normalize, self.key, self.device, self.batch_size)
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         k = self.num_classes
-        return _confusion(forward, x, self.labels, k, max(1, self.batch_size // models), self.device, self.precision,
-                          (*self.memo_key, models)).expand(models, k, k)
+        confusion, sums = _test_counts(forward, x, self.labels, k, max(1, self.batch_size // models), self.device,
+                                       self.precision, (*self.memo_key, models))
+        return confusion.expand(models, k, k), sums.expand(models, -1)
 
     def accuracy(self, confusion: torch.Tensor) -> float:
         return confusion.trace().item() / max(1, len(self.labels))

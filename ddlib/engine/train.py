@@ -139,6 +139,7 @@ class SeedResult:
     eval_seconds: float
     model: nn.Module | None = field(default=None, repr=False)
     confusion: list[list[int]] | None = field(default=None, repr=False)  # [true class][predicted class] test counts
+    calibration: list[float] | None = field(default=None, repr=False)  # test_pass._calibration_sums of the test pass
     lr: float | None = None  # the learning rate this model trained with
     mode: str = "sequential"  # or "batched"
     precision: str = "fp32"  # as resolved on the device ("auto" -> fp32 or bf16)
@@ -336,15 +337,15 @@ class _Lockstep:
         return torch.stack([_step(loop, forward, x, y, aug_gens[seed], [optimizer], model.parameters())
                             for model, forward, (optimizer, _) in zip(self.models, self.forwards, self.steppers)])
 
-    def test(self, tests: PreparedTestSet) -> list[tuple[nn.Module, torch.Tensor, float]]:
+    def test(self, tests: PreparedTestSet) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor, float]]:
         tested = []
         for model in self.models:
             start = time.perf_counter()
             with torch.inference_mode():
                 model.eval()
-                confusion = tests.confusions(model, 1, self.channels_last)[0]
+                confusions, sums = tests.counts(model, 1, self.channels_last)
             synchronize(tests.device)
-            tested.append((model, confusion, time.perf_counter() - start))
+            tested.append((model, confusions[0], sums[0], time.perf_counter() - start))
         return tested
 
 
@@ -367,14 +368,14 @@ class _Stack:
         xs, ys = [batches[seed][0] for seed, _ in self.runs], [batches[seed][1] for seed, _ in self.runs]
         return _step(loop, self.stack, xs, ys, None, [optimizer for optimizer, _ in self.steppers])
 
-    def test(self, tests: PreparedTestSet) -> list[tuple[nn.Module, torch.Tensor, float]]:
+    def test(self, tests: PreparedTestSet) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor, float]]:
         start = time.perf_counter()
         with torch.inference_mode():
             self.stack.eval()
-            confusions = tests.confusions(self.stack.forward_shared, len(self.runs))
+            confusions, sums = tests.counts(self.stack.forward_shared, len(self.runs))
         synchronize(tests.device)
         seconds = (time.perf_counter() - start) / len(self.runs)
-        return [(model, confusion, seconds) for model, confusion in zip(self.stack.release(), confusions)]
+        return [(model, c, s, seconds) for model, c, s in zip(self.stack.release(), confusions, sums)]
 
 
 def train_and_test(
@@ -435,9 +436,10 @@ def train_and_test(
     for indices in groups:
         group = (_Stack if mode == "batched" else _Lockstep)(loop, [runs[i] for i in indices])
         epoch_losses, train_seconds = _train(loop, group)
-        for i, losses, (model, confusion, eval_seconds) in zip(indices, epoch_losses, group.test(tests)):
+        for i, losses, (model, confusion, sums, eval_seconds) in zip(indices, epoch_losses, group.test(tests)):
             results[i] = SeedResult(runs[i][0], tests.accuracy(confusion), losses, train_seconds, eval_seconds,
-                                    model if keep_models else None, confusion.tolist(), runs[i][1], mode, precision)
+                                    model if keep_models else None, confusion.tolist(), sums.tolist(), runs[i][1], mode,
+                                    precision)
         loop.models_before += len(indices)
     bar.close()
     return [results[i] for i in range(len(runs))]

@@ -29,7 +29,7 @@ import pandas as pd
 from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import BEYOND_COLUMNS, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import PRESET_PARAMS, SET_PARAMS, check_weight, obtain, validate_common
 from ddlib.protocols.preset_eval import SideTrainer, resolve_preset
 
@@ -44,7 +44,7 @@ SPEC = ProtocolSpec(
                   columns=(("acc_syn_aug", "accuracy with the preset's augmentation"),
                            ("acc_syn_noaug", "accuracy without it"), ("acc_rdm_aug", "random subset, with"),
                            ("acc_rdm_noaug", "random subset, without"), ("ior_aug", "IOR with augmentation"),
-                           ("ior_noaug", "IOR without augmentation"), ("ars", "ARS (0-100)")),
+                           ("ior_noaug", "IOR without augmentation"), ("ars", "ARS (0-100)"), *BEYOND_COLUMNS),
                   variant=("model", "preset"), weight="gamma"),),
     headline="ars",
     history=("2: per-seed random subsets, teacher labels for the random side of stored-soft-label presets, learned lr",

@@ -38,6 +38,7 @@ from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import configure_threads, resolve_device, run_precision
 from ddlib.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
+from ddlib.protocols import beyond
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
@@ -138,6 +139,7 @@ class Cell:
         cell = cls(protocol, dict(params), tracker, run_id, owns, device, None, progress)  # type: ignore[arg-type]
         cell.strict = strict_from_env()
         cell.progress_writer = writer_from_env(run_name(protocol, params))
+        beyond.start_system_metrics(cell)
         with cell.guard():
             tracker.log_dict(run_id, params, "config.json")
             cell.dataset = reduce_dataset(load_dataset(params["dataset"], params.get("data_root")),
@@ -189,6 +191,7 @@ class Cell:
         try:
             yield
         except BaseException as error:
+            beyond.stop_system_metrics(self)
             if self.owns_run and not self.closed:
                 self.tracker.fail_run(self.run_id, error)
                 self.closed = True
@@ -198,6 +201,7 @@ class Cell:
         """Log the cell's summary metrics and what it trained (:data:`TRAININGS_TAG`, metrics
         ``models_trained``, ``models_reused``, ``image_epochs_trained``); end the run if this cell
         started it."""
+        beyond.close(self)
         trainings = self.cache.get("trainings")
         if trainings:
             self.tracker.set_tags(self.run_id, {TRAININGS_TAG: json.dumps(trainings, sort_keys=True)})
@@ -319,12 +323,19 @@ class Cell:
         group = config_hash([identities[lr] for lr in dict.fromkeys(lrs)])
         runs = list(zip(seeds, lrs))
         keys = [config_hash({**identities[lr], "seed": seed}) for seed, lr in runs]
+        cost = beyond.model_cost(self, model, model_kwargs, images, targets, eval_labels, recipe)
+
+        def inputs(i: int) -> list:
+            return beyond.datasets(self, role_of(runs[i][1]), images, targets, identity["train"], eval_images, eval_labels,
+                                   eval_split)
+
         def waiting() -> None:
             if self.progress_writer is not None:
                 self.progress_writer.waiting(role_of(lrs[0]), "waiting: another cell trains the same models (then reused)")
 
         with self.guard(), file_lock(f"eval-{group}", on_wait=waiting):
             found: dict[int, TrainedModel] = {}
+            scores: dict[int, tuple[dict, list | None]] = {}  # calibration and fairness, reliability sums
             for i, ((seed, lr), key) in enumerate(zip(runs, keys)):
                 wanted = {TAG["eval_key"]: key, **({MODEL_STORED_TAG: "true"} if keep_models else {})}
                 stored = self.tracker.find_finished(wanted)
@@ -333,6 +344,7 @@ class Cell:
                     net = self._load_model(stored[0].info.run_id, model, model_kwargs) if keep_models else None
                     found[i] = TrainedModel(role_of(lr), seed, m["test_accuracy"], m.get("train_seconds", float("nan")),
                                           m.get("eval_seconds", float("nan")), stored[0].info.run_id, True, net)
+                    scores[i] = ({k: m.get(k, float("nan")) for k in beyond.SCORES}, None)
             missing = [i for i in range(len(runs)) if i not in found]
             for i, (_seed, lr) in enumerate(runs):
                 self._count_training(role_of(lr), len(targets) * epochs_trained(recipes[lr]), i in missing)
@@ -360,9 +372,11 @@ class Cell:
                     )
                     if keep_models:
                         self._store_model(run_id, r.model)
+                    scores[i] = (beyond.evaluation_scores(r.confusion, r.calibration), r.calibration)
                     self.tracker.log_metrics(run_id, {"test_accuracy": r.test_accuracy,
                                                       "train_seconds": r.train_seconds,
-                                                      "eval_seconds": r.eval_seconds})
+                                                      "eval_seconds": r.eval_seconds, **scores[i][0], **cost})
+                    beyond.log_evaluation(self, run_id, r.calibration, inputs(i))
                     self.tracker.log_series(run_id, "train_loss", r.epoch_losses)
                     if r.confusion is not None:  # for the report card's confusion matrix
                         self.tracker.log_dict(run_id, {"classes": list(ds.class_names), "matrix": r.confusion},
@@ -371,6 +385,10 @@ class Cell:
                     net = r.model.eval() if keep_models else None
                     found[i] = TrainedModel(role_of(lr), r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
                                           run_id, False, net)
+            for i, t in found.items():
+                if eval_split == "test":
+                    times = {"train_seconds": t.train_seconds, "eval_seconds": t.eval_seconds}
+                    beyond.note(self, t.role, t.seed, {**scores[i][0], **cost, **times}, scores[i][1], inputs(i))
         return [found[i] for i in range(len(runs))]
 
     def _count_training(self, role: str, image_epochs: int, trained: bool) -> None:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import BEYOND_COLUMNS, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_recipe_params,
                                      setting_recipe, mean_std_table, train_settings)
@@ -40,7 +40,7 @@ SPEC = ProtocolSpec(
     boards=(Board("compression", "DC-Bench: accuracy against images per class",
                   "ddlib.report.dcbench:compression_leaderboard", "acc_set", "accuracy of the set",
                   columns=(("acc_set", "accuracy of the set"), ("acc_full", "full training set"),
-                           ("relative", "accuracy relative to the full training set")),
+                           ("relative", "accuracy relative to the full training set"), *BEYOND_COLUMNS),
                   variant=("model",)),),
     headline="compression",
     history=("2: DSA (1000 epochs) by default, as DC-Bench's tables (was: no augmentation)",

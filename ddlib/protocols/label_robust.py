@@ -51,7 +51,7 @@ from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.engine.recipe import Recipe
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import BEYOND_COLUMNS, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain,
                                     validate_common)
 from ddlib.protocols.preset_eval import SideTrainer
@@ -76,7 +76,7 @@ SPEC = ProtocolSpec(
                        ("acc_rdm_any", "random subset, same evaluation (acc_rdm_any)"),
                        ("acc_real_hard", "full training set, hard labels (acc_real_hard)"),
                        ("hlr", "HLR = acc_real_hard - acc_syn_hard (lower is better)"),
-                       ("ior", "IOR = acc_syn_any - acc_rdm_any"), ("lrs", "LRS (0-100)")),
+                       ("ior", "IOR = acc_syn_any - acc_rdm_any"), ("lrs", "LRS (0-100)"), *BEYOND_COLUMNS),
                   variant=("model", "preset"), weight="w"),),
     headline="lrs",
     history=("2: hard side under the preset's evaluation, per-seed random subsets, teacher labels for the random side "

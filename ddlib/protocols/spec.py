@@ -26,7 +26,8 @@ import pandas as pd
 
 from ddlib.registry import Registry
 
-__all__ = ["Param", "Board", "ProtocolSpec", "Result", "REGISTRY", "protocol_names", "set_protocols", "get_spec", "all_specs",
+__all__ = ["Param", "Board", "BEYOND_COLUMNS", "ProtocolSpec", "Result",
+           "REGISTRY", "protocol_names", "set_protocols", "get_spec", "all_specs",
            "protocol_module", "parameters_source", "board_specs", "notebook_folder", "PATH_ENV"]
 
 
@@ -69,6 +70,15 @@ class Board:
     variant: tuple[str, ...] = ()  # the columns that tell one set's rows apart on the card
     weight: str | None = None  # "w", "gamma", "alpha": the board's score weight (the CLI's --w, ...)
     higher_is_better: bool = True
+
+
+# Extra (non-headline) columns of the boards that carry them (ddlib.protocols.beyond): the calibration and
+# class-wise fairness of the models the board's headline accuracy comes from, and the cell's cost.
+BEYOND_COLUMNS = (("ece", "ECE, 15 equal-width bins (the set's models)"), ("nll", "test NLL (the set's models)"),
+                  ("worst_class_acc", "worst-class accuracy (the set's models)"),
+                  ("class_acc_range", "max - min of the per-class accuracies (the set's models)"),
+                  ("train_flops", "training FLOPs of the cell's models (3 x forward x images seen)"),
+                  ("train_seconds", "training wall time of the cell's models (s; see devices)"))
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ INTERVALS = {"resamples": stats.RESAMPLES, "level": stats.LEVEL, "seed": stats.S
 # Shown as logged (0-100 scores, seconds, correlations, percent already); every other value is a
 # fraction shown in percent.
 SCORES = ("lrs", "ars", "rr", "ae", "crei", "rcr", "rrm", "aem", "creim", "rcrm")
-UNSCALED = (*SCORES, "spearman", "kendall", "top1", "best_possible", "images", "tau")
+UNSCALED = (*SCORES, "spearman", "kendall", "top1", "best_possible", "images", "tau", "nll")
 # The headline score first (each board's), then its parts, then the accuracies they come from.
 VALUE_ORDER = ("lrs", "ars", "crei", "creim", "acc_aug_avg", "acc_transfer", "acc_set", "spearman",
                "hlr", "ior", "ior_aug", "ior_noaug", "rr", "ae", "rcr",
@@ -130,7 +130,7 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
             row = {"group": group, "series": tags.get(TAG["series"], group) + split,
                    "family": tags.get(TAG["family"], group) + split,
                    "seed": seed, "run_id": run.info.run_id, "data": tags.get(TAG["data"]),
-                   "classes": _classes(run), "leakage": tags.get(LEAKAGE_TAG)}
+                   "classes": _classes(run), "leakage": tags.get(LEAKAGE_TAG), "devices": tags.get(TAG["device_name"])}
             row.update({p: _param(run, p) for p in row_params})
             row.update({column: tags.get(tag) for column, tag in (row_tags or {}).items()})
             row.update({column: tags.get(tag) for column, tag in {**SPLIT_TAGS, **SET_TAGS}.items()})
@@ -202,6 +202,8 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
         row.update({k: sub[k].iloc[0] for k in KEY_COLUMNS if k in sub and k not in row})
         row.update({k: sub[k].iloc[0] for k in ("series", "family") if k in sub})
         row["seeds"] = len(sub)
+        if "devices" in sub:  # what the timings and cost columns ran on (not a key: accuracies do not depend on it)
+            row["devices"] = ", ".join(sorted({str(d) for d in sub["devices"] if isinstance(d, str)}))
         present = [c for c in value_cols if c in sub]
         low, high = stats.bootstrap_mean_intervals(sub[present].to_numpy(dtype=float), **INTERVALS) if present \
             else ([], [])
@@ -311,6 +313,8 @@ def display_format(base: str) -> tuple[float, str]:
         return 1.0, "{:.2f}"
     if base.endswith("seconds_per_sample"):
         return 1.0, "{:.4f}"
+    if base.endswith(("_flops", "_images")):  # cost columns (ddlib.protocols.beyond)
+        return 1.0, "{:.3g}"
     if base in UNSCALED or base.endswith("seconds"):
         return 1.0, "{:.2f}"
     return 100.0, "{:.2f}"  # accuracies and their differences in points

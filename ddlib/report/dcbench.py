@@ -15,6 +15,7 @@ import scipy.stats
 from ddlib import stats
 from ddlib.protocols.dcbench import best_by_mean
 from ddlib.protocols.nas_space import rank_correlation
+from ddlib.protocols import beyond
 from ddlib.report.core import INTERVALS, aggregate, board_score, leakage_note, per_seed_values
 
 __all__ = ["augmentation_leaderboard", "compression_leaderboard", "plot_compression", "synthesis_vs_selection",
@@ -25,12 +26,15 @@ SELECTION = ("random", "kcenter", "kcenter_greedy", "herding", "forgetting", "el
 
 
 def _accuracies(experiment: str, row_params, keys=()) -> pd.DataFrame:
-    return per_seed_values(experiment, keys, row_params, match=lambda k: k.startswith("acc_") or k == "relative")
+    return per_seed_values(experiment, keys, row_params,
+                           match=lambda k: k.startswith("acc_") or k == "relative" or beyond.is_beyond(k))
 
 
-def _value_columns(df: pd.DataFrame, first=()) -> list[str]:
+def _value_columns(df: pd.DataFrame, first=(), roles: tuple[str, ...] = ()) -> list[str]:
+    """The accuracy columns (``first`` first); with ``roles``, then the calibration, fairness and cost
+    columns of the first of those roles the cells logged (:func:`ddlib.protocols.beyond.board_columns`)."""
     rest = sorted(c for c in df.columns if (c.startswith("acc_") or c == "relative") and c not in first)
-    return [*[c for c in first if c in df.columns], *rest]
+    return [*[c for c in first if c in df.columns], *rest, *(beyond.board_columns(df, roles) if roles else [])]
 
 
 def augmentation_leaderboard(experiment: str = "augmentation") -> pd.DataFrame:
@@ -42,10 +46,10 @@ def augmentation_leaderboard(experiment: str = "augmentation") -> pd.DataFrame:
     df = _accuracies(experiment, rows)
     if df.empty:
         return df
-    cols = _value_columns(df, first=("acc_noaug", "acc_aug_avg"))
+    cols = _value_columns(df, first=("acc_noaug", "acc_aug_avg"), roles=("syn-none",))
     cols = [c for c in cols if c not in ("acc_none", "acc_aug_best")]  # none is shown as acc_noaug; best below
     board = aggregate(df, cols, rows, sort=("dataset", "ipc"), descending="acc_aug_avg" if "acc_aug_avg" in cols else None)
-    augmented = [c for c in cols if c not in ("acc_noaug", "acc_aug_avg")]
+    augmented = [c for c in cols if c.startswith("acc_") and c not in ("acc_noaug", "acc_aug_avg")]
     best = []
     for _, row in board.iterrows():
         means = {c: [row[f"{c}_mean"]] for c in augmented if pd.notna(row[f"{c}_mean"])}
@@ -64,7 +68,7 @@ def compression_leaderboard(experiment: str = "compression") -> pd.DataFrame:
     df = _accuracies(experiment, rows, keys=("acc_set",))
     if df.empty:
         return df
-    board = aggregate(df, _value_columns(df, first=("acc_set", "acc_full", "relative")), rows,
+    board = aggregate(df, _value_columns(df, first=("acc_set", "acc_full", "relative"), roles=("syn-set",)), rows,
                       descending=board_score("compression"))
     return board.sort_values(["dataset", "model", "method", "ipc"], key=lambda c: c.astype(str) if c.name != "ipc"
                              else c).reset_index(drop=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ddlib import metrics
+from ddlib.protocols import beyond
 from ddlib.protocols.cell import POOL_TAG
 from ddlib.report.core import KEY_COLUMNS, aggregate, per_seed_values
 from ddlib.tracking import TAG
@@ -19,13 +20,15 @@ ROW_PARAMS = ("dataset", "ipc", "method", "model", "preset", "lr_policy")
 ROW_TAGS = {"revision": TAG["revision"], "pool": POOL_TAG}
 
 
-def _leaderboard(experiment: str, keys: tuple[str, ...], derive, score: str) -> pd.DataFrame:
-    """Pool per-seed values by group, add derived columns, and aggregate mean and std over seeds."""
-    df = per_seed_values(experiment, keys, ROW_PARAMS, row_tags=ROW_TAGS)
+def _leaderboard(experiment: str, keys: tuple[str, ...], derive, score: str, roles: tuple[str, ...]) -> pd.DataFrame:
+    """Pool per-seed values by group, add derived columns, and aggregate mean and std over seeds; then
+    the calibration, class-wise fairness and cost of the ``roles``' models (:mod:`ddlib.protocols.beyond`)."""
+    df = per_seed_values(experiment, keys, ROW_PARAMS, row_tags=ROW_TAGS, match=beyond.is_beyond)
     if df.empty:
         return df
     derived = derive(df)
-    return aggregate(df, [*keys, *derived], (*ROW_PARAMS, "revision"), sort=("dataset", "ipc"), descending=score)
+    extra = beyond.board_columns(df, roles)
+    return aggregate(df, [*keys, *derived, *extra], (*ROW_PARAMS, "revision"), sort=("dataset", "ipc"), descending=score)
 
 
 def lrs_leaderboard(experiment: str = "label_robust", w: float = 0.5) -> pd.DataFrame:
@@ -37,7 +40,8 @@ def lrs_leaderboard(experiment: str = "label_robust", w: float = 0.5) -> pd.Data
         df["lrs"] = [metrics.lrs(h, i, w) for h, i in zip(df.hlr, df.ior)]
         return ["hlr", "ior", "lrs"]
 
-    return _leaderboard(experiment, ("acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any"), derive, "lrs")
+    return _leaderboard(experiment, ("acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any"), derive, "lrs",
+                        ("syn_any", "syn_hard"))
 
 
 def ars_leaderboard(experiment: str = "augmentation_robust", gamma: float = 0.5) -> pd.DataFrame:
@@ -50,7 +54,7 @@ def ars_leaderboard(experiment: str = "augmentation_robust", gamma: float = 0.5)
         return ["ior_aug", "ior_noaug", "ars"]
 
     keys = ("acc_syn_aug", "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug")
-    return _leaderboard(experiment, keys, derive, "ars")
+    return _leaderboard(experiment, keys, derive, "ars", ("syn_aug",))
 
 
 SWEEP = (0.1, 0.3, 0.5, 0.7, 0.9)  # the weights of DD-Ranking's appendix
