@@ -39,7 +39,7 @@ def _rows(experiment: str) -> pd.DataFrame:
             row = rows.setdefault(key, {
                 "group": f"{cell['family']}|{cell['ipc']}|{attack}|{target}", "family": f"{cell['family']}|{attack}",
                 "series": f"{cell['family']}|{attack}|{target}", "seed": cell["seed"], "run_id": [],
-                "data": cell["data"], "classes": cell["classes"],
+                "data": cell["data"], "classes": cell["classes"], "precision": cell.get("precision"),
                 **{p: cell[p] for p in _CELL_PARAMS}, "method": target, "attack": attack,
                 "target": cell["target"] if cell["mode"] == "targeted" else "",
                 "clean_acc": cell.get(f"clean.{target}", float("nan"))})
