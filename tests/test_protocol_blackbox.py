@@ -140,9 +140,13 @@ def test_bad_target_models_are_named():
     assert blackbox.validate(p) == p  # the runner's validated cell validates again in the notebook
 
 
-def test_the_runner_fills_target_sources_from_the_grid_methods():
-    cell = blackbox.fill_sources({"target_models": ["dc", "random", {"method": "dc", "model": "mlp"}]},
-                                 {"dc": {"kind": "file", "path": "sets/dc_ipc{ipc}.pt"}})
+def test_the_runner_fills_target_sources_from_the_grid_methods(tmp_path):
+    from ddlib.runner import expand, load_grid
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("protocol: blackbox\nparams: {dataset: digits, target_models: [dc, random, {method: dc, model: mlp}]}\n"
+                    "grid: {method: [random]}\nmethods: {dc: {kind: file, path: \"sets/dc_ipc{ipc}.pt\"}}\n")
+    (cell,) = expand(load_grid(grid))
     dc = {"kind": "file", "path": os.path.abspath("sets/dc_ipc{ipc}.pt")}
-    assert cell["target_models"] == [{"method": "dc", "source": dc}, {"method": "random"},
-                                     {"method": "dc", "model": "mlp", "source": dc}]
+    assert [(e["method"], e["model"], e["source"]) for e in cell["target_models"]] == [
+        ("dc", "convnet", dc), ("random", "convnet", {"kind": "random"}), ("dc", "mlp", dc)]
