@@ -95,7 +95,7 @@ def test_surrogates_and_targets_come_from_the_pool_and_fill_the_board(mlflow_sto
     for attack in ("fgsm", "pgd"):  # the diagonal is the adversarial protocol's white-box number
         assert row[f"transfer.{attack}.random"] == row[f"{attack}.robust_acc"] == white[f"{attack}.robust_acc"]
         assert row[f"{attack}.queries"] == {"fgsm": 1, "pgd": 3}[attack]
-    assert row["clean.random"] == white["clean_acc"]
+    assert row["clean.random"] == row["clean_acc"] == white["clean_acc"]  # on the attacked images
     assert set(result.table().columns) == {"random", "kcenter", "random/mlp"}
     matrix = pd.read_csv(tracking.client().download_artifacts(cell.run_id, "transfer_matrix.csv", str(tmp_path)))
     assert len(matrix) == 2 * 3 and matrix["white_box"].sum() == 2

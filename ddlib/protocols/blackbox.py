@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddlib.attacks import PixelModel, parse_attacks, targeted_skip_reason, transfer_attack
+from ddlib.attacks import PixelModel, clean_pass, parse_attacks, targeted_skip_reason, transfer_attack
 from ddlib.data.digest import tensor_digest
 from ddlib.data.distilled import DistilledSet
 from ddlib.methods.sources import obtain_set, resolve_source, validate_source
@@ -236,7 +236,9 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedMod
                         "test": test_id, "device": device_name(cell.device), "batch_size": p["attack_batch_size"],
                         "space": p["space"], "mode": p["mode"], "attack_seed": p["attack_seed"],
                         "protocol": PROTOCOL, "revision": REVISION, **({"target": p["target"]} if targeted else {})}
-            row = {"seed": surrogate.seed, "clean_acc": surrogate.accuracy}
+            # the surrogate's clean accuracy on the attacked images (its pool accuracy is on the whole test set)
+            row = {"seed": surrogate.seed, "clean_acc": clean_pass(net, images, labels, p["attack_batch_size"],
+                                                                   cell.device).accuracy}
             for spec in parse_attacks(p["attacks"]):
                 if targeted and (reason := targeted_skip_reason(spec)):
                     skipped[spec.name] = reason
