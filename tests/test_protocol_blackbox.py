@@ -86,8 +86,14 @@ def _cell(protocol, **params):
 
 
 def test_surrogates_and_targets_come_from_the_pool_and_fill_the_board(mlflow_store, tmp_path):
-    _, _, white = _cell(adversarial, method="random")  # the adversarial protocol trains and stores random's model
-    white = white.per_seed.iloc[0]
+    _, _, adv = _cell(adversarial, method="random")  # the adversarial protocol trains and stores random's model
+    white = adv.per_seed.iloc[0]
+    # queries per image beside the times (issue 26.2): FGSM one forward, PGD one per step
+    assert (white["fgsm.queries"], white["pgd.queries"]) == (1, 3)
+    assert list(adv.table()["queries / image"]) == [1, 3]
+    from ddlib.report.beard import robustness_leaderboard
+
+    assert robustness_leaderboard().loc[0, "pgd.queries_mean"] == 3
     targets = ["random", "kcenter", {"method": "random", "model": "mlp"}]
     cell, models, result = _cell(blackbox, method="random", target_models=targets)
     assert models[0].reused  # the surrogate is the adversarial cell's model, not retrained

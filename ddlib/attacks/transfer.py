@@ -8,8 +8,9 @@ same: the adversarial batch of its ``net_eval`` (the surrogate) is classified by
 ``eval_nets`` (the targets), whose accuracies are logged beside the surrogate's own.
 
 Two identities follow, and the tests check them: a target that *is* the surrogate gets exactly the
-white-box robust accuracy of the same attack and seed; a target that ignores its input keeps its clean
-accuracy, whatever the attack.
+white-box robust accuracy of the same attack and seed (in ``beard_compat`` space up to float rounding:
+the target reads the images mapped back to pixels and normalised again); a target that ignores its
+input keeps its clean accuracy, whatever the attack.
 """
 
 from __future__ import annotations
