@@ -72,6 +72,8 @@ CELLS = {
                      "real_recipe": {"epochs": 5}, "lr_grid": [0.01, 0.05]},
     "augmentation_robust": {"method": "random", "ipc": 2, "preset": "dsa", "lr_grid": [0.01, 0.05]},
     "adversarial": {"method": "random", "ipc": 2, "attacks": ["fgsm", "pgd"], "attack_size": 40},
+    "blackbox": {"method": "random", "ipc": 2, "attacks": ["fgsm", {"square": {"n_queries": 50}}, "spsa"],
+                 "target_models": ["random", "kcenter"], "attack_size": 40},
     "augmentation": {"method": "random", "ipc": 2, "augmentations": ["none", "dsa", "imagenet_aug"]},
     "compression": {"method": "kcenter", "real_recipe": {"epochs": 5}},
     "transfer": {"method": "random", "models": ["convnet", "resnet18_bn"]},

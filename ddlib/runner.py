@@ -182,6 +182,11 @@ def expand(spec: GridSpec) -> list[dict]:
             if source.get("kind") in ("file", "checkpoint"):  # kernels run elsewhere: make paths absolute
                 source["path"] = _absolute(source["path"])
             cell["source"] = source
+        if hasattr(module, "fill_sources"):  # methods named in other params (blackbox's target_models)
+            try:
+                cell = module.fill_sources(cell, spec.methods)
+            except ValueError as e:
+                raise GridError(f"{spec.path}: {e}") from None
         # Every path is taken from where `ddlib run` runs (kernels run in notebooks/).
         for key in ("data_root", *module.SPEC.path_params):
             if isinstance(cell.get(key), str):

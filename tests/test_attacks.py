@@ -48,6 +48,8 @@ FAST = {  # few steps / queries, so every attack runs in well under a second on 
     "tifgsm": {"steps": 3},
     "eotpgd": {"steps": 3},
     "upgd": {"steps": 3},
+    "square": {"n_queries": 20},
+    "spsa": {"nb_sample": 8},
 }
 
 
@@ -89,7 +91,8 @@ def _fast(name: str, **extra) -> AttackSpec:
 
 def test_registry_names():
     assert list_attacks() == sorted(
-        ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack", "difgsm", "mifgsm", "tifgsm", "eotpgd", "upgd"]
+        ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack", "difgsm", "mifgsm", "tifgsm", "eotpgd", "upgd",
+         "square", "spsa"]
     )
 
 
@@ -118,6 +121,7 @@ OVERRIDES = {
     "pgd_l2": {"eps", "alpha", "random_start"},
     "cw": {"steps"},
     "autoattack": {"steps", "n_target_classes", "n_queries"},  # ours; not AutoAttack arguments
+    "spsa": {"eps"},  # BEARD's 8/255 (torchattacks: 0.3)
 }
 
 
@@ -416,7 +420,7 @@ def test_untargeted_measurements_are_consistent(setup):
     assert out.targeted_success is None
     assert out.clean_seconds == clean.seconds  # the clean pass given is the one the attack is compared with
     assert set(out.metrics()) == {"clean_acc", "robust_acc", "asr", "asr_beard", "attack_seconds",
-                                  "seconds_per_sample", "clean_seconds", "max_linf", "max_l2"}
+                                  "seconds_per_sample", "clean_seconds", "max_linf", "max_l2", "queries"}
     assert out.description == "pgd(alpha=2/255, eps=16/255, random_start=False, steps=10)"
 
 

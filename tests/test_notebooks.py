@@ -83,6 +83,8 @@ TINY_RUNS = {  # every protocol notebook at a setting a CPU runs in seconds (dig
     "adversarial": {"method": "random", "ipc": 2, "recipe": {"epochs": 3}, "mode": "targeted",
                     "attacks": ["fgsm", "deepfool"], "attack_size": 40,
                     "eps_curve": {"attack": "fgsm", "eps": ["2/255", "4/255"]}},
+    "blackbox": {"method": "random", "ipc": 2, "recipe": {"epochs": 3}, "attacks": ["fgsm", {"square": {"n_queries": 20}}],
+                 "target_models": ["random", "kcenter"], "attack_size": 40},
 }
 
 

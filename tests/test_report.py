@@ -195,10 +195,10 @@ def test_every_board_keys_its_rows_by_precision_and_set(mlflow_store):
 def test_report_card_has_every_section_and_logs_to_mlflow(store, tmp_path):
     card = cards.build_card("dm", "digits", 2)
     sections = {b.protocol: b for b in card.blocks}
-    assert set(sections) == {"label_robust", "augmentation_robust", "adversarial", "augmentation", "transfer",
-                             "compression", "nas"}
+    assert set(sections) == {"label_robust", "augmentation_robust", "adversarial", "blackbox", "augmentation",
+                             "transfer", "compression", "nas"}
     assert sections["label_robust"].ran and sections["augmentation_robust"].ran
-    for protocol in ("adversarial", "augmentation", "transfer", "compression", "nas"):
+    for protocol in ("adversarial", "blackbox", "augmentation", "transfer", "compression", "nas"):
         assert not sections[protocol].ran
         assert sections[protocol].command.startswith("papermill notebooks/") and "-p method dm" in \
             sections[protocol].command and '"iterations": 5' in sections[protocol].command

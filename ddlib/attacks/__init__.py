@@ -3,8 +3,9 @@
 A library the protocols use, not a protocol (as torchattacks is to its users): a registry of
 attacks (``registry.py``: ``create_attack(spec, model, num_classes)`` builds a torchattacks attack
 from a spec), the space an attack acts in (``spaces.py``: :class:`PixelModel`), targets and seeds
-(``targets.py``), the argument checks (``checks.py``) and the measuring loop (``run.py``:
-:func:`clean_pass`, :func:`run_attack`). A spec is a registry name, a one-key mapping
+(``targets.py``), the argument checks (``checks.py``), the measuring loop (``run.py``:
+:func:`clean_pass`, :func:`run_attack`) and black-box transfer (``transfer.py``: :func:`transfer_attack`,
+crafted on a surrogate, scored on targets). A spec is a registry name, a one-key mapping
 ``{name: {param: value}}`` (the YAML form), or an :class:`AttackSpec`::
 
     attacks: [fgsm, {pgd: {eps: 4/255, random_start: true}}, {pgd_l2: {eps: 128/255, alpha: 15/255}}]
@@ -52,6 +53,7 @@ from ddlib.attacks.registry import (ATTACKS, AttackSpec, create_attack, get_entr
 from ddlib.attacks.spaces import SPACES, PixelModel
 from ddlib.attacks.targets import TARGET_KINDS, batch_seed, target_labels
 from ddlib.attacks.run import AttackOutcome, CleanOutcome, clean_pass, run_attack
+from ddlib.attacks.transfer import TransferOutcome, transfer_attack
 
 __all__ = [
     "ATTACKS",
@@ -73,4 +75,6 @@ __all__ = [
     "batch_seed",
     "clean_pass",
     "run_attack",
+    "TransferOutcome",
+    "transfer_attack",
 ]

@@ -31,7 +31,19 @@ tifgsm        TIFGSM         eps 8/255, alpha 2/255, steps 10, decay 0, kernel_n
 eotpgd        EOTPGD         eps 8/255, alpha 2/255, steps 10, eot_iter 2, random_start True
 upgd          UPGD           eps 8/255, alpha 2/255, steps 10, random_start False, loss ce,
                              decay 1, eot_iter 1
+square        Square         norm Linf, eps 8/255, n_queries 5000, n_restarts 1, p_init 0.8,
+                             loss margin, resc_schedule True; seed: the attack seed (BEARD's
+                             call, ``eva_utils.epoch``, exactly, with its ``seed=0`` at seed 0)
+spsa          SPSA           eps 8/255 (BEARD's; torchattacks: 0.3), delta 0.01, lr 0.01,
+                             nb_iter 1, nb_sample 128, max_batch_size 64
 ============  =============  ==================================================================
+
+``square`` and ``spsa`` are query (score-based, black-box) attacks: they read the model's logits,
+never its gradients. BEARD (``Code/eva_utils.py``, 2025) calls ``Square`` with the arguments above
+in both modes, and ``SPSA(net, eps=8/255)`` in targeted mode only: its untargeted ``Spsa`` branch
+runs ``AutoAttack(net, eps=8/255)`` instead (a copy-paste slip, so its published untargeted SPSA
+accuracy, 27.0 on BACON IPC 50, is AutoAttack's 27.01); here ``spsa`` is SPSA in both modes. Each
+attack's queries (model evaluations per image, counted) are measured by :func:`ddlib.attacks.run_attack`.
 
 ``cw`` and ``deepfool`` are minimum-norm attacks with no ε bound; the others keep every
 adversarial image within ε of the clean one (L∞, or L2 for ``pgd_l2`` and ``autoattack`` with
@@ -71,12 +83,19 @@ _BOUNDS: dict[str, tuple[float, float | None]] = {
     "resize_rate": (1e-12, None),
     "eps_for_division": (1e-300, None),
     "nsig": (1e-12, None),
+    "n_restarts": (1, None),
+    "p_init": (1e-12, 1.0),
+    "nb_iter": (1, None),
+    "nb_sample": (1, None),
+    "max_batch_size": (1, None),
+    "delta": (1e-12, None),
 }
-_CHOICES: dict[str, tuple[str, ...]] = {
+_CHOICES: dict[str | tuple[str, str], tuple[str, ...]] = {  # name, or (attack, name)
     "norm": ("Linf", "L2"),
     "version": ("standard", "plus", "rand"),
     "kernel_name": ("gaussian", "linear", "uniform"),
     "loss": ("ce", "dlr", "margin"),
+    ("square", "loss"): ("ce", "margin"),  # an attack's own choices, where they differ from the shared ones
 }
 
 
@@ -87,7 +106,7 @@ def _coerce(attack: str, key: str, default: Any, value: Any) -> Any:
             raise ValueError(f"attack {attack!r}: {key!r} must be true or false, got {value!r}")
         return value
     if isinstance(default, str):
-        choices = _CHOICES.get(key)
+        choices = _CHOICES.get((attack, key), _CHOICES.get(key))
         if not isinstance(value, str) or (choices and value not in choices):
             raise ValueError(f"attack {attack!r}: {key!r} must be one of {choices}, got {value!r}")
         return value
@@ -229,6 +248,17 @@ _torchattack("mifgsm", torchattacks.MIFGSM, "Linf", eps=8 / 255, decay=1.0)
 _torchattack("tifgsm", torchattacks.TIFGSM, "Linf", eps=8 / 255, decay=0.0, nsig=3.0)  # its kernel: 3 groups
 _torchattack("eotpgd", torchattacks.EOTPGD, "Linf", eps=8 / 255)
 _torchattack("upgd", torchattacks.UPGD, "Linf", eps=8 / 255, decay=1.0)
+
+
+def _build_square(model, num_classes, seed, *, norm, eps, n_queries, n_restarts, p_init, loss, resc_schedule):
+    """torchattacks' Square seeded with the attack seed (it reseeds the global generator with it at
+    every call, as AutoAttack does; BEARD passes ``seed=0``)."""
+    return torchattacks.Square(model, norm=norm, eps=eps, n_queries=n_queries, n_restarts=n_restarts, p_init=p_init,
+                               loss=loss, resc_schedule=resc_schedule, seed=seed, verbose=False)
+
+
+_torchattack("square", torchattacks.Square, "Linf", build=_build_square)
+_torchattack("spsa", torchattacks.SPSA, "Linf", eps=8 / 255)
 
 
 # --------------------------------------------------------------------------- lookup and specs

@@ -51,6 +51,11 @@ class AttackOutcome:
       classifying), synchronised on CUDA; ``seconds_per_sample`` = that / N.
     * ``clean_seconds``: wall time of the clean pass the attack was compared with (the one given,
       or the one :func:`run_attack` timed right before the attack, in the same process).
+    * ``queries``: model evaluations per image the attack made (its queries, for a query attack such
+      as Square or SPSA): the rows of every forward pass of the attacked model while crafting,
+      counted by a hook (a batch of B images counts B), summed and divided by N; the warm-up and the
+      classification of the result are not counted. Square stops querying an image once fooled, so
+      this is a mean; gradient attacks count their forward passes the same way.
     * ``max_linf``, ``max_l2``: largest per-image L∞ and L2 norm of (adv − clean), in pixel units
       (in ``beard_compat`` space too, where they exceed ε: that is the point of showing them).
     * ``skipped``/``reason``: the attack cannot run in this mode (e.g. DeepFool targeted): every
@@ -71,6 +76,7 @@ class AttackOutcome:
     clean_seconds: float | None = None
     max_linf: float | None = None
     max_l2: float | None = None
+    queries: float | None = None
     correct: torch.Tensor | None = field(default=None, repr=False)  # per image, after the attack
     adv: torch.Tensor | None = field(default=None, repr=False)  # adversarial pixels (return_adv=True)
     skipped: bool = False
@@ -79,7 +85,7 @@ class AttackOutcome:
     def metrics(self) -> dict[str, float]:
         """The numeric measurements that are set (for ``mlflow.log_metrics``)."""
         keys = ("clean_acc", "robust_acc", "asr", "asr_beard", "targeted_success", "attack_seconds",
-                "seconds_per_sample", "clean_seconds", "max_linf", "max_l2")
+                "seconds_per_sample", "clean_seconds", "max_linf", "max_l2", "queries")
         return {k: float(getattr(self, k)) for k in keys if getattr(self, k) is not None}
 
 
@@ -206,6 +212,9 @@ def run_attack(
         _warm_up(attacked, to_input(as_pixels(images[:batch_size].to(dev))), labels[:batch_size].to(dev))
     preds, advs = [], []
     seconds, max_linf, max_l2 = 0.0, 0.0, 0.0
+    rows = [0]  # images through the attacked model's forward (the attack's queries, and the classification)
+    counting = attacked.register_forward_pre_hook(lambda _module, args: rows.__setitem__(0, rows[0] + len(args[0])))
+    queries = 0
     bar = tqdm(total=n, desc=spec.name, disable=not progress, leave=False)
     try:
         for b, i in enumerate(range(0, n, batch_size)):
@@ -214,7 +223,9 @@ def run_attack(
             x = as_pixels(images[i : i + batch_size].to(dev, non_blocking=True))
             with torch.random.fork_rng(devices=_fork_devices(dev)):
                 torch.manual_seed(batch_seed(seed, b))
+                before = rows[0]
                 adv = atk(to_input(x), goal[i : i + batch_size].to(dev))
+                queries += rows[0] - before
             with torch.no_grad():
                 pred = attacked(adv).argmax(1)
             synchronize(dev)
@@ -230,6 +241,7 @@ def run_attack(
                 advs.append(adv.detach().cpu())
             bar.update(len(x))
     finally:
+        counting.remove()
         bar.close()
         model.train(was_training)
 
@@ -249,6 +261,7 @@ def run_attack(
         clean_seconds=clean.seconds,
         max_linf=max_linf,
         max_l2=max_l2,
+        queries=queries / denom,
         correct=adv_correct,
         adv=torch.cat(advs) if return_adv and advs else None,
     )

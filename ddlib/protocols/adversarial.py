@@ -274,14 +274,16 @@ class AdversarialResult(Result):
         return pd.DataFrame(rows)
 
     def table(self) -> pd.DataFrame:
-        """Per attack, mean over seeds: robust accuracy and ASR in %, times in seconds (skipped shown)."""
-        shown = self.attacks.groupby("attack", sort=False).agg(
+        """Per attack, mean over seeds: robust accuracy and ASR in %, times in seconds, queries (model
+        evaluations per image; absent from results cached before they were counted), skipped shown."""
+        attacks = self.attacks if "queries" in self.attacks else self.attacks.assign(queries=float("nan"))
+        shown = attacks.groupby("attack", sort=False).agg(
             robust_acc=("robust_acc", "mean"), asr=("asr", "mean"), asr_beard=("asr_beard", "mean"),
-            attack_seconds=("attack_seconds", "mean"), status=("status", "first"))
+            attack_seconds=("attack_seconds", "mean"), queries=("queries", "mean"), status=("status", "first"))
         for col in ("robust_acc", "asr", "asr_beard"):
             shown[col] = 100 * shown[col]
         return shown.rename(columns={"robust_acc": "robust acc %", "asr": "ASR %", "asr_beard": "ASR (BEARD) %",
-                                     "attack_seconds": "attack s"})
+                                     "attack_seconds": "attack s", "queries": "queries / image"})
 
     def scores(self) -> pd.DataFrame:
         keys = ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "rcr"]

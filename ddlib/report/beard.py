@@ -34,7 +34,7 @@ __all__ = ["ROW_PARAMS", "robustness_leaderboard", "unified_leaderboard", "eps_c
 ROW_PARAMS = ("dataset", "ipc", "method", "model", "training", "mode", "target", "space", "attacks", "device")
 PAIR_TARGETS = ("next", "next_mod10")  # BEARD's targets: the targeted row an untargeted one pairs with
 EXPERIMENT = "adversarial"
-_ATTACK_VALUES = (".robust_acc", ".asr", ".asr_beard", ".attack_seconds")
+_ATTACK_VALUES = (".robust_acc", ".asr", ".asr_beard", ".attack_seconds", ".queries")
 
 
 def _values(experiment: str) -> pd.DataFrame:
@@ -103,7 +103,7 @@ def robustness_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, cle
                                  _ran(row, attacks, "attack_seconds"), alpha, rr_variant)
             for (_, row), t_clean in zip(df.iterrows(), _clean_times(df, clean_time))]
     df = df.assign(**pd.DataFrame(rows, index=df.index))
-    per_attack = [f"{a}.{v}" for a in attacks for v in ("robust_acc", "asr", "asr_beard", "attack_seconds")]
+    per_attack = [f"{a}.{v}" for a in attacks for v in ("robust_acc", "asr", "asr_beard", "attack_seconds", "queries")]
     return aggregate(df, ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "rcr", "clean_seconds",
                           *per_attack], ROW_PARAMS, sort=("dataset", "mode", "family", "ipc"), descending="crei")
 

@@ -1,0 +1,77 @@
+"""The black-box board from the ``blackbox`` experiment: per attack, a target x surrogate matrix.
+
+Each ``blackbox`` cell is one surrogate (its method's models) and logs, per seed, the robust accuracy
+of every target model under each attack crafted on it (``transfer.<attack>.<target>``). Here the cells
+of one setting (the same data, model, recipe, training, attacks, mode and space: one ``family``) at
+one IPC are put together: one row per (attack, target), the target in the ``method`` column, with
+``from.<surrogate>`` the robust accuracy under the attack crafted on each surrogate, ``white_box_acc``
+the diagonal (the target as its own surrogate, where it was one), ``transfer_acc`` the mean over the
+*other* surrogates (the board's score: robustness to transferred attacks, higher is better) and
+``clean_acc`` the target's clean accuracy; mean and std over seeds (seed s of a surrogate is scored on
+seed s of each target). Rows are ranked within one attack.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ddlib.report.core import aggregate, per_seed_values
+
+__all__ = ["ROW_PARAMS", "transfer_leaderboard", "transfer_matrix"]
+
+EXPERIMENT = "blackbox"
+ROW_PARAMS = ("dataset", "ipc", "method", "attack", "model", "training", "mode", "target", "space")
+_CELL_PARAMS = ("dataset", "ipc", "method", "model", "training", "mode", "target", "space")
+
+
+def _rows(experiment: str) -> pd.DataFrame:
+    """One row per (setting, IPC, attack, target, seed), its ``from.<surrogate>`` values beside."""
+    df = per_seed_values(experiment, ("clean_acc",), _CELL_PARAMS, match=lambda k: k.startswith(("transfer.", "clean.")))
+    if df.empty:
+        return df
+    rows: dict[tuple, dict] = {}
+    for _, cell in df.iterrows():
+        for column in (c for c in df.columns if c.startswith("transfer.")):
+            if pd.isna(cell[column]):
+                continue
+            _, attack, target = column.split(".", 2)
+            key = (cell["family"], cell["ipc"], attack, target, cell["seed"])
+            row = rows.setdefault(key, {
+                "group": f"{cell['family']}|{cell['ipc']}|{attack}|{target}", "family": f"{cell['family']}|{attack}",
+                "series": f"{cell['family']}|{attack}|{target}", "seed": cell["seed"], "run_id": [],
+                "data": cell["data"], "classes": cell["classes"], "precision": cell.get("precision"),
+                **{p: cell[p] for p in _CELL_PARAMS}, "method": target, "attack": attack,
+                "target": cell["target"] if cell["mode"] == "targeted" else "",
+                "clean_acc": cell.get(f"clean.{target}", float("nan"))})
+            row["run_id"].append(cell["run_id"])
+            row[f"from.{cell['method']}"] = cell[column]
+    for row in rows.values():
+        row["run_id"] = " ".join(dict.fromkeys(row["run_id"]))
+        others = [v for k, v in row.items() if k.startswith("from.") and k != f"from.{row['method']}"]
+        row["transfer_acc"] = sum(others) / len(others) if others else float("nan")
+        row["white_box_acc"] = row.get(f"from.{row['method']}", float("nan"))
+    return pd.DataFrame(list(rows.values()))
+
+
+def transfer_leaderboard(experiment: str = EXPERIMENT) -> pd.DataFrame:
+    """One row per dataset x IPC x target x attack x setting: clean accuracy, robust accuracy under
+    transfer (mean over the other surrogates: the score), white-box, and one column per surrogate."""
+    df = _rows(experiment)
+    if df.empty:
+        return df
+    sources = sorted(c for c in df.columns if c.startswith("from."))
+    return aggregate(df, ["clean_acc", "transfer_acc", "white_box_acc", *sources], ROW_PARAMS,
+                     sort=("dataset", "attack", "mode", "family", "ipc"), descending="transfer_acc")
+
+
+def transfer_matrix(board: pd.DataFrame, attack: str) -> pd.DataFrame:
+    """One attack's matrix from the board: rows the surrogates, columns the targets, robust accuracy in %
+    (mean over seeds); one setting and IPC at a time (filter the board first where it has several)."""
+    sub = board[board["attack"] == attack]
+    if sub.empty:
+        return pd.DataFrame()
+    columns = [c for c in sub.columns if c.startswith("from.") and c.endswith("_mean")]
+    matrix = sub.set_index("method")[columns].T
+    matrix.index = [c[len("from."): -len("_mean")] for c in columns]
+    matrix.index.name, matrix.columns.name = "surrogate", "target"
+    return 100 * matrix.dropna(how="all")

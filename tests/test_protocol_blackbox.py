@@ -1,0 +1,158 @@
+"""Black-box transfer attacks (issue 26.1): crafted on a surrogate, scored on targets from the model pool.
+
+Hand-worked cases a wrong implementation fails: a target that is the surrogate (the same object, or
+the same weights reloaded from the pool) gets exactly the white-box robust accuracy of the same attack
+and seed; a target that ignores its input keeps its clean accuracy; the board's transfer score of a
+target is the mean over the *other* surrogates only."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ddlib import tracking
+from ddlib.attacks import PixelModel, run_attack, transfer_attack
+from ddlib.models import create_model
+from ddlib.protocols import adversarial, blackbox
+from ddlib.report.blackbox import transfer_leaderboard, transfer_matrix
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+C = 4
+
+
+class Constant(nn.Module):
+    def forward(self, x):
+        return torch.tensor([0.0, 1.0, 0.0, 0.0]).expand(len(x), C) + 0 * x.flatten(1).sum(1, keepdim=True)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    g = torch.Generator().manual_seed(0)
+    protos = 0.4 + 0.2 * torch.rand(C, 1, 8, 8, generator=g)
+
+    def data(n):
+        y = torch.arange(n) % C
+        return (protos[y] + 0.1 * torch.randn(n, 1, 8, 8, generator=g)).clamp(0, 1), y
+
+    x_train, y_train = data(200)
+    torch.manual_seed(0)
+    model = PixelModel(create_model("convnet", 1, C, 8, width=8, depth=1), [0.5], [0.25])
+    opt = torch.optim.Adam(model.parameters(), 0.01)
+    for _ in range(40):
+        loss = F.cross_entropy(model(x_train), y_train)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    x, y = data(20)
+    return model.eval(), x, y
+
+
+@pytest.mark.parametrize("spec", [{"fgsm": {"eps": "16/255"}}, {"pgd": {"steps": 3, "random_start": True, "eps": "24/255"}}])
+@pytest.mark.parametrize("targeted", [False, True])
+def test_the_surrogate_as_target_gets_the_white_box_accuracy(trained, spec, targeted):
+    model, x, y = trained
+    kwargs = dict(num_classes=C, targeted=targeted, batch_size=6, seed=3, device="cpu")
+    white = run_attack(spec, model, x, y, targets="next" if targeted else None, **kwargs)
+    assert white.robust_acc < white.clean_acc  # the attack changes predictions: the identity is not trivial
+    out = transfer_attack(spec, model, {"self": model, "copy": copy.deepcopy(model), "constant": Constant()}, x, y,
+                          target_classes="next" if targeted else None, **kwargs)
+    assert out.robust_acc["self"] == out.robust_acc["copy"] == white.robust_acc
+    assert out.clean_acc["self"] == white.clean_acc
+    assert out.white_box.queries == white.queries
+    # a model that ignores its input keeps its clean accuracy: it predicts class 1, a quarter of the labels
+    assert out.robust_acc["constant"] == out.clean_acc["constant"] == 0.25
+    if targeted:
+        assert out.targeted_success["self"] == white.targeted_success
+        assert out.targeted_success["constant"] == 0.25  # labels 0 target class 1
+
+
+TINY = {"dataset": "digits", "seeds": [0], "device": "cpu", "ipc": 5, "recipe": {"epochs": 12, "batch_size": 64},
+        "attacks": ["fgsm", {"pgd": {"steps": 3}}], "attack_size": 60, "attack_batch_size": 32}
+
+
+def _cell(protocol, **params):
+    cell = protocol.open_cell(**{**TINY, **params})
+    distilled = protocol.obtain(cell)
+    models = protocol.train_models(cell, distilled)
+    result = protocol.evaluate(cell, distilled, models)
+    cell.close()
+    return cell, models, result
+
+
+def test_surrogates_and_targets_come_from_the_pool_and_fill_the_board(mlflow_store, tmp_path):
+    _, _, adv = _cell(adversarial, method="random")  # the adversarial protocol trains and stores random's model
+    white = adv.per_seed.iloc[0]
+    # queries per image beside the times (issue 26.2): FGSM one forward, PGD one per step
+    assert (white["fgsm.queries"], white["pgd.queries"]) == (1, 3)
+    assert list(adv.table()["queries / image"]) == [1, 3]
+    from ddlib.report.beard import robustness_leaderboard
+
+    assert robustness_leaderboard().loc[0, "pgd.queries_mean"] == 3
+    targets = ["random", "kcenter", {"method": "random", "model": "mlp"}]
+    cell, models, result = _cell(blackbox, method="random", target_models=targets)
+    assert models[0].reused  # the surrogate is the adversarial cell's model, not retrained
+    row = result.per_seed.iloc[0]
+    for attack in ("fgsm", "pgd"):  # the diagonal is the adversarial protocol's white-box number
+        assert row[f"transfer.{attack}.random"] == row[f"{attack}.robust_acc"] == white[f"{attack}.robust_acc"]
+        assert row[f"{attack}.queries"] == {"fgsm": 1, "pgd": 3}[attack]
+    assert row["clean.random"] == row["clean_acc"] == white["clean_acc"]  # on the attacked images
+    assert set(result.table().columns) == {"random", "kcenter", "random/mlp"}
+    matrix = pd.read_csv(tracking.client().download_artifacts(cell.run_id, "transfer_matrix.csv", str(tmp_path)))
+    assert len(matrix) == 2 * 3 and matrix["white_box"].sum() == 2
+
+    cell2, models2, result2 = _cell(blackbox, method="kcenter", target_models=["random", "kcenter"])
+    run = tracking.client().get_run(cell2.run_id).data.metrics
+    assert run["models_trained"] == 0 and run["models_reused"] == 2  # kcenter's model came from the first cell
+    other = result2.per_seed.iloc[0]
+
+    board = transfer_leaderboard()
+    fgsm = board[board["attack"] == "fgsm"].set_index("method")
+    assert set(fgsm.index) == {"random", "kcenter", "random/mlp"}
+    # target random: white-box from itself, transfer from the other surrogate (kcenter) only
+    assert fgsm.loc["random", "white_box_acc_mean"] == white["fgsm.robust_acc"]
+    assert fgsm.loc["random", "transfer_acc_mean"] == pytest.approx(other["transfer.fgsm.random"])
+    assert fgsm.loc["kcenter", "transfer_acc_mean"] == pytest.approx(row["transfer.fgsm.kcenter"])
+    assert fgsm.loc["kcenter", "white_box_acc_mean"] == pytest.approx(other["fgsm.robust_acc"])
+    assert fgsm.loc["random/mlp", "transfer_acc_mean"] == pytest.approx(row["transfer.fgsm.random/mlp"])
+    assert pd.isna(fgsm.loc["random/mlp", "white_box_acc_mean"])
+    shown = transfer_matrix(board, "fgsm")
+    assert shown.loc["kcenter", "random"] == pytest.approx(100 * other["transfer.fgsm.random"])
+    from ddlib.report.boards import build_board
+
+    assert not build_board("blackbox").empty
+
+
+def test_bad_target_models_are_named():
+    with pytest.raises(ValueError, match=r"target_models\[1\]: method 'dc' has no source"):
+        blackbox.validate({"target_models": ["random", "dc"]})
+    with pytest.raises(ValueError, match="listed twice"):
+        blackbox.validate({"target_models": ["random", {"method": "random"}]})
+    with pytest.raises(ValueError, match="unknown model 'convnet9'"):
+        blackbox.validate({"target_models": [{"method": "random", "model": "convnet9"}]})
+    with pytest.raises(ValueError, match="the cell's method is full"):
+        blackbox.validate({"method": "full", "target_models": ["random"]})
+    with pytest.raises(ValueError, match="must be a non-empty list"):
+        blackbox.validate({"target_models": []})
+    with pytest.raises(ValueError, match="unknown parameter"):
+        blackbox.validate({"eps_curve": None})
+    p = blackbox.validate({"method": "full", "target_models": ["full", {"method": "random", "ipc": 2}]})
+    assert [blackbox.target_label(e, p) for e in p["target_models"]] == ["full", "random/ipc2"]
+    assert blackbox.validate(p) == p  # the runner's validated cell validates again in the notebook
+
+
+def test_the_runner_fills_target_sources_from_the_grid_methods(tmp_path):
+    from ddlib.runner import expand, load_grid
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("protocol: blackbox\nparams: {dataset: digits, target_models: [dc, random, {method: dc, model: mlp}]}\n"
+                    "grid: {method: [random]}\nmethods: {dc: {kind: file, path: \"sets/dc_ipc{ipc}.pt\"}}\n")
+    (cell,) = expand(load_grid(grid))
+    dc = {"kind": "file", "path": os.path.abspath("sets/dc_ipc{ipc}.pt")}
+    assert [(e["method"], e["model"], e["source"]) for e in cell["target_models"]] == [
+        ("dc", "convnet", dc), ("random", "convnet", {"kind": "random"}), ("dc", "mlp", dc)]
