@@ -23,7 +23,6 @@ import json
 import os
 import re
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,7 +41,6 @@ from ddlib.protocols import beyond
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
-from ddlib.engine.test_pass import Normalize, model_accuracy
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
 from ddlib.progress import ProgressWriter, writer_from_env
@@ -418,56 +416,11 @@ class Cell:
 
     def pool_checkpoints(self, role: str, paths: dict[int, str], model: str,
                          model_kwargs: dict | None = None) -> list[TrainedModel]:
-        """Released weights (one state_dict file per seed) into the model pool, like trained models.
+        """Released weights (one state_dict file per seed) into the model pool, like trained models
+        (:func:`ddlib.protocols.released.pool_checkpoints`)."""
+        from ddlib.protocols.released import pool_checkpoints
 
-        Each file is loaded with ``weights_only=True`` into the registry's ``model`` for this
-        cell's data (:func:`ddlib.protocols.teachers.load_teacher`: an unreadable file, or weights
-        that do not fit the architecture, the channels, image size or class count, raise
-        ``CheckpointError`` naming the file). The weights are keyed by their content: the first
-        time, the model is scored on the test set and stored as an evaluation run (params
-        ``checkpoint``, ``weights_digest``); later, in any cell or process, that run is found again,
-        so results cached against it (attacks) are reused."""
-        from ddlib.protocols.teachers import CheckpointError, load_teacher
-
-        ds = self.dataset
-        test = f"{ds.name}:{ds.source}:test:{tensor_digest(ds.test_labels)}"
-        found, digests = [], {}
-        with self.guard():
-            for seed, path in paths.items():
-                if not Path(path).is_file():
-                    raise CheckpointError(f"{path}: no such checkpoint file (seed {seed})")
-                net = load_teacher(model, ds, path, device=self.device, model_kwargs=model_kwargs)
-                digest = tensor_digest(*net.state_dict().values())
-                if digest in digests:
-                    raise CheckpointError(f"{path}: the same weights as seed {digests[digest]}'s checkpoint; "
-                                          "each seed must be another model (or list one seed)")
-                digests[digest] = seed
-                identity = {"checkpoint": digest, "model": model, "model_kwargs": model_kwargs or {}, "test": test,
-                            "version": ddlib.__version__}
-                key = config_hash(identity)
-                with file_lock(f"eval-{key}"):
-                    runs = self.tracker.find_finished({TAG["eval_key"]: key, MODEL_STORED_TAG: "true"})
-                    if runs:
-                        m = runs[0].data.metrics
-                        found.append(TrainedModel(role, seed, m["test_accuracy"], float("nan"),
-                                                m.get("eval_seconds", float("nan")), runs[0].info.run_id, True, net))
-                        continue
-                    start = time.perf_counter()
-                    accuracy = model_accuracy(net, ds.test_images, ds.test_labels, Normalize(ds.mean, ds.std).to(self.device))
-                    seconds = time.perf_counter() - start
-                    run_id = self.tracker.start_run(
-                        f"{role}-seed{seed}",
-                        params={"role": role, "seed": seed, "model": model, "model_kwargs": model_kwargs or {},
-                                "checkpoint": str(path), "weights_digest": digest, "eval_split": "test",
-                                "dataset": ds.name},
-                        tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "eval",
-                              TAG["role"]: role, TAG["eval_key"]: key},
-                        parent_run_id=self.run_id)
-                    self._store_model(run_id, net)
-                    self.tracker.log_metrics(run_id, {"test_accuracy": accuracy, "eval_seconds": seconds})
-                    self.tracker.end_run(run_id)
-                    found.append(TrainedModel(role, seed, accuracy, float("nan"), seconds, run_id, False, net))
-        return found
+        return pool_checkpoints(self, role, paths, model, model_kwargs)
 
     def _store_model(self, run_id: str, model: torch.nn.Module) -> None:
         """Log a trained model's weights (a plain state_dict: loadable with ``weights_only=True``)."""

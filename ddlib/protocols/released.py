@@ -60,3 +60,64 @@ def check_expected_accuracy(cell: Cell, models: list[TrainedModel], paths: dict[
         cell.tracker.set_tags(cell.run_id, {f"ddlib.checkpoint_accuracy.seed{model.seed}":
                                             f"{100 * model.accuracy:.2f} % against {100 * expected:.2f} % "
                                             f"expected ({origin}), within {100 * tolerance:g} points"})
+
+
+def pool_checkpoints(cell: Cell, role: str, paths: dict[int, str], model: str,
+                     model_kwargs: dict | None = None) -> list[TrainedModel]:
+    """Released weights (one state_dict file per seed) into the model pool, like trained models.
+
+    Each file is loaded with ``weights_only=True`` into the registry's ``model`` for this
+    cell's data (:func:`ddlib.protocols.teachers.load_teacher`: an unreadable file, or weights
+    that do not fit the architecture, the channels, image size or class count, raise
+    ``CheckpointError`` naming the file). The weights are keyed by their content: the first
+    time, the model is scored on the test set and stored as an evaluation run (params
+    ``checkpoint``, ``weights_digest``); later, in any cell or process, that run is found again,
+    so results cached against it (attacks) are reused."""
+    import time
+
+    import ddlib
+    from ddlib.data.digest import tensor_digest
+    from ddlib.engine.test_pass import Normalize, model_accuracy
+    from ddlib.protocols.cell import MODEL_STORED_TAG, TrainedModel
+    from ddlib.protocols.teachers import CheckpointError, load_teacher
+    from ddlib.tracking import TAG, config_hash, default_tags, file_lock
+
+    ds = cell.dataset
+    test = f"{ds.name}:{ds.source}:test:{tensor_digest(ds.test_labels)}"
+    found, digests = [], {}
+    with cell.guard():
+        for seed, path in paths.items():
+            if not Path(path).is_file():
+                raise CheckpointError(f"{path}: no such checkpoint file (seed {seed})")
+            net = load_teacher(model, ds, path, device=cell.device, model_kwargs=model_kwargs)
+            digest = tensor_digest(*net.state_dict().values())
+            if digest in digests:
+                raise CheckpointError(f"{path}: the same weights as seed {digests[digest]}'s checkpoint; "
+                                      "each seed must be another model (or list one seed)")
+            digests[digest] = seed
+            identity = {"checkpoint": digest, "model": model, "model_kwargs": model_kwargs or {}, "test": test,
+                        "version": ddlib.__version__}
+            key = config_hash(identity)
+            with file_lock(f"eval-{key}"):
+                runs = cell.tracker.find_finished({TAG["eval_key"]: key, MODEL_STORED_TAG: "true"})
+                if runs:
+                    m = runs[0].data.metrics
+                    found.append(TrainedModel(role, seed, m["test_accuracy"], float("nan"),
+                                            m.get("eval_seconds", float("nan")), runs[0].info.run_id, True, net))
+                    continue
+                start = time.perf_counter()
+                accuracy = model_accuracy(net, ds.test_images, ds.test_labels, Normalize(ds.mean, ds.std).to(cell.device))
+                seconds = time.perf_counter() - start
+                run_id = cell.tracker.start_run(
+                    f"{role}-seed{seed}",
+                    params={"role": role, "seed": seed, "model": model, "model_kwargs": model_kwargs or {},
+                            "checkpoint": str(path), "weights_digest": digest, "eval_split": "test",
+                            "dataset": ds.name},
+                    tags={**default_tags(cell.protocol, str(cell.device)), TAG["kind"]: "eval",
+                          TAG["role"]: role, TAG["eval_key"]: key},
+                    parent_run_id=cell.run_id)
+                cell._store_model(run_id, net)
+                cell.tracker.log_metrics(run_id, {"test_accuracy": accuracy, "eval_seconds": seconds})
+                cell.tracker.end_run(run_id)
+                found.append(TrainedModel(role, seed, accuracy, float("nan"), seconds, run_id, False, net))
+    return found
