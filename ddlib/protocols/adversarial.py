@@ -44,7 +44,9 @@ runs (tag ``ddlib.result_key``) and rerun the cell in one process.
 
 Per seed, from the attacks that ran: BEARD's RR, its toolkit's ``rome`` and ``rome+`` variants
 (``rr_rome``, ``rr_rome_plus``: BEARD's Table 15 reports ``rome``), AE and CREI, and the monotone
-robust-to-clean ratio RCR; an optional robust-accuracy-versus-epsilon curve. RR, AE and CREI
+robust-to-clean ratio RCR; ROME's I-CREI (``crei_rome``: CREI on ``rr_rome``, ROME's I-RR); optional
+robust-accuracy-versus-epsilon curves of several attacks (``eps_curve``: :mod:`ddlib.attacks.curves`,
+AutoAttack's components among them) with each curve's area ``curve_auc.<attack>``. RR, AE and CREI
 compare the attacks with each other, so with fewer than two that ran (a targeted cell of
 ``[fgsm, deepfool]``, say) they would be 0, 100 and 50 whatever the model: they are NaN there and
 the cell is flagged. The paper's AST (time to fool a sample, conditional on success) is computed by
@@ -75,7 +77,7 @@ from ddlib import metrics
 from ddlib.engine.adversarial_training import create_objective
 from ddlib.attacks import (SPACES, TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attacks, run_attack,
                            targeted_skip_reason)
-from ddlib.attacks.curves import curve_aucs, parse_curve, point_key
+from ddlib.attacks.curves import AUC_PREFIX, curve_aucs, parse_curve, point_key
 from ddlib.engine.augment import create_augment
 from ddlib.data.datasets import stratified_subset
 from ddlib.data.distilled import DistilledSet
@@ -243,7 +245,8 @@ def curve_key(spec: AttackSpec) -> str:
 
 @dataclass(kw_only=True)
 class AdversarialResult(Result):
-    """per_seed: clean and per-attack measurements, RR (3 variants), AE, CREI, RCR per seed."""
+    """per_seed: clean and per-attack measurements, RR (3 variants), AE, CREI, I-CREI, RCR, curve points and
+    their areas (``curve_auc.<attack>``) per seed."""
 
     attacks: pd.DataFrame  # one row per (seed, attack): measurements, or skipped with the reason
     cell: dict = field(default_factory=dict)  # dataset, method, ipc, training, mode: what the curve is of
@@ -270,7 +273,8 @@ class AdversarialResult(Result):
                                      "attack_seconds": "attack s"})
 
     def scores(self) -> pd.DataFrame:
-        keys = ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "rcr"]
+        keys = ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "crei_rome", "rcr",
+                *[c for c in self.per_seed.columns if c.startswith(AUC_PREFIX)]]
         return pd.DataFrame({"mean": [self.summary[f"{k}_mean"] for k in keys],
                              "std": [self.summary[f"{k}_std"] for k in keys]}, index=keys)
 
