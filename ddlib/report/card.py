@@ -371,6 +371,8 @@ def render_html(card: Card, pngs: dict[str, bytes] | None = None) -> str:
         body.append(f"<h3>{escape(FIGURE_TITLES[name])}</h3>")
         body.append(image_tag(pngs[name], FIGURE_TITLES[name]) if pngs.get(name)
                     else '<p class="notrun">not run or not recorded for this set.</p>')
+        if name == "robust_accuracy_vs_eps":  # one figure per leaderboard row, a line per attack (plots.py)
+            body += [image_tag(pngs[k], "Robust accuracy against epsilon, one row") for k in pngs if k.startswith("eps_row_")]
     body.append("<h2 id=\"provenance\">Configuration and MLflow runs</h2>")
     for block in card.blocks:
         if block.ran:
