@@ -225,7 +225,8 @@ def rr(clean_acc: float, attack_accs: Sequence[float | None], variant: str = "be
 
     * ``"beard"`` (default): the formula above (the paper's RR, its main tables);
     * ``"rome"``: 100 * (1 - (clean - mean) * (clean - min) / clean²), mean ASR times max ASR over
-      clean² (the I-RR of Zhou et al.'s ROME);
+      clean²: the I-RR of Zhou et al.'s ROME (ICML 2025), whose Table 1 it reproduces from BEARD's
+      BACON logs (the paper's own text was not available to us: see ``docs/robustness-curves.md``);
     * ``"rome+"``: ``rome`` with ASR_i = clean - acc_i and a penalty for attacks that *raise*
       accuracy: 100 * (1 - mean(ASR) * max(ASR) / clean² - 0.01 * mean(max(-ASR_i, 0))) (the
       penalty is in points, scaled by 0.01 whatever the clean accuracy, as the toolkit does);
@@ -323,7 +324,8 @@ def beard_scores(clean_acc: float, attack_accs: Sequence[float | None], clean_ti
                  rr_variant: str = "beard") -> dict[str, float]:
     """One model's scores, as the protocol logs them and the leaderboard recomputes them (percent,
     seconds; None entries are skipped attacks): ``rr`` (BEARD's), ``rr_rome``, ``rr_rome_plus``
-    (:func:`rr` variants), ``ae``, ``crei`` (alpha on the ``rr_variant`` RR and AE) and ``rcr``.
+    (:func:`rr` variants), ``ae``, ``crei`` (alpha on the ``rr_variant`` RR and AE), ``crei_rome`` (ROME's
+    I-CREI: alpha on ``rr_rome``, ROME's I-RR, and AE, whatever ``rr_variant``) and ``rcr``.
 
     NaN, never a number that means nothing: RR, AE and CREI when fewer than :data:`MIN_ATTACKS`
     attacks ran (one attack gives RR 0, AE 100, CREI 50 by construction); AE and CREI when
@@ -335,28 +337,35 @@ def beard_scores(clean_acc: float, attack_accs: Sequence[float | None], clean_ti
     clean = _percent("clean_acc", clean_acc)
     out = {"rcr": rcr(clean, accs) if clean > 0 and accs else _NAN}
     if len(accs) < MIN_ATTACKS:
-        return {"rr": _NAN, "rr_rome": _NAN, "rr_rome_plus": _NAN, "ae": _NAN, "crei": _NAN, **out}
+        return {"rr": _NAN, "rr_rome": _NAN, "rr_rome_plus": _NAN, "ae": _NAN, "crei": _NAN, "crei_rome": _NAN, **out}
     rrs = {name: rr(clean, accs, v) for name, v in (("rr", "beard"), ("rr_rome", "rome"), ("rr_rome_plus", "rome+"))}
     ae_value = _NAN if math.isnan(float(clean_time)) else ae(clean_time, times)
     rr_used = rrs[{"beard": "rr", "rome": "rr_rome", "rome+": "rr_rome_plus"}[rr_variant]]
-    return {**rrs, "ae": ae_value, "crei": _NAN if math.isnan(ae_value) else crei(rr_used, ae_value, alpha), **out}
+    return {**rrs, "ae": ae_value, "crei": _NAN if math.isnan(ae_value) else crei(rr_used, ae_value, alpha),
+            "crei_rome": _NAN if math.isnan(ae_value) else crei(rrs["rr_rome"], ae_value, alpha), **out}
 
 
 def beard_scores_multi(clean_accs: Sequence[float], attack_accs: Sequence[Sequence[float | None]],
                        clean_times: Sequence[float], attack_times: Sequence[Sequence[float | None]],
                        alpha: float = 0.5, rr_variant: str = "beard") -> dict[str, float]:
     """The multi-model scores (one model per IPC), with :func:`beard_scores`' NaN rules on the
-    pooled attacks: ``rrm``, ``rrm_rome``, ``rrm_rome_plus``, ``aem``, ``creim``, ``rcrm``."""
+    pooled attacks: ``rrm``, ``rrm_rome``, ``rrm_rome_plus``, ``aem``, ``creim``, ``creim_rome`` (I-CREI), ``rcrm``.
+
+    ROME's Table 1 (Zhou et al., ICML 2025) reports RR, CREI, I-RR and I-CREI over IPC 1, 10 and 50 so:
+    ``rrm``, ``creim``, ``rrm_rome`` and ``creim_rome`` with each mode's own clean time (pinned in
+    ``tests/test_metrics_beard.py`` on BEARD's BACON logs)."""
     _check_variant(rr_variant)
     clean, pooled = _per_model("clean_accs", clean_accs, "attack_accs", attack_accs, _percent)
     out = {"rcrm": rcr_multi(clean_accs, attack_accs) if min(clean) > 0 and pooled else _NAN}
     if len(pooled) < MIN_ATTACKS:
-        return {"rrm": _NAN, "rrm_rome": _NAN, "rrm_rome_plus": _NAN, "aem": _NAN, "creim": _NAN, **out}
+        return {"rrm": _NAN, "rrm_rome": _NAN, "rrm_rome_plus": _NAN, "aem": _NAN, "creim": _NAN, "creim_rome": _NAN,
+                **out}
     rrs = {name: rr_multi(clean_accs, attack_accs, v)
            for name, v in (("rrm", "beard"), ("rrm_rome", "rome"), ("rrm_rome_plus", "rome+"))}
     aem = _NAN if any(math.isnan(float(t)) for t in clean_times) else ae_multi(clean_times, attack_times)
     rr_used = rrs[{"beard": "rrm", "rome": "rrm_rome", "rome+": "rrm_rome_plus"}[rr_variant]]
-    return {**rrs, "aem": aem, "creim": _NAN if math.isnan(aem) else crei(rr_used, aem, alpha), **out}
+    return {**rrs, "aem": aem, "creim": _NAN if math.isnan(aem) else crei(rr_used, aem, alpha),
+            "creim_rome": _NAN if math.isnan(aem) else crei(rrs["rrm_rome"], aem, alpha), **out}
 
 
 # --------------------------------------------------------------------------- sanity flags

@@ -50,6 +50,7 @@ largest L∞ and L2 perturbation actually applied, in pixel space.
 
 from ddlib.attacks.registry import (ATTACKS, AttackSpec, create_attack, get_entry, list_attacks, parse_attack,
                                     parse_attacks, register_attack, supports_targeted, targeted_skip_reason)
+from ddlib.attacks import autoattack_parts  # noqa: F401  (registers aa_apgd_ce, aa_apgd_t, aa_fab_t, aa_square)
 from ddlib.attacks.spaces import SPACES, PixelModel
 from ddlib.attacks.targets import TARGET_KINDS, batch_seed, target_labels
 from ddlib.attacks.run import AttackOutcome, CleanOutcome, clean_pass, run_attack

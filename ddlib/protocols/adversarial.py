@@ -44,7 +44,9 @@ runs (tag ``ddlib.result_key``) and rerun the cell in one process.
 
 Per seed, from the attacks that ran: BEARD's RR, its toolkit's ``rome`` and ``rome+`` variants
 (``rr_rome``, ``rr_rome_plus``: BEARD's Table 15 reports ``rome``), AE and CREI, and the monotone
-robust-to-clean ratio RCR; an optional robust-accuracy-versus-epsilon curve. RR, AE and CREI
+robust-to-clean ratio RCR; ROME's I-CREI (``crei_rome``: CREI on ``rr_rome``, ROME's I-RR); optional
+robust-accuracy-versus-epsilon curves of several attacks (``eps_curve``: :mod:`ddlib.attacks.curves`,
+AutoAttack's components among them) with each curve's area ``curve_auc.<attack>``. RR, AE and CREI
 compare the attacks with each other, so with fewer than two that ran (a targeted cell of
 ``[fgsm, deepfool]``, say) they would be 0, 100 and 50 whatever the model: they are NaN there and
 the cell is flagged. The paper's AST (time to fool a sample, conditional on success) is computed by
@@ -73,8 +75,9 @@ import torch.nn.functional as F
 
 from ddlib import metrics
 from ddlib.engine.adversarial_training import create_objective
-from ddlib.attacks import (SPACES, TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attack,
-                           parse_attacks, run_attack, targeted_skip_reason)
+from ddlib.attacks import (SPACES, TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attacks, run_attack,
+                           targeted_skip_reason)
+from ddlib.attacks.curves import AUC_PREFIX, curve_aucs, parse_curve, point_key
 from ddlib.engine.augment import create_augment
 from ddlib.data.datasets import stratified_subset
 from ddlib.data.distilled import DistilledSet
@@ -126,15 +129,16 @@ SPEC = ProtocolSpec(
         "attack_seed": Param(0, "the subset, random targets and random starts"),
         "attack_batch_size": Param(256, "BEARD's test batch size (timings depend on it)"),
         "alpha": Param(0.5, "CREI is alpha RR + (1 - alpha) AE"),
-        "eps_curve": Param(None, "e.g. {attack: pgd, eps: [1/255, 2/255, 4/255, 8/255, 16/255]}: robust accuracy "
-                                 "against epsilon", "dict"),
+        "eps_curve": Param(None, "e.g. {attacks: [pgd, aa_apgd_ce], eps: [0, 2/255, 8/255]}: accuracy against eps, "
+                                 "area curve_auc", "dict"),
         "space": Param("pixel", "pixel (eps bounds pixels) | beard_compat (BEARD's normalised-tensor pipeline, to "
                                 "check its numbers)"),
     },
     boards=(Board("beard", "BEARD: adversarial robustness (targeted and untargeted)",
                   "ddlib.report.beard:robustness_leaderboard", "crei", "CREI",
                   columns=(("clean_acc", "clean accuracy"), ("rr", "RR (0-100)"), ("ae", "AE (0-100)"),
-                           ("crei", "CREI (0-100)"), ("rcr", "RCR = robust / clean accuracy (0-100)")),
+                           ("crei", "CREI (0-100)"), ("rcr", "RCR = robust / clean accuracy (0-100)"),
+                           ("rr_rome", "I-RR (ROME's; BEARD's rome)"), ("crei_rome", "I-CREI (CREI on I-RR)")),
                   more_columns=True, variant=("mode", "space", "training", "model", "attacks"), weight="alpha"),
             Board("beard_unified", "BEARD: unified over IPCs (RRM, AEM, CREI)", "ddlib.report.beard:unified_leaderboard",
                   "creim", "CREI over IPCs", weight="alpha")),
@@ -187,21 +191,10 @@ def validate(params: dict) -> dict:
         raise ValueError(f"attack_seed must be a non-negative integer, got {p['attack_seed']!r}")
     if not positive_int(p["attack_batch_size"]):
         raise ValueError(f"attack_batch_size must be a positive integer, got {p['attack_batch_size']!r}")
-    curve = p["eps_curve"]
-    if curve is not None:
-        if not isinstance(curve, dict) or set(curve) != {"attack", "eps"} or not isinstance(curve["eps"], list) \
-                or not curve["eps"]:
-            raise ValueError(f"eps_curve must be null or {{attack: <name or {{name: params}}>, eps: [values]}}, got {curve!r}")
-        try:
-            base = parse_attack(curve["attack"])
-            if base.eps is None:
-                raise ValueError(f"attack {base.name!r} has no epsilon (a minimum-norm attack)")
-            if p["mode"] == "targeted" and (reason := targeted_skip_reason(base)):
-                raise ValueError(f"mode targeted: {reason}")
-            for eps in curve["eps"]:
-                _with_eps(base, eps)
-        except ValueError as e:
-            raise ValueError(f"eps_curve: {e}") from None
+    try:
+        parse_curve(p["eps_curve"], targeted=p["mode"] == "targeted")
+    except ValueError as e:
+        raise ValueError(f"eps_curve: {e}" if not str(e).startswith("eps_curve") else str(e)) from None
     return p
 
 
@@ -245,19 +238,15 @@ def group_identity(params: dict) -> dict:
     return out
 
 
-def _with_eps(attack, eps) -> AttackSpec:
-    spec = parse_attack(attack)
-    return parse_attack({spec.name: {**spec.params, "eps": eps}})
-
-
 def curve_key(spec: AttackSpec) -> str:
     """Metric name of one point of the epsilon curve (the summary parses it back)."""
-    return f"curve.{spec.name}.{spec.eps:.6f}"
+    return point_key(spec.name, spec.eps)
 
 
 @dataclass(kw_only=True)
 class AdversarialResult(Result):
-    """per_seed: clean and per-attack measurements, RR (3 variants), AE, CREI, RCR per seed."""
+    """per_seed: clean and per-attack measurements, RR (3 variants), AE, CREI, I-CREI, RCR, curve points and
+    their areas (``curve_auc.<attack>``) per seed."""
 
     attacks: pd.DataFrame  # one row per (seed, attack): measurements, or skipped with the reason
     cell: dict = field(default_factory=dict)  # dataset, method, ipc, training, mode: what the curve is of
@@ -286,7 +275,8 @@ class AdversarialResult(Result):
                                      "attack_seconds": "attack s", "queries": "queries / image"})
 
     def scores(self) -> pd.DataFrame:
-        keys = ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "rcr"]
+        keys = ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "crei_rome", "rcr",
+                *[c for c in self.per_seed.columns if c.startswith(AUC_PREFIX)]]
         return pd.DataFrame({"mean": [self.summary[f"{k}_mean"] for k in keys],
                              "std": [self.summary[f"{k}_std"] for k in keys]}, index=keys)
 
@@ -374,7 +364,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedMod
         images, labels = attack_subset(cell)
         test_id = f"{ds.name}:{ds.source}:{tensor_digest(images, labels)}"
         attacks = parse_attacks(p["attacks"])
-        curve = [] if p["eps_curve"] is None else [_with_eps(p["eps_curve"]["attack"], e) for e in p["eps_curve"]["eps"]]
+        curve = parse_curve(p["eps_curve"], targeted)
         run = dict(num_classes=ds.num_classes, batch_size=p["attack_batch_size"], seed=p["attack_seed"],
                    device=cell.device, space=p["space"])
         pair = {k: v for k, v in group_params(p, PROTOCOL).items() if k not in ("mode", "target")}
@@ -412,9 +402,10 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedMod
             if len(accs) < metrics.MIN_ATTACKS:
                 few[evaluation.seed] = [a.name for a in attacks if a.name not in skipped]
             row.update(metrics.beard_scores(100 * row["clean_acc"], accs, row["clean_seconds"], times, p["alpha"]))
-            for spec in curve:
-                row[curve_key(spec)] = _attack(cell, net, spec, images, labels, identity, evaluation.seed, targeted,
-                                               run)["robust_acc"]
+            for point in curve:  # robustness curves (ddlib.attacks.curves): at eps 0 the clean accuracy
+                row[point.key] = row["clean_acc"] if point.spec is None else _attack(
+                    cell, net, point.spec, images, labels, identity, evaluation.seed, targeted, run)["robust_acc"]
+            row.update(curve_aucs(row))
             rows.append(row)
         if skipped:
             cell.tracker.set_tags(cell.run_id, {f"ddlib.skipped.{name}": reason for name, reason in skipped.items()})

@@ -7,7 +7,10 @@ attacks (targeted DeepFool, AutoAttack) have no values and are left out, as BEAR
 None; with fewer than two attacks that ran, RR, AE and CREI are NaN (one attack gives 0, 100, 50
 whatever the model). Beside BEARD's RR, its toolkit's ``rome`` and ``rome+`` variants
 (``rr_rome``, ``rr_rome_plus``; BEARD's Table 15 is ``rome``); ``rr_variant`` says which one CREI
-uses (BEARD's toolkit's ``metrics_type``). AE compares the attack times with the clean time of the
+uses (BEARD's toolkit's ``metrics_type``); ``crei_rome`` is ROME's I-CREI (CREI on ``rr_rome``, ROME's
+I-RR). Per attack of a cell's ``eps_curve``, ``curve_auc.<attack>``: the area under its robust accuracy
+against epsilon, over the epsilon range (:func:`ddlib.metrics_robust.curve_auc`, a fraction). AE
+compares the attack times with the clean time of the
 same cell (``clean_time="mode"``, as BEARD's published tables do), NaN for a seed whose attacks were
 timed in several processes (see :mod:`ddlib.protocols.adversarial`); ``clean_time="min_of_modes"``
 takes the smaller of the targeted and untargeted cells' clean times of the same models, as BEARD's
@@ -25,6 +28,7 @@ import json
 import pandas as pd
 
 from ddlib import metrics
+from ddlib.attacks.curves import curve_aucs
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report.core import aggregate, leakage_note, per_seed_values
 from ddlib.tracking import TAG, client
@@ -103,9 +107,12 @@ def robustness_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, cle
                                  _ran(row, attacks, "attack_seconds"), alpha, rr_variant)
             for (_, row), t_clean in zip(df.iterrows(), _clean_times(df, clean_time))]
     df = df.assign(**pd.DataFrame(rows, index=df.index))
+    aucs = pd.DataFrame([curve_aucs(row.dropna().to_dict()) for _, row in df.iterrows()], index=df.index)
+    df = df.assign(**aucs)
     per_attack = [f"{a}.{v}" for a in attacks for v in ("robust_acc", "asr", "asr_beard", "attack_seconds", "queries")]
-    return aggregate(df, ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "rcr", "clean_seconds",
-                          *per_attack], ROW_PARAMS, sort=("dataset", "mode", "family", "ipc"), descending="crei")
+    return aggregate(df, ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "crei_rome", "rcr",
+                          "clean_seconds", *per_attack, *aucs.columns], ROW_PARAMS,
+                     sort=("dataset", "mode", "family", "ipc"), descending="crei")
 
 
 def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_time: str = "mode",
@@ -141,7 +148,7 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
     out = pd.DataFrame(rows)
     # the IPC list is part of a row: seeds missing at one IPC make a different row, never a silent mix
     out["group"] = out["group"] + "|" + out["ipcs"] + "|" + out.pop("sets")
-    return aggregate(out, ["rrm", "rrm_rome", "rrm_rome_plus", "aem", "creim", "rcrm"], [*keys, "ipcs"],
+    return aggregate(out, ["rrm", "rrm_rome", "rrm_rome_plus", "aem", "creim", "creim_rome", "rcrm"], [*keys, "ipcs"],
                      sort=("dataset", "mode", "family"), descending="creim")
 
 

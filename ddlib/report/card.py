@@ -27,7 +27,7 @@ from ddlib.protocols.common import FULL_IPC
 from ddlib.report import beard, evals, viz
 from ddlib.report.boards import Boards, load_boards
 from ddlib.report.export import row_recipe
-from ddlib.report.plots import board_rows, ipc_points, radar_profile, set_grid_png
+from ddlib.report.plots import board_rows, eps_curve_figures, ipc_points, radar_profile, set_grid_png
 from ddlib.report.core import INTERVALS, _param, display_format, rank_caption
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.stats import describe_method
@@ -317,6 +317,7 @@ def _figures(card: Card, boards: Boards) -> dict:
     if not curves.empty:
         curves = curves[(curves["method"].astype(str) == card.method) & (curves["dataset"].astype(str) == card.dataset)]
     figures["robust_accuracy_vs_eps"] = beard.plot_eps_curves(curves) if not curves.empty else None
+    figures.update({k: v for k, v in eps_curve_figures(curves).items() if k.startswith("eps_row_")})
     lrs = next((b for b in card.blocks if b.protocol == "label_robust" and b.ran), None)
     cells = lrs.runs if lrs else [r for b in card.blocks for r in b.runs]
     figures["training_loss"] = viz.loss_curves(
@@ -375,6 +376,8 @@ def render_html(card: Card, pngs: dict[str, bytes] | None = None) -> str:
         body.append(f"<h3>{escape(FIGURE_TITLES[name])}</h3>")
         body.append(image_tag(pngs[name], FIGURE_TITLES[name]) if pngs.get(name)
                     else '<p class="notrun">not run or not recorded for this set.</p>')
+        if name == "robust_accuracy_vs_eps":  # one figure per leaderboard row, a line per attack (plots.py)
+            body += [image_tag(pngs[k], "Robust accuracy against epsilon, one row") for k in pngs if k.startswith("eps_row_")]
     body.append("<h2 id=\"provenance\">Configuration and MLflow runs</h2>")
     for block in card.blocks:
         if block.ran:

@@ -9,7 +9,7 @@ import pandas as pd
 from ddlib.report import beard, dcbench, ddranking
 from ddlib.report.boards import load_boards
 from ddlib.report.core import INTERVALS, format_leaderboard
-from ddlib.report.plots import summary_figures
+from ddlib.report.plots import eps_curve_figures, summary_figures
 from ddlib.report.stability import stability_table
 from ddlib.stats import describe_method
 
@@ -55,7 +55,7 @@ def build_report(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5, plots: 
         if not curves.empty:
             tables["beard_eps_curves"] = curves
         sections.append(Section(f"BEARD: RR, AE, CREI (alpha = {alpha}) and RCR, 0-100; accuracies in %, times in s",
-                                tables, {"beard_eps_curves": beard.plot_eps_curves(curves)}))
+                                tables, {"beard_eps_curves": beard.plot_eps_curves(curves), **eps_curve_figures(curves)}))
     for title, name, extra in (
             ("DC-Bench: accuracy (%) under each augmentation", "augmentation", None),
             ("DC-Bench: accuracy (%) against images per class", "compression", "compression"),

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report import beard, card as cards, ddranking, viz
-from ddlib.report.plots import ipc_points, radar_profile
+from ddlib.report.plots import eps_curve_figures, ipc_points, radar_profile
 from ddlib.report.boards import load_boards
 from ddlib.report.core import INTERVALS, display_format, format_leaderboard, rank_caption
 from ddlib.report.export import row_recipe
@@ -182,6 +182,7 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
                 curves = curves[(curves["dataset"].astype(str) == dataset) & (curves["ipc"] == key[1])]
                 if not curves.empty:
                     figures["eps"] = beard.plot_eps_curves(curves)
+                    figures.update({k: v for k, v in eps_curve_figures(curves).items() if k.startswith("eps_methods_")})
             if name in sweeps and not sweeps[name].empty:
                 sweep = sweeps[name]
                 sweep = sweep[(sweep["dataset"].astype(str) == dataset) & (sweep["ipc"] == key[1])]
