@@ -123,10 +123,14 @@ def test_the_privacy_protocol_runs_end_to_end_and_fills_its_board(mlflow_store, 
             assert board[f"{value}_{side}_mean"].between(0, 1).all(), (value, side)
     card = cards.build_card("kcenter", "digits", 2, boards=load_boards())
     block = next(b for b in card.blocks if b.protocol == "privacy")
-    assert block.ran and "Privacy: membership inference on models trained on the set" in set(card.headline["protocol"])
-    # the random subsets, the full-data models and the shadows of the second cell were found in the pool
-    from ddlib.tracking import client
+    assert block.ran and block.title == "Privacy: membership inference (AUC; 0.5: no leak)"
+    assert block.title in set(card.headline["protocol"])
+    # Nothing trained twice: per seed the two sets (syn), and once for both cells the random subset (rdm),
+    # the ipc-sized shadow (shared by the set and the random subset), the full-data model and its shadow.
+    from ddlib import tracking
 
-    runs = client().search_runs([client().get_experiment_by_name("privacy").experiment_id],
-                                "tags.`ddlib.role` = 'shadow_full'")
-    assert len(runs) == 2  # one per seed, trained by the first cell only
+    cells = tracking.runs("privacy", kind="cell")
+    assert cells["metrics.models_trained"].sum() == 2 * (2 + 4) and cells["metrics.models_reused"].sum() == 4 * 2
+    evals = tracking.runs("privacy", kind="eval")
+    assert evals["tags.ddlib.role"].value_counts().to_dict() == {"syn": 4, "rdm": 2, "shadow_ipc": 2, "real": 2,
+                                                                 "shadow_full": 2}
