@@ -9,7 +9,8 @@ the shadow data). Three targets are attacked, one model per seed each, with the 
 non-members: the set's models, a random subset of the same IPC (DD-Ranking's baseline draw,
 :func:`ddlib.methods.select.baseline_subset`) and the full-data model (``full_data``). Every model
 is trained through :meth:`ddlib.protocols.cell.Cell.train_eval` with ``keep_models=True``: found in
-the model pool when an earlier cell trained it, never trained twice.
+the model pool when an earlier cell trained it, never trained twice. Method ``full`` (ipc 0): the set
+is the training split, attacked once with the full-data shadows (no random subset).
 
 Two attacks, both black-box on the softmax:
 
