@@ -525,9 +525,9 @@ def _progress_tags(tracker: Tracker, runner_id: str):
 
 
 def _estimates(tracker: Tracker, protocol: str, todo: list) -> dict[str, float]:
-    """Each cell's estimated minutes (:func:`ddlib.plan.estimates`), tagged on its run when it starts:
+    """Each cell's estimated minutes (:func:`ddlib.estimate.estimates`), tagged on its run when it starts:
     the next dry run says how good the estimate was."""
-    from ddlib.plan import estimates
+    from ddlib.estimate import estimates
 
     try:
         guesses = estimates(tracker, protocol, [params for _, params, _ in todo])

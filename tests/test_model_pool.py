@@ -7,6 +7,7 @@ import yaml
 from ddlib import tracking
 from ddlib.data.datasets import load_dataset
 from ddlib.protocols.cell import Cell
+from ddlib.protocols.released import pool_checkpoints
 from ddlib.runner import GridError, expand, load_grid
 from ddlib.methods.sources import full_set, obtain_set, resolve_source
 from ddlib.engine.train import Recipe
@@ -98,11 +99,11 @@ def test_checkpoints_are_pooled_by_their_weights_not_their_file(mlflow_store, tm
     torch.save(create_model("convnet", 1, 10, (8, 8)).state_dict(), tmp_path / "a.pth")
     torch.save({"state_dict": torch.load(tmp_path / "a.pth")}, tmp_path / "renamed_and_wrapped.pth")
     torch.save(create_model("convnet", 1, 10, (8, 8)).state_dict(), tmp_path / "b.pth")
-    (first,) = _cell().pool_checkpoints("model", {0: str(tmp_path / "a.pth")}, "convnet")
+    (first,) = pool_checkpoints(_cell(), "model", {0: str(tmp_path / "a.pth")}, "convnet")
     assert not first.reused and tracking.client().get_run(first.run_id).data.tags["ddlib.model_stored"] == "true"
-    (same,) = _cell().pool_checkpoints("model", {0: str(tmp_path / "renamed_and_wrapped.pth")}, "convnet")
+    (same,) = pool_checkpoints(_cell(), "model", {0: str(tmp_path / "renamed_and_wrapped.pth")}, "convnet")
     assert same.reused and same.run_id == first.run_id and same.accuracy == first.accuracy
-    (other,) = _cell().pool_checkpoints("model", {0: str(tmp_path / "b.pth")}, "convnet")
+    (other,) = pool_checkpoints(_cell(), "model", {0: str(tmp_path / "b.pth")}, "convnet")
     assert not other.reused and other.run_id != first.run_id
     stored = _cell()._load_model(first.run_id, "convnet", None)  # the pool holds the weights themselves
     for k, v in torch.load(tmp_path / "a.pth").items():

@@ -91,7 +91,7 @@ from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check
 from ddlib.protocols.common import obtain as obtain_set
 from ddlib.protocols.dcbench import check_augment
 from ddlib.protocols.inputs import checkpoint_path
-from ddlib.protocols.released import check_expected_accuracy
+from ddlib.protocols.released import check_expected_accuracy, pool_checkpoints
 from ddlib.tracking import TAG, config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
@@ -319,7 +319,7 @@ def train_models(cell: Cell, distilled: DistilledSet | None) -> list[TrainedMode
     if p["source"]["kind"] == "checkpoint":
         with cell.guard():
             paths = {seed: checkpoint_path(p, ds.name, seed) for seed in p["seeds"]}
-            models = cell.pool_checkpoints("model", paths, p["model"])
+            models = pool_checkpoints(cell, "model", paths, p["model"])
             check_expected_accuracy(cell, models, paths)
             return models
     if distilled is None:

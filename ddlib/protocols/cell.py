@@ -11,7 +11,7 @@ A file lock keeps parallel workers from training the same key twice.
 With ``keep_models=True`` the trained weights are logged too (artifact ``model.pt`` of the
 evaluation run, tag ``ddlib.model_stored``): those runs are the *model pool*. A later cell that
 needs the model itself (an attack, say) downloads it instead of retraining; released weights join
-the pool the same way (:meth:`Cell.pool_checkpoints`). Results that are not
+the pool the same way (:func:`ddlib.protocols.released.pool_checkpoints`). Results that are not
 trained models (an attack's robust accuracy on a pooled model, say) are cached the same way by
 :meth:`Cell.cached_result`.
 """
@@ -413,14 +413,6 @@ class Cell:
             writer(name, progress)
 
         return report
-
-    def pool_checkpoints(self, role: str, paths: dict[int, str], model: str,
-                         model_kwargs: dict | None = None) -> list[TrainedModel]:
-        """Released weights (one state_dict file per seed) into the model pool, like trained models
-        (:func:`ddlib.protocols.released.pool_checkpoints`)."""
-        from ddlib.protocols.released import pool_checkpoints
-
-        return pool_checkpoints(self, role, paths, model, model_kwargs)
 
     def _store_model(self, run_id: str, model: torch.nn.Module) -> None:
         """Log a trained model's weights (a plain state_dict: loadable with ``weights_only=True``)."""

@@ -25,22 +25,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from ddlib.report.published import (ARS_VALUES, LRS_VALUES, PUBLISHED_EXPERIMENT, PUBLISHED_KIND,  # noqa: F401
+                                     published_table)
 from ddlib.shown import shown
 
 __all__ = ["DDRANKING_COLUMNS", "PUBLISHED_EXPERIMENT", "write_bundle", "ddranking_rows", "import_published",
            "published_table", "read_ddranking_rows"]
 
 BUNDLE_FORMAT = 1
-PUBLISHED_EXPERIMENT = "published"
-PUBLISHED_KIND = "published"  # the ddlib.kind tag of a published row (cells are "cell")
 ROW_KEY_TAG = "ddlib.published_key"  # a published row's content: importing a file twice adds nothing
 
 ROW_COLUMNS = ("method", "dataset", "ipc", "model", "label_type", "num_eval")
-# DD-Ranking's result key -> (ddlib's board column, factor from ddlib's unit to the published one)
-LRS_VALUES = {"hard_label_recovery": ("hlr", 100.0), "improvement_over_random": ("ior", 100.0),
-              "label_robust_score": ("lrs", 1.0)}
-ARS_VALUES = {"with_aug_scores": ("ior_aug", 100.0), "without_aug_scores": ("ior_noaug", 100.0),
-              "augmentation_robust_score": ("ars", 1.0)}
 VALUE_COLUMNS = tuple(f"{key}_{stat}" for key in (*LRS_VALUES, *ARS_VALUES) for stat in ("mean", "std"))
 DDRANKING_COLUMNS = (*ROW_COLUMNS, *VALUE_COLUMNS, "w", "gamma", "data", "source")
 _ROW_SKIP = ("runs", "config", "rank", "tied_with", "series", "family", "sanity", "seeds")
@@ -234,31 +229,3 @@ def import_published(path: str | Path, reference: str | None = None) -> tuple[in
         known.add(key)
         added += 1
     return added, skipped
-
-
-def published_table() -> pd.DataFrame:
-    """Every published row, in ddlib's board units (``hlr_mean`` as a fraction, ``lrs_mean`` 0-100),
-    with ``source`` = "published" and its ``reference``: shown beside the boards, never pooled."""
-    from ddlib.tracking import TAG, client
-
-    mlflow_client = client()
-    found = mlflow_client.get_experiment_by_name(PUBLISHED_EXPERIMENT)
-    if found is None:
-        return pd.DataFrame()
-    runs = mlflow_client.search_runs([found.experiment_id], filter_string=f"tags.`{TAG['kind']}` = '{PUBLISHED_KIND}'",
-                                     order_by=["attributes.start_time ASC"], max_results=50000)
-    rows = []
-    for run in runs:
-        params = run.data.params
-        row = {"source": "published", "reference": params.get("reference")}
-        row.update({c: params.get(c) for c in ("dataset", "data", "ipc", "method", "model", "label_type", "num_eval",
-                                                 "w", "gamma") if c in params})
-        row["ipc"] = int(row["ipc"])
-        for column, _ in (*LRS_VALUES.values(), *ARS_VALUES.values()):
-            for stat in ("mean", "std"):
-                row[f"{column}_{stat}"] = run.data.metrics.get(f"{column}_{stat}", float("nan"))
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    bases = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
-    empty = [f"{b}_{s}" for b in bases if table[f"{b}_mean"].isna().all() for s in ("mean", "std")]
-    return table.drop(columns=empty).sort_values(["dataset", "ipc", "method"], kind="stable").reset_index(drop=True)

@@ -147,7 +147,7 @@ def export_tables(boards=None, names: Iterable[str] | None = None, formatted: bo
             table = shown
         out[name] = table.reset_index(drop=True)
     if not names or "published" in wanted:
-        from ddlib.report.bundle import published_table
+        from ddlib.report.published import published_table
 
         published = published_table()  # imported rows (ddlib import): their own table, never pooled
         if not published.empty:

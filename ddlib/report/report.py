@@ -42,7 +42,7 @@ def build_report(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5, plots: 
             sections.append(Section(f"DD-Ranking: {title} ({weight}); accuracies and differences in %, scores 0-100",
                                     {name: board, f"{name}_sweep": ddranking.weight_sweep(name)},
                                     {name: ddranking.plot_scores(board, name)}))
-    from ddlib.report.bundle import published_table
+    from ddlib.report.published import published_table
 
     published = published_table()
     if not published.empty:

@@ -1,0 +1,271 @@
+"""Per cell of a grid: whether it runs, what it reuses and trains (models, image-epochs) and its
+minutes, from what the store holds (see :mod:`ddlib.plan` for the rules). The runner tags each cell
+with its estimate (:func:`estimates`); the dry run (:mod:`ddlib.plan`) prints them. Reads the store,
+writes nothing; imports nothing of the runner."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+
+from ddlib.protocols.cell import TRAININGS_TAG, cell_tags, role_stem, run_name
+from ddlib.tracking import TAG, Tracker
+
+__all__ = ["CellPlan", "Count", "plan_cell", "estimates", "Store", "SHARED_ROLES", "IPC_FREE_ROLES"]
+
+# Evaluations that do not depend on the method's set: trained once per setting (and IPC, seed).
+SHARED_ROLES = ("rdm", "real", "full", "teacher")
+IPC_FREE_ROLES = ("real", "full", "teacher")  # ... and not on the IPC either
+
+
+@dataclass
+class CellPlan:
+    name: str
+    params: dict
+    action: str  # "run" | "skip"
+    reuse: list[str] = field(default_factory=list)  # roles (and seeds) expected to come from the store
+    train: list[str] = field(default_factory=list)
+    minutes: float | None = None  # estimate; None: no earlier run of this recipe
+    basis: str = ""  # what the estimate rests on
+    count: Count | None = None  # models needed, trained, image-epochs; None: no earlier cell recorded its trainings
+
+
+class Store:
+    """One planning pass's reads of the store, each made once: the cell runs of a setting (any
+    status, newest first) and the FINISHED evaluations of a cell run."""
+
+    def __init__(self, tracker: Tracker):
+        self.tracker, self._cells, self._children = tracker, {}, {}
+
+    def cells(self, family: str) -> list:
+        if family not in self._cells:
+            self._cells[family] = self.tracker.client.search_runs(
+                [self.tracker.experiment_id],
+                filter_string=f"tags.`{TAG['family']}` = '{family}' and tags.`{TAG['kind']}` = 'cell'",
+                order_by=["attributes.start_time DESC"], max_results=1000)
+        return self._cells[family]
+
+    def finished(self, family: str, tag: str | None = None, value: str | None = None) -> list:
+        return [r for r in self.cells(family) if r.info.status == "FINISHED" and (tag is None or r.data.tags.get(tag) == value)]
+
+    def evaluations(self, cell_run_id: str) -> list:
+        if cell_run_id not in self._children:
+            self._children[cell_run_id] = self.tracker.client.search_runs(
+                [self.tracker.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{cell_run_id}' and "
+                                                            f"attributes.status = 'FINISHED' and tags.`{TAG['kind']}` = 'eval'",
+                max_results=10000)
+        return self._children[cell_run_id]
+
+
+def _minutes(run) -> float | None:
+    if run.info.end_time and run.info.start_time:
+        return (run.info.end_time - run.info.start_time) / 60000
+    return None
+
+
+def _seeds(run) -> list:
+    try:
+        return list(json.loads(run.data.params.get("seeds", "[]")))
+    except ValueError:
+        return []
+
+
+def _trainings(run) -> dict | None:
+    """What a finished cell trained and reused per role (``ddlib.trainings``; cells before it: None)."""
+    try:
+        value = json.loads(run.data.tags.get(TRAININGS_TAG, ""))
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and value else None
+
+
+def _references(store: Store, tags: dict, params: dict) -> tuple[str, list]:
+    """The earlier FINISHED cells of this recipe, the closest first found: this row (every param but
+    the seeds), else this setting at this IPC, else this setting (newest first)."""
+    family = store.finished(tags[TAG["family"]])
+    same_ipc = [r for r in family if r.data.params.get("ipc") == str(params.get("ipc"))]
+    for basis, runs in (("this row", [r for r in family if r.data.tags.get(TAG["group"]) == tags[TAG["group"]]]),
+                        ("this setting at this IPC", same_ipc), ("this setting", family)):
+        runs = [r for r in runs if _minutes(r) is not None]
+        if runs:
+            return basis, runs
+    return "", []
+
+
+def _needs(reference, params: dict) -> dict[str, tuple[float, float]] | None:
+    """Per role stem, the models this cell needs and the image-epochs of one, from what ``reference``
+    recorded: scaled to this cell's seeds, and to its IPC for the roles that train on a set."""
+    trainings = _trainings(reference)
+    if trainings is None:
+        return None
+    seeds = len(params.get("seeds") or [0]) / (len(_seeds(reference)) or 1)
+    ipc, ref_ipc = params.get("ipc"), _int(reference.data.params.get("ipc"))
+    out = {}
+    for stem, t in trainings.items():
+        per_model = t["image_epochs"] / max(1, t["models"])
+        if not stem.startswith(IPC_FREE_ROLES) and ipc and ref_ipc:
+            per_model *= ipc / ref_ipc
+        out[stem] = (t["models"] * seeds, per_model)
+    return out
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _found(store: Store, tags: dict, params: dict) -> tuple[dict[str, set], bool]:
+    """The FINISHED evaluations a rerun of this cell would find, by role: those of earlier cells of
+    this setting whether the cells finished or not (a grid interrupted after 24 trainings left
+    them). Any role of an earlier run of this very cell (the same config: the same set), the shared
+    roles of its siblings (the random subset at this IPC, the full data and teachers at any).
+    Also whether the setting has any cell at all."""
+    found: dict[str, set] = {}
+    cells = store.cells(tags[TAG["family"]])
+    for cell in cells:
+        same_cell = cell.data.tags.get(TAG["config"]) == tags[TAG["config"]]
+        same_ipc = cell.data.params.get("ipc") == str(params.get("ipc"))
+        for child in store.evaluations(cell.info.run_id):
+            role = child.data.tags.get(TAG["role"], "")
+            if not same_cell and (not role.startswith(SHARED_ROLES) or ("-lr" in role and not same_ipc)
+                                  or not (role.startswith(IPC_FREE_ROLES) or same_ipc)):
+                continue
+            found.setdefault(role, set()).add(child.data.params.get("seed"))
+    return found, bool(cells)
+
+
+def _evaluations(found: dict[str, set], any_cell: bool, params: dict) -> tuple[list[str], list[str]]:
+    """(reused, trained) roles, as lines."""
+    seeds = {str(s) for s in params.get("seeds") or []}
+    reuse = sorted(f"{role} (seeds {', '.join(sorted(got & seeds))})" for role, got in found.items() if got & seeds)
+    shared_missing = [r for r, got in found.items() if seeds - got]
+    train = ["the set's own models"] + sorted(f"{r} (seeds {', '.join(sorted(seeds - found[r]))})"
+                                             for r in shared_missing)
+    if not any_cell:
+        train = ["every model (no earlier cell of this setting)"]
+    return reuse, train
+
+
+@dataclass
+class Count:
+    """The models a cell needs, and how many of them (and image-epochs) it trains, per role stem."""
+
+    models: dict[str, int]
+    trained: dict[str, int]
+    image_epochs: dict[str, float]  # of the trained models
+
+    @property
+    def total_trained(self) -> int:
+        return sum(self.trained.values())
+
+    @property
+    def total_image_epochs(self) -> float:
+        return sum(self.image_epochs.values())
+
+    def line(self) -> str:
+        trains = ", ".join(f"{s} {n}" for s, n in sorted(self.trained.items()) if n)
+        reused = {s: self.models[s] - self.trained[s] for s in self.models}
+        reuses = ", ".join(f"{s} {n}" for s, n in sorted(reused.items()) if n)
+        return (f"{sum(self.models.values())} models; trains {self.total_trained}" + (f" ({trains})" if trains else "")
+                + f" = {_amount(self.total_image_epochs)} image-epochs; reuses {sum(reused.values())}"
+                + (f" ({reuses})" if reuses else ""))
+
+
+def _amount(value: float) -> str:
+    for size, unit in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if value >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}"
+
+
+def _count(needs: dict[str, tuple[float, float]], found: dict[str, set], params: dict) -> Count:
+    seeds = {str(s) for s in params.get("seeds") or []}
+    available: dict[str, int] = {}
+    for role, got in found.items():
+        stem = role_stem(role)
+        available[stem] = available.get(stem, 0) + len(got & seeds)
+    models, trained, image_epochs = {}, {}, {}
+    for stem, (n, per_model) in needs.items():
+        models[stem] = round(n)
+        trained[stem] = max(0, models[stem] - available.get(stem, 0))
+        image_epochs[stem] = trained[stem] * per_model
+    return Count(models, trained, image_epochs)
+
+
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """minutes = a + b x image-epochs trained, least squares over earlier cells (a, b >= 0); through
+    the origin with one point (or image-epochs that do not vary)."""
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    if len(points) >= 2 and max(xs) > min(xs):
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+        if b > 0 and my - b * mx >= 0:
+            return my - b * mx, b
+    total = sum(xs)
+    return 0.0, (sum(ys) / total if total else 0.0)
+
+
+def _estimate(runs: list, count: Count | None, params: dict) -> float | None:
+    """Minutes, calibrated on ``runs`` (earlier FINISHED cells of this recipe): against the image-epochs
+    they trained where they recorded them and this cell's count is known; else their minutes per
+    seed (median) times this cell's seeds."""
+    points = [(_trained_image_epochs(r), _minutes(r)) for r in runs]
+    points = [(x, y) for x, y in points if x is not None]
+    if count is not None and points and any(x > 0 for x, _ in points):
+        a, b = _fit(points)
+        return a + b * count.total_image_epochs
+    per_seed = [_minutes(r) / (len(_seeds(r)) or 1) for r in runs]
+    return statistics.median(per_seed) * len(params.get("seeds") or [0]) if per_seed else None
+
+
+def _trained_image_epochs(run) -> float | None:
+    trainings = _trainings(run)
+    return None if trainings is None else float(sum(t.get("trained_image_epochs", 0) for t in trainings.values()))
+
+
+def _last_time(runs: list) -> str:
+    """How good the estimate was for the newest earlier cell that recorded one."""
+    for run in runs:
+        estimate = run.data.tags.get(TAG["estimate"])
+        if estimate:
+            return f"; last time ({run.info.run_name}) estimated {float(estimate):.1f} min, took {_minutes(run):.1f}"
+    return ""
+
+
+def plan_cell(store: Store | None, protocol: str, params: dict, force: bool = False) -> CellPlan:
+    """One cell's plan: run or skip, what it reuses and trains (models, image-epochs), its minutes."""
+    tags = cell_tags(protocol, params)
+    name = run_name(protocol, params)
+    if store is None:
+        return CellPlan(name, params, "run", train=["every model (empty store)"], basis="no earlier run of this recipe")
+    finished = not force and store.finished(tags[TAG["family"]], TAG["config"], tags[TAG["config"]])
+    plan = CellPlan(name, params, "skip" if finished else "run")
+    if plan.action == "skip":
+        return plan
+    found, any_cell = _found(store, tags, params)
+    plan.reuse, plan.train = _evaluations(found, any_cell, params)
+    basis, runs = _references(store, tags, params)
+    needs = _needs(runs[0], params) if runs else None
+    plan.count = _count(needs, found, params) if needs is not None else None
+    plan.minutes = _estimate(runs, plan.count, params)
+    if plan.minutes is None:
+        plan.basis = "no earlier run of this recipe"
+    else:
+        how = "image-epochs" if plan.count is not None and _trained_image_epochs(runs[0]) else "minutes per seed"
+        plan.basis = f"{basis}: {len(runs)} earlier run(s), by {how}{_last_time(runs)}"
+    return plan
+
+
+def estimates(tracker: Tracker, protocol: str, cells: list[dict]) -> dict[str, float]:
+    """The runner's estimate of each cell's minutes (tagged on its run when it starts, so that the
+    next dry run can say how good it was)."""
+    store = Store(tracker)
+    out = {}
+    for params in cells:
+        plan = plan_cell(store, protocol, params, force=True)
+        if plan.minutes is not None:
+            out[plan.name] = plan.minutes
+    return out
