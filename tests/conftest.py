@@ -119,3 +119,26 @@ def probe_notebooks(tmp_path_factory) -> Path:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / "label_robust.ipynb")
     return folder
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    """Where the browser tests keep their screenshots: $DDLIB_SCREENSHOTS, else a pytest temporary
+    folder (printed)."""
+    folder = Path(os.environ["DDLIB_SCREENSHOTS"]) if os.environ.get("DDLIB_SCREENSHOTS") \
+        else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"\nscreenshots: {folder}")
+    return folder
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """A headless Chromium (tests/browser.py); skipped where none is installed."""
+    from browser import Browser, chromium_path
+
+    if chromium_path() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    session = Browser(tmp_path / "chromium-profile")
+    yield session
+    session.close()

@@ -35,7 +35,6 @@ from ddlib.report.core import aggregate, format_leaderboard
 from ddlib.tracking import TAG, Tracker, default_tags
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser import Browser, chromium_path  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,23 +82,6 @@ def store(tmp_path_factory):
         yield folder
 
 
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> Path:
-    """Where screenshots are kept: $DDLIB_SCREENSHOTS, else a pytest temporary folder (printed)."""
-    folder = Path(os.environ["DDLIB_SCREENSHOTS"]) if os.environ.get("DDLIB_SCREENSHOTS") \
-        else tmp_path_factory.mktemp("screenshots")
-    folder.mkdir(parents=True, exist_ok=True)
-    print(f"\nscreenshots: {folder}")
-    return folder
-
-
-@pytest.fixture
-def browser(tmp_path):
-    if chromium_path() is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
-    session = Browser(tmp_path / "chromium-profile")
-    yield session
-    session.close()
 
 
 # --------------------------------------------------------------------------- leaderboards: intervals, rank groups

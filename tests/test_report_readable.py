@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import os
 import sys
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from ddlib.report import card as cards, evals, plots, viz
 from ddlib.report.boards import load_boards
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser import Browser, chromium_path  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TINY = dict(dataset="digits", seeds=[0, 1], train_per_class=30, recipe={"epochs": 2}, real_recipe={"epochs": 1},
@@ -61,23 +59,11 @@ def site(store, tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> Path:
-    folder = Path(os.environ["DDLIB_SCREENSHOTS"]) if os.environ.get("DDLIB_SCREENSHOTS") \
-        else tmp_path_factory.mktemp("screenshots")
-    folder.mkdir(parents=True, exist_ok=True)
-    print(f"\nscreenshots: {folder}")
-    return folder
-
-
 @pytest.fixture
-def browser(tmp_path):
-    if chromium_path() is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
-    session = Browser(tmp_path / "chromium-profile")
-    session.set_viewport(WIDTH, HEIGHT)
-    yield session
-    session.close()
+def browser(browser):
+    """The shared headless Chromium (conftest), at the width and height the checks are about."""
+    browser.set_viewport(WIDTH, HEIGHT)
+    return browser
 
 
 def _card(method="dm", ipc=1):
