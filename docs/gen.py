@@ -60,7 +60,9 @@ def block(spec) -> str:
         lines += [f"- revision {_cell(entry)}" for entry in spec.history]
     lines += ["", "Leaderboards (`ddlib summary`, `ddlib export --board NAME`, the site):", ""]
     for board in spec.boards:
-        score = f", ranked by `{board.score}`" + (f" ({board.label})" if board.label else "") if board.score else ""
+        label = f" ({board.label})" if board.label else ""
+        score = ("" if not board.score else f", ranked by `{board.score}`{label}" if board.higher_is_better
+                 else f", headlined by `{board.score}`{label}, lower is better (not ranked)")
         weight = f", weight `--{board.weight}`" if board.weight else ""
         lines.append(f"- `{board.name}`: {board.title}{score}{weight}")
     lines += ["", "## Parameters", "",

@@ -69,7 +69,7 @@ class Board:
     more_columns: bool = False  # the card also lists the board's other value columns
     variant: tuple[str, ...] = ()  # the columns that tell one set's rows apart on the card
     weight: str | None = None  # "w", "gamma", "alpha": the board's score weight (the CLI's --w, ...)
-    higher_is_better: bool = True
+    higher_is_better: bool = True  # False: the score is headlined, not ranked (leaderboards rank higher first)
 
 
 # Extra (non-headline) columns of the boards that carry them (ddlib.protocols.beyond): the calibration and
