@@ -495,3 +495,48 @@ def test_progress_lines_in_a_log_are_printed_on_a_new_model_not_per_epoch(capsys
     assert printed == ["  a: [0.1 min] syn_hard · seed 0 · lr 0.01 · model 1/3 · epoch 1/200 · ETA 0:10",
                        "  a: [0.3 min] syn_hard · seed 1 · lr 0.01 · model 2/3 · epoch 1/200 · ETA 0:08",
                        "  a: [0.4 min] syn_hard · seed 1 · lr 0.01 · model 2/3 · epoch 9/200 · ETA 0:07"], printed
+
+
+# --------------------------------------------------------------------------- matched compute (issue 27.5)
+
+
+@pytest.mark.filterwarnings("ignore:sanity")
+def test_matched_compute_trains_the_random_subsets_for_the_sets_images_seen(mlflow_store):
+    """``matched_compute: true``: the random subsets are also trained for as many images seen as the
+    set. A set of 2 + 9 x 1 = 11 images (IPC 2: its largest class) trained 4 epochs sees 44 images;
+    its random subset holds 20, so it trains round(4 x 11 / 20) = 2 epochs (40 images seen), and
+    ``ior_matched`` is the set's accuracy against that model's. A set of IPC x classes images needs
+    no other training: its ``acc_rdm_matched`` is ``acc_rdm_any``."""
+    import json
+
+    import torch
+
+    from ddlib.data.distilled import DistilledSet
+    from ddlib.protocols import label_robust
+
+    params = {**TINY, "method": "random", "ipc": 2, "lr_policy": "fixed", "recipe": {"epochs": 4},
+              "matched_compute": True}
+    cell = label_robust.open_cell(**params)
+    full = label_robust.obtain(cell)
+    keep = torch.tensor([i for i, y in enumerate(full.labels.tolist()) if y == 0 or i not in
+                         {j for c in range(1, 10) for j in (full.labels == c).nonzero().flatten().tolist()[1:]}])
+    unequal = DistilledSet(full.images[keep], full.labels[keep], full.num_classes, method="random")
+    assert len(unequal) == 11 and unequal.ipc == 2
+    result = label_robust.evaluate(cell, unequal)
+    cell.close()
+    run = tracking.client().get_run(cell.run_id)
+    trainings = json.loads(run.data.tags["ddlib.trainings"])
+    assert trainings["syn_hard"]["image_epochs"] == 11 * 4 and trainings["rdm_matched"]["image_epochs"] == 20 * 2
+    seeds = result.per_seed
+    assert (seeds["ior_matched"] == seeds["acc_syn_any"] - seeds["acc_rdm_matched"]).all()
+
+    equal_cell = label_robust.open_cell(**{**params, "seeds": [0]})
+    equal = label_robust.evaluate(equal_cell, label_robust.obtain(equal_cell))
+    equal_cell.close()
+    assert "rdm_matched" not in json.loads(tracking.client().get_run(equal_cell.run_id).data.tags["ddlib.trainings"])
+    assert (equal.per_seed["acc_rdm_matched"] == equal.per_seed["acc_rdm_any"]).all()
+    from ddlib.report.ddranking import lrs_leaderboard
+
+    board = lrs_leaderboard()
+    assert {"acc_rdm_matched_mean", "ior_matched_mean"} <= set(board.columns)
+    assert board["ior_matched_mean"].notna().all()

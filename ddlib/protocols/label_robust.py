@@ -43,7 +43,7 @@ fed the stored values (:meth:`ddlib.protocols.cell.Cell.zca`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -68,6 +68,7 @@ SPEC = ProtocolSpec(
         "recipe": Param({}, "the hard-label recipe without a preset (Recipe keys); the base of real_recipe"),
         "real_recipe": Param({}, "overrides for the full-data reference (e.g. fewer epochs)"),
         "w": Param(0.5, "LRS's weight on IOR (against 1 - w on HLR)"),
+        "matched_compute": Param(False, "also the random subset trained for the set's images seen (ior_matched)"),
         **PRESET_PARAMS,
     },
     boards=(Board("lrs", "DD-Ranking: Label-Robust Score", "ddlib.report.ddranking:lrs_leaderboard", "lrs", "LRS",
@@ -76,7 +77,10 @@ SPEC = ProtocolSpec(
                        ("acc_rdm_any", "random subset, same evaluation (acc_rdm_any)"),
                        ("acc_real_hard", "full training set, hard labels (acc_real_hard)"),
                        ("hlr", "HLR = acc_real_hard - acc_syn_hard (lower is better)"),
-                       ("ior", "IOR = acc_syn_any - acc_rdm_any"), ("lrs", "LRS (0-100)"), *BEYOND_COLUMNS),
+                       ("ior", "IOR = acc_syn_any - acc_rdm_any"), ("lrs", "LRS (0-100)"),
+                       ("acc_rdm_matched", "random subset trained for the set's images seen (matched_compute)"),
+                       ("ior_matched", "IOR against it: acc_syn_any - acc_rdm_matched (matched_compute)"),
+                       *BEYOND_COLUMNS),
                   variant=("model", "preset"), weight="w"),),
     headline="lrs",
     history=("2: hard side under the preset's evaluation, per-seed random subsets, teacher labels for the random side "
@@ -132,6 +136,8 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
             own = ev.own_setting()
             syn_any = ev.run("syn_any", "syn", syn_sets, own, seeds, "distilled")
             rdm_any = ev.run("rdm_any", "rdm", rdm_sets, own, seeds, "random subset")
+        matched = matched_random(ev, distilled, rdm_sets, rdm_any, hard if hard_only else own, seeds) \
+            if p["matched_compute"] else None
         rows = []
         for k, (s, f, sa, ra) in enumerate(zip(syn, real, syn_any, rdm_any)):
             h = metrics.hlr(f.accuracy, s.accuracy)
@@ -139,6 +145,24 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
             rows.append({"seed": s.seed, "acc_syn_hard": s.accuracy,
                          **({"acc_rdm_hard": rdm[k].accuracy} if rdm is not None else {}),
                          "acc_real_hard": f.accuracy, "acc_syn_any": sa.accuracy, "acc_rdm_any": ra.accuracy,
-                         "hlr": h, "ior": i, "lrs": metrics.lrs(h, i, p["w"])})
+                         "hlr": h, "ior": i, "lrs": metrics.lrs(h, i, p["w"]),
+                         **({"acc_rdm_matched": matched[k].accuracy,
+                             "ior_matched": metrics.ior(sa.accuracy, matched[k].accuracy)} if matched else {})})
         per_seed, summary = cell.record_per_seed(rows)
     return LabelRobustResult(per_seed=per_seed, summary=summary, sides=ev.sides(), run_id=cell.run_id)
+
+
+def matched_random(ev: SideTrainer, distilled: DistilledSet, rdm_sets: dict, rdm_any: list, setting, seeds) -> list:
+    """The random subsets trained for as many images seen as the distilled side ("Hard truths about
+    soft labels", CVPR 2026: compare at matched compute). Both sides train the same recipe, so they
+    see as many images whenever the set holds IPC x classes images (then the ``rdm_any`` models are
+    the comparison and nothing is trained); a set with unequal classes holds fewer than its random
+    subset (whose IPC is the set's largest class), and its random subsets train the nearest whole
+    number of epochs to epochs x set images / subset images."""
+    n_set = len(distilled.images)
+    n_random = len(next(iter(rdm_sets.values())).images)
+    if n_set == n_random:
+        return rdm_any
+    epochs = max(1, round(setting.recipe.epochs * n_set / n_random))
+    matched = replace(setting, name=f"{setting.name}, matched compute", recipe=replace(setting.recipe, epochs=epochs))
+    return ev.run("rdm_matched", "rdm", rdm_sets, matched, seeds, f"random subset, {epochs} epochs (matched compute)")

@@ -18,15 +18,17 @@ ROW_PARAMS = ("dataset", "ipc", "method", "model", "preset", "lr_policy")
 # pool's identity (its content digest), so no row pools cells scored against different real data.
 # Every board's key also holds the resolved precision and the set's digest (ddlib.report.core).
 ROW_TAGS = {"revision": TAG["revision"], "pool": POOL_TAG}
+MATCHED_COMPUTE = ("acc_rdm_matched", "ior_matched")  # per-seed values of cells run with matched_compute: true
 
 
 def _leaderboard(experiment: str, keys: tuple[str, ...], derive, score: str, roles: tuple[str, ...]) -> pd.DataFrame:
     """Pool per-seed values by group, add derived columns, and aggregate mean and std over seeds; then
     the calibration, class-wise fairness and cost of the ``roles``' models (:mod:`ddlib.protocols.beyond`)."""
-    df = per_seed_values(experiment, keys, ROW_PARAMS, row_tags=ROW_TAGS, match=beyond.is_beyond)
+    df = per_seed_values(experiment, keys, ROW_PARAMS, row_tags=ROW_TAGS,
+                         match=lambda k: beyond.is_beyond(k) or k in MATCHED_COMPUTE)
     if df.empty:
         return df
-    derived = derive(df)
+    derived = derive(df) + [k for k in MATCHED_COMPUTE if k in df]  # label_robust's matched_compute: true
     extra = beyond.board_columns(df, roles)
     return aggregate(df, [*keys, *derived, *extra], (*ROW_PARAMS, "revision"), sort=("dataset", "ipc"), descending=score)
 
