@@ -174,6 +174,8 @@ BOARD_VALUES = {  # the values each protocol's boards read, per seed
     "transfer": {"acc_reference": 0.5, "acc_transfer": 0.4, "acc_others_avg": 0.4, "acc_mlp": 0.4},
     "compression": {"acc_set": 0.5, "acc_full": 0.9, "relative": 0.55},
     "nas": {"proxy.a": 0.5, "proxy.b": 0.4, "proxy.c": 0.3, "gt.a": 90.0, "gt.b": 80.0, "gt.c": 85.0},
+    "privacy": {"loss_auc_set": 0.6, "shadow_auc_set": 0.6, "acc_set": 0.5},
+    "blackbox": {"clean_acc": 0.5, "clean.random": 0.4, "transfer.fgsm.random": 0.2},  # the set's images attack random's
 }
 
 
@@ -198,7 +200,8 @@ def test_every_leaderboard_shows_a_sets_leakage_in_its_sanity_column(tmp_path, m
             tracker.log_metrics(run_id, {k: v + 0.01 * seed for k, v in values.items()}, step=seed)
         tracker.end_run(run_id)
     boards = board_specs()
-    assert set(boards) == {"lrs", "ars", "beard", "beard_unified", "augmentation", "transfer", "compression", "nas"}
+    assert set(boards) == {"lrs", "ars", "beard", "beard_unified", "augmentation", "transfer", "compression", "nas",
+                           "privacy", "blackbox"}
     for name in boards:
         shown = format_leaderboard(build_board(name))
         assert list(shown["sanity"]) == [note], name

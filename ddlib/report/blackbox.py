@@ -44,6 +44,8 @@ def _rows(experiment: str) -> pd.DataFrame:
                 "target": cell["target"] if cell["mode"] == "targeted" else "",
                 "clean_acc": cell.get(f"clean.{target}", float("nan"))})
             row["run_id"].append(cell["run_id"])
+            if isinstance(cell.get("leakage"), str) and cell["leakage"]:  # the surrogate's set (its cell's check)
+                row["leakage"] = "; ".join(dict.fromkeys(filter(None, (row.get("leakage"), cell["leakage"]))))
             row[f"from.{cell['method']}"] = cell[column]
     for row in rows.values():
         row["run_id"] = " ".join(dict.fromkeys(row["run_id"]))
