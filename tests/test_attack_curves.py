@@ -131,3 +131,36 @@ def test_a_cell_draws_curves_of_several_attacks_with_their_areas(mlflow_store):
     other = curves.assign(group="other", method="dc")
     assert {"eps_row_0", "eps_row_1", "eps_methods_0", "eps_methods_1", "eps_methods_2"} <= set(
         eps_curve_figures(other.__class__(list(curves.to_dict("records")) + list(other.to_dict("records")))))
+
+
+def test_a_missing_point_gives_no_area_on_the_board_not_a_shorter_curves():
+    """A per-seed row holds every cell's curve columns: another cell's curve (all NaN here) is left
+    out, and this row's curve with a missing point has no area (the protocol's own rule), where the
+    area of its two other points (0.7) would be a wrong number."""
+    import pandas as pd
+
+    from ddlib.attacks.curves import curve_aucs
+    from ddlib.report.beard import _own_curves
+
+    row = pd.Series({"curve.pgd.0.000000": 0.9, "curve.pgd.0.007843": 0.5, "curve.pgd.0.031373": float("nan"),
+                     "curve.fgsm.0.000000": float("nan"), "curve.fgsm.0.031373": float("nan"), "clean_acc": 0.9})
+    aucs = curve_aucs(_own_curves(row))
+    assert list(aucs) == ["curve_auc.pgd"] and aucs["curve_auc.pgd"] != aucs["curve_auc.pgd"]  # NaN
+
+
+def test_cells_with_other_curves_are_other_rows():
+    """Curve areas are row values: cells whose curves differ (ε list, an attack's settings) are other
+    rows; a cell without a curve keeps the row key it had before curves existed."""
+    from ddlib.protocols import adversarial
+    from ddlib.protocols.placement import cell_tags
+
+    base = {"dataset": "digits", "method": "dm", "ipc": 1, "seeds": [0], "attacks": ["fgsm"]}
+    def group(**extra):
+        return cell_tags("adversarial", adversarial.validate({**base, **extra}))["ddlib.group_key"]
+    plain = group()
+    short = group(eps_curve={"attacks": ["pgd"], "eps": [0, 0.01]})
+    long = group(eps_curve={"attacks": ["pgd"], "eps": [0, 0.01, 0.03]})
+    stronger = group(eps_curve={"attacks": [{"pgd": {"steps": 20}}], "eps": [0, 0.01]})
+    assert len({plain, short, long, stronger}) == 4
+    assert adversarial.group_identity(adversarial.validate(base)).keys() == \
+        adversarial.group_identity(adversarial.validate({**base, "eps_curve": None})).keys()

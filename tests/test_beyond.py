@@ -180,3 +180,15 @@ def test_system_metrics_are_mlflows_own_switch(mlflow_store, monkeypatch):
     client = tracking.client()
     assert not any(k.startswith("system/") for k in client.get_run(off.run_id).data.metrics)
     assert any(k.startswith("system/cpu") for k in client.get_run(on.run_id).data.metrics)
+
+
+def test_board_columns_take_each_rows_own_role():
+    """A board mixing a soft-label cell (its headline accuracy is ``syn_any``) and a hard-label one
+    (``syn_hard`` only): each row shows its own role's ECE, not NaN for the hard one."""
+    import pandas as pd
+
+    from ddlib.protocols.beyond import board_columns
+
+    df = pd.DataFrame({"ece.syn_any": [0.2, float("nan")], "ece.syn_hard": [0.3, 0.1]})
+    board_columns(df, ("syn_any", "syn_hard"))
+    assert df["ece"].tolist() == [0.2, 0.1]

@@ -221,13 +221,17 @@ def _check_checkpoint(p: dict, raw: dict) -> None:
 def group_identity(params: dict) -> dict:
     """The leaderboard row of a cell: attacks by their resolved description (``fgsm`` and
     ``{fgsm: {eps: 8/255}}`` are one attack), without what the summary recomputes or only adds
-    (``alpha``, ``eps_curve``), without ``target`` in untargeted mode, and without the training
+    (``alpha``; ``eps_curve`` only where a cell has one: its points, each attack's settings and ε,
+    since its areas are row values), without ``target`` in untargeted mode, and without the training
     recipe (``recipe``, ``augment``, ``number_sign``) of a checkpoint (nothing is trained), nor
     ``number_sign`` for ``full`` (never applied to the whole training set, as in BEARD, whose
     ``src_dataset`` training reads the data loader). ``space`` stays: a ``beard_compat`` row is
     never pooled with a pixel-space one."""
     out = {k: v for k, v in params.items() if k not in ("alpha", "eps_curve")}
     out["attacks"] = [a.describe() for a in parse_attacks(params["attacks"])]
+    if params.get("eps_curve") is not None:  # its areas are row values: one curve (attacks, settings, ε) per row
+        out["eps_curve"] = sorted({(p.attack, p.spec.describe() if p.spec else "clean", f"{p.eps:.6f}")
+                                   for p in parse_curve(params["eps_curve"], params.get("mode") == "targeted")})
     if params.get("mode") != "targeted":
         out.pop("target", None)
     if (params.get("source") or {}).get("kind") == "checkpoint":

@@ -225,12 +225,17 @@ def is_beyond(metric: str) -> bool:
 
 def board_columns(df, roles: tuple[str, ...]) -> list[str]:
     """Add a board's extra columns to its per-seed frame (in place) and return their names: the
-    scores of the first of ``roles`` the frame has (the models the board's headline accuracy comes
-    from) and the cell's cost per seed. Cells logged before these columns show NaN."""
+    scores of the first of ``roles`` each row has (the models its headline accuracy comes from: a
+    hard-label cell logs ``syn_hard`` only, a soft-label one ``syn_any`` too) and the cell's cost per
+    seed. Cells logged before these columns show NaN."""
     added = []
-    role = next((r for r in roles if f"ece.{r}" in df), None)
     for score in BOARD_SCORES:
-        df[score] = df[f"{score}.{role}"] if role is not None and f"{score}.{role}" in df else _NAN
+        column = None
+        for role in roles:  # row by row: the first role that row logged
+            if f"{score}.{role}" in df:
+                values = df[f"{score}.{role}"]
+                column = values if column is None else column.fillna(values)
+        df[score] = column if column is not None else _NAN
         added.append(score)
     for column in BOARD_COST:
         df[column] = df[f"cost.{column}"] if f"cost.{column}" in df else _NAN

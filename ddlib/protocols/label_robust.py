@@ -49,7 +49,7 @@ import pandas as pd
 
 from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
-from ddlib.engine.recipe import Recipe
+from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import BEYOND_COLUMNS, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain,
@@ -157,12 +157,13 @@ def matched_random(ev: SideTrainer, distilled: DistilledSet, rdm_sets: dict, rdm
     soft labels", CVPR 2026: compare at matched compute). Both sides train the same recipe, so they
     see as many images whenever the set holds IPC x classes images (then the ``rdm_any`` models are
     the comparison and nothing is trained); a set with unequal classes holds fewer than its random
-    subset (whose IPC is the set's largest class), and its random subsets train the nearest whole
-    number of epochs to epochs x set images / subset images."""
+    subset (whose IPC is the set's largest class), and its random subsets train the whole number of
+    epochs that brings their images seen nearest to the set's (epochs trained x set images)."""
     n_set = len(distilled.images)
     n_random = len(next(iter(rdm_sets.values())).images)
     if n_set == n_random:
         return rdm_any
-    epochs = max(1, round(setting.recipe.epochs * n_set / n_random))
+    trained = epochs_trained(setting.recipe)  # epochs + 1 under DC-Bench's dc_step schedule
+    epochs = max(1, round(trained * n_set / n_random - (trained - setting.recipe.epochs)))
     matched = replace(setting, name=f"{setting.name}, matched compute", recipe=replace(setting.recipe, epochs=epochs))
     return ev.run("rdm_matched", "rdm", rdm_sets, matched, seeds, f"random subset, {epochs} epochs (matched compute)")

@@ -107,7 +107,7 @@ def robustness_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, cle
                                  _ran(row, attacks, "attack_seconds"), alpha, rr_variant)
             for (_, row), t_clean in zip(df.iterrows(), _clean_times(df, clean_time))]
     df = df.assign(**pd.DataFrame(rows, index=df.index))
-    aucs = pd.DataFrame([curve_aucs(row.dropna().to_dict()) for _, row in df.iterrows()], index=df.index)
+    aucs = pd.DataFrame([curve_aucs(_own_curves(row)) for _, row in df.iterrows()], index=df.index)
     df = df.assign(**aucs)
     per_attack = [f"{a}.{v}" for a in attacks for v in ("robust_acc", "asr", "asr_beard", "attack_seconds", "queries")]
     return aggregate(df, ["clean_acc", "rr", "rr_rome", "rr_rome_plus", "ae", "crei", "crei_rome", "rcr",
@@ -202,3 +202,13 @@ def plot_eps_curves(curves: pd.DataFrame):
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
+
+
+def _own_curves(row: pd.Series) -> dict[str, float]:
+    """The ``curve.<attack>.<eps>`` points of a per-seed row's own curves: the frame holds every
+    cell's points (NaN where a cell has no such curve), so an attack none of whose points this row
+    has is left out, while a missing point of a curve it has stays NaN (its area is NaN, not the area
+    of a shorter curve)."""
+    points = {k: v for k, v in row.items() if isinstance(k, str) and k.startswith("curve.")}
+    has = {k.split(".")[1] for k, v in points.items() if pd.notna(v)}
+    return {k: v for k, v in points.items() if k.split(".")[1] in has}
