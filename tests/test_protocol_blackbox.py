@@ -156,3 +156,18 @@ def test_the_runner_fills_target_sources_from_the_grid_methods(tmp_path):
     dc = {"kind": "file", "path": os.path.abspath("sets/dc_ipc{ipc}.pt")}
     assert [(e["method"], e["model"], e["source"]) for e in cell["target_models"]] == [
         ("dc", "convnet", dc), ("random", "convnet", {"kind": "random"}), ("dc", "mlp", dc)]
+
+
+def test_a_surrogate_that_attacked_some_seeds_only_is_left_out_of_the_rows_mean():
+    """Target dm, two seeds: random attacked both (0.3, 0.5), kcenter seed 0 only (0.9). Each seed's
+    transfer accuracy is over random alone (0.3, 0.5: mean 0.4), not 0.6 for seed 0 and 0.5 for
+    seed 1 (mean 0.55), and the row names the surrogates it averages."""
+    import pandas as pd
+
+    from ddlib.report.blackbox import _common_surrogates
+
+    df = pd.DataFrame({"group": ["g", "g"], "method": ["dm", "dm"], "seed": [0, 1],
+                       "from.random": [0.3, 0.5], "from.kcenter": [0.9, float("nan")], "from.dm": [0.1, 0.1],
+                       "transfer_acc": [0.6, 0.5]})
+    out = _common_surrogates(df)
+    assert out["transfer_acc"].tolist() == [0.3, 0.5] and set(out["surrogates"]) == {"random"}

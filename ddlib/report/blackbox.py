@@ -61,9 +61,24 @@ def transfer_leaderboard(experiment: str = EXPERIMENT) -> pd.DataFrame:
     df = _rows(experiment)
     if df.empty:
         return df
+    df = _common_surrogates(df)
     sources = sorted(c for c in df.columns if c.startswith("from."))
-    return aggregate(df, ["clean_acc", "transfer_acc", "white_box_acc", *sources], ROW_PARAMS,
+    return aggregate(df, ["clean_acc", "transfer_acc", "white_box_acc", *sources], (*ROW_PARAMS, "surrogates"),
                      sort=("dataset", "attack", "mode", "family", "ipc"), descending="transfer_acc")
+
+
+def _common_surrogates(df: pd.DataFrame) -> pd.DataFrame:
+    """Each row's ``transfer_acc`` over the surrogates that attacked it in every one of its seeds
+    (a surrogate run for one seed only would make the seeds' means average different surrogates),
+    and those surrogates named in ``surrogates``."""
+    df = df.copy()
+    df["surrogates"] = ""
+    for _, block in df.groupby("group", sort=False):
+        own = {f"from.{m}" for m in block["method"]}
+        common = sorted(c for c in block.columns if c.startswith("from.") and c not in own and block[c].notna().all())
+        df.loc[block.index, "transfer_acc"] = block[common].mean(axis=1) if common else float("nan")
+        df.loc[block.index, "surrogates"] = ", ".join(c[len("from."):] for c in common)
+    return df
 
 
 def transfer_matrix(board: pd.DataFrame, attack: str) -> pd.DataFrame:
