@@ -11,11 +11,13 @@ if they span the same range (the ε list is part of what a curve is: name it wit
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["curve_auc"]
+__all__ = ["curve_auc", "curve_aucs", "AUC_PREFIX"]
+
+AUC_PREFIX = "curve_auc."  # per seed and on the leaderboard: curve_auc.<attack>
 
 
 def curve_auc(eps: Sequence[float], accuracies: Sequence[float]) -> float:
@@ -34,3 +36,16 @@ def curve_auc(eps: Sequence[float], accuracies: Sequence[float]) -> float:
     if len(xs) < 2 or any(math.isnan(a) for a in ys):
         return float("nan")
     return float(np.trapezoid(ys, xs) / (xs[-1] - xs[0]))
+
+
+def curve_aucs(values: Mapping[str, float], scale: float = 1.0) -> dict[str, float]:
+    """Per attack with ``curve.<attack>.<eps>`` values in ``values`` (a per-seed row): its
+    ``curve_auc.<attack>`` (:func:`~ddlib.metrics_robust.curve_auc`, times ``scale``); NaN points
+    (a seed without them) give NaN."""
+    by_attack: dict[str, list[tuple[float, float]]] = {}
+    for key, value in values.items():
+        if isinstance(key, str) and key.startswith("curve."):
+            _, attack, eps = key.split(".", 2)
+            by_attack.setdefault(attack, []).append((float(eps), float(value)))
+    return {f"{AUC_PREFIX}{attack}": scale * curve_auc([e for e, _ in pts], [a for _, a in pts])
+            for attack, pts in by_attack.items()}

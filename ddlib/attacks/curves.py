@@ -17,11 +17,10 @@ from __future__ import annotations
 from typing import Mapping
 
 from ddlib.attacks.registry import AttackSpec, parse_attack, targeted_skip_reason
-from ddlib.metrics_robust import curve_auc
+from ddlib.metrics_robust import AUC_PREFIX, curve_aucs  # noqa: F401 (re-exported: no torchattacks needed there)
 
 __all__ = ["CurvePoint", "parse_curve", "point_key", "curve_aucs", "AUC_PREFIX"]
 
-AUC_PREFIX = "curve_auc."  # per seed and on the leaderboard: curve_auc.<attack>
 
 
 class CurvePoint:
@@ -73,16 +72,3 @@ def parse_curve(curve, targeted: bool = False) -> list[CurvePoint]:
             raise ValueError(f"two epsilons give one point ({sorted(keys)}): list each once, distinct to 6 decimals")
         points += [CurvePoint(base.name, s.eps, s if s.eps > 0 else None) for s in specs]
     return points
-
-
-def curve_aucs(values: Mapping[str, float], scale: float = 1.0) -> dict[str, float]:
-    """Per attack with ``curve.<attack>.<eps>`` values in ``values`` (a per-seed row): its
-    ``curve_auc.<attack>`` (:func:`~ddlib.metrics_robust.curve_auc`, times ``scale``); NaN points
-    (a seed without them) give NaN."""
-    by_attack: dict[str, list[tuple[float, float]]] = {}
-    for key, value in values.items():
-        if isinstance(key, str) and key.startswith("curve."):
-            _, attack, eps = key.split(".", 2)
-            by_attack.setdefault(attack, []).append((float(eps), float(value)))
-    return {f"{AUC_PREFIX}{attack}": scale * curve_auc([e for e, _ in pts], [a for _, a in pts])
-            for attack, pts in by_attack.items()}

@@ -28,7 +28,7 @@ import json
 import pandas as pd
 
 from ddlib import metrics
-from ddlib.attacks.curves import curve_aucs
+from ddlib.metrics_robust import curve_aucs
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report.core import aggregate, leakage_note, per_seed_values
 from ddlib.tracking import TAG, client
