@@ -152,9 +152,10 @@ def test_the_lrs_board_shows_the_distilled_sides_scores_and_the_cells_cost(mlflo
 
     accuracies = {"acc_syn_hard": 0.5, "acc_real_hard": 0.9, "acc_syn_any": 0.6, "acc_rdm_any": 0.4}
     # dm: syn_any's ECE 0.10 and 0.20 over seeds 0, 1 -> mean 0.15; syn_hard's (0.9) is not the board's;
-    # the cell's training FLOPs 1e12 and 3e12 -> mean 2e12
+    # syn_any's training FLOPs 1e12 and 3e12 -> mean 2e12 (the cell's, with its reference, are not the board's)
     _lrs_cell("dm", [{"seed": s, **accuracies, "ece.syn_any": e, "ece.syn_hard": 0.9, "worst_class_acc.syn_any": w,
-                      "cost.train_flops": f} for s, e, w, f in ((0, 0.1, 0.3, 1e12), (1, 0.2, 0.5, 3e12))])
+                      "cost.train_flops.syn_any": f, "cost.train_flops": 50 * f}
+                     for s, e, w, f in ((0, 0.1, 0.3, 1e12), (1, 0.2, 0.5, 3e12))])
     _lrs_cell("random", [{"seed": s, **accuracies} for s in (0, 1)])  # logged before these columns: NaN
     board = lrs_leaderboard().set_index("method")
     assert board.loc["dm", "ece_mean"] == pytest.approx(0.15)
@@ -192,3 +193,16 @@ def test_board_columns_take_each_rows_own_role():
     df = pd.DataFrame({"ece.syn_any": [0.2, float("nan")], "ece.syn_hard": [0.3, 0.1]})
     board_columns(df, ("syn_any", "syn_hard"))
     assert df["ece"].tolist() == [0.2, 0.1]
+
+
+def test_board_cost_is_the_headline_models_not_the_cells_references():
+    """The LRS board's train_flops is what the set's models cost (``cost.train_flops.syn_hard``), not
+    the cell's total, which holds the full-data reference (100 x more here)."""
+    import pandas as pd
+
+    from ddlib.protocols.beyond import board_columns
+
+    df = pd.DataFrame({"cost.train_flops": [101.0], "cost.train_flops.syn_hard": [1.0],
+                       "cost.train_flops.real_hard": [100.0]})
+    board_columns(df, ("syn_any", "syn_hard"))
+    assert df["train_flops"].tolist() == [1.0]

@@ -141,8 +141,10 @@ def close(cell) -> None:
     for row in rows:
         for score in SCORES:
             per.setdefault(f"{score}.{row['role']}", {}).setdefault(row["seed"], []).append(row["values"][score])
-        for column in CELL_COST:
-            per.setdefault(f"cost.{column}", {}).setdefault(row["seed"], []).append(row["values"].get(column, _NAN))
+        for column in CELL_COST:  # the cell's whole cost, and each role's (what a board's score cost)
+            value = row["values"].get(column, _NAN)
+            per.setdefault(f"cost.{column}", {}).setdefault(row["seed"], []).append(value)
+            per.setdefault(f"cost.{column}.{row['role']}", {}).setdefault(row["seed"], []).append(value)
     triples, summary = [], {}
     for name, seeds in per.items():
         total = name.startswith("cost.")
@@ -237,7 +239,12 @@ def board_columns(df, roles: tuple[str, ...]) -> list[str]:
                 column = values if column is None else column.fillna(values)
         df[score] = column if column is not None else _NAN
         added.append(score)
-    for column in BOARD_COST:
-        df[column] = df[f"cost.{column}"] if f"cost.{column}" in df else _NAN
+    for column in BOARD_COST:  # what the row's headline models cost, not the cell's references and teachers
+        values = None
+        for role in roles:
+            if f"cost.{column}.{role}" in df:
+                own = df[f"cost.{column}.{role}"]
+                values = own if values is None else values.fillna(own)
+        df[column] = values if values is not None else _NAN
         added.append(column)
     return added

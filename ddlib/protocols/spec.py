@@ -77,8 +77,8 @@ class Board:
 BEYOND_COLUMNS = (("ece", "ECE, 15 equal-width bins (the set's models)"), ("nll", "test NLL (the set's models)"),
                   ("worst_class_acc", "worst-class accuracy (the set's models)"),
                   ("class_acc_range", "max - min of the per-class accuracies (the set's models)"),
-                  ("train_flops", "training FLOPs of the cell's models (3 x forward x images seen)"),
-                  ("train_seconds", "training wall time of the cell's models (s; see devices)"))
+                  ("train_flops", "training FLOPs of the set's models (3 x forward x images seen)"),
+                  ("train_seconds", "training wall time of the set's models (s; see devices)"))
 
 
 @dataclass(frozen=True)
