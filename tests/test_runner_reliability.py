@@ -477,17 +477,17 @@ def test_progress_lines_in_a_log_are_printed_on_a_new_model_not_per_epoch(capsys
     """Not a terminal (a log file, CI): a running cell's line is printed when it starts another model
     (or after ``PLAIN_PROGRESS_SECONDS``), not redrawn per epoch (a 3-minute demo wrote thousands of
     lines into its log)."""
-    from ddlib import runner
+    from ddlib import console
 
     current = {"a": "[0.1 min] syn_hard · seed 0 · lr 0.01 · model 1/3 · epoch 1/200 · ETA 0:10"}
-    lines = runner._CellLines(1, lambda: dict(current), disable=False, terminal=False)
+    lines = console.CellLines(1, lambda: dict(current), disable=False, terminal=False)
     lines.refresh()
     for epoch in range(2, 50):
         current["a"] = f"[0.2 min] syn_hard · seed 0 · lr 0.01 · model 1/3 · epoch {epoch}/200 · ETA 0:09"
         lines.refresh()
     current["a"] = "[0.3 min] syn_hard · seed 1 · lr 0.01 · model 2/3 · epoch 1/200 · ETA 0:08"
     lines.refresh()
-    monkeypatch.setattr(runner, "PLAIN_PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(console, "PLAIN_PROGRESS_SECONDS", 0.0)
     current["a"] = "[0.4 min] syn_hard · seed 1 · lr 0.01 · model 2/3 · epoch 9/200 · ETA 0:07"
     lines.refresh()
     lines.close()
