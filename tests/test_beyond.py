@@ -206,3 +206,20 @@ def test_board_cost_is_the_headline_models_not_the_cells_references():
                        "cost.train_flops.real_hard": [100.0]})
     board_columns(df, ("syn_any", "syn_hard"))
     assert df["train_flops"].tolist() == [1.0]
+
+
+def test_a_shadow_models_real_draw_is_not_named_the_distilled_set():
+    """The privacy protocol's shadow models train on real draws (roles shadow_ipc, shadow_full): their
+    MLflow dataset context is "shadow", not "distilled" (which would list them as the method's set)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from ddlib.protocols.beyond import context_of
+
+    data = SimpleNamespace(train_labels=torch.zeros(300))
+    cell = SimpleNamespace(dataset=data, unsplit=None)
+    assert context_of(cell, "shadow_ipc", torch.zeros(20)) == "shadow"
+    assert context_of(cell, "syn_hard", torch.zeros(20)) == "distilled"
+    assert context_of(cell, "rdm_hard", torch.zeros(20)) == "random"
+    assert context_of(cell, "real_hard", torch.zeros(300)) == "train"

@@ -40,7 +40,7 @@ __all__ = ["evaluation_scores", "model_cost", "log_evaluation", "note", "close",
            "is_beyond", "board_columns", "RELIABILITY_ARTIFACT", "CONTEXTS", "context_of"]
 
 RELIABILITY_ARTIFACT = "reliability.json"
-CONTEXTS = ("distilled", "random", "train", "test", "validation")
+CONTEXTS = ("distilled", "random", "train", "shadow", "test", "validation")
 SCORES = (*beyond.CALIBRATION, *beyond.FAIRNESS)
 CELL_COST = ("train_flops", "test_flops", "train_images", "test_images", "train_seconds", "eval_seconds")
 _NAN = float("nan")
@@ -71,11 +71,13 @@ def model_cost(cell, model: str, model_kwargs: dict | None, images, targets, eva
 
 
 def context_of(cell, role: str, targets) -> str:
-    """What a training set is, for its ``mlflow.data`` context: the random subset (roles ``rdm*``), the
-    real training data (roles ``real*``, or a set as large as the cell's training data), else the
-    distilled set."""
+    """What a training set is, for its ``mlflow.data`` context: the random subset (roles ``rdm*``), a
+    membership-inference shadow model's real draw (roles ``shadow*``), the real training data (roles
+    ``real*``, or a set as large as the cell's training data), else the distilled set."""
     if role.startswith("rdm"):
         return "random"
+    if role.startswith("shadow"):
+        return "shadow"
     full = {len(d.train_labels) for d in (cell.dataset, cell.unsplit) if d is not None}
     return "train" if role.startswith("real") or len(targets) in full else "distilled"
 
@@ -104,7 +106,7 @@ def datasets(cell, role: str, images, targets, train_digest: str, eval_images, e
     context = context_of(cell, role, targets)
     method = cell.params.get("method") or ""
     train_name = f"{ds.name} {method} ipc{cell.params.get('ipc')}" if context == "distilled" and method else \
-        f"{ds.name} {context}"
+        f"{ds.name} {role}" if context == "shadow" else f"{ds.name} {context}"
     source = {"dataset": ds.name, "data": ds.label, "images": len(targets), "role": role}
     test_context = "test" if split == "test" else "validation"
     return [_dataset_input(train_name, train_digest, context, images, source),
