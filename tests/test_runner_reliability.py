@@ -225,7 +225,19 @@ def _runner(path: Path, store: Path, *args: str, env: dict | None = None) -> sub
     env = {**os.environ, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "ddlib", "run", str(path), *args], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_terminal_signals)
+
+
+def _terminal_signals() -> None:
+    """The runner starts as from a terminal: SIGINT and SIGTERM at their defaults and unblocked. A
+    child inherits an ignored disposition and the signal mask, and in the whole suite (not alone) the
+    pytest process had SIGINT ignored or blocked by then, so the Ctrl-C tests' runner never saw it."""
+    import signal as signals
+
+    for signum in (signals.SIGINT, signals.SIGTERM):
+        signals.signal(signum, signals.SIG_DFL)
+    signals.pthread_sigmask(signals.SIG_UNBLOCK, (signals.SIGINT, signals.SIGTERM))
 
 
 def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen | None = None):
