@@ -314,3 +314,30 @@ def test_both_modes_take_one_step_function(digits, monkeypatch):
     taken.clear()
     _train(digits, subset, [0, 1], True, recipe=recipe)
     assert taken == [2] * (3 * 2)  # one step for the stack of 2 models
+
+
+def test_batchnorm_stack_on_cuda_branch_gives_the_same_logits():
+    """The CUDA-only branch for BatchNorm under vmap (a bf16 input normalised in fp32; a shared test
+    batch copied to every model, since vmap's BatchNorm rule on CUDA cannot take it unbatched: both
+    seen on an H200) run here on the CPU: the same logits as the plain vmapped path, and fp32 inputs
+    untouched by the hook."""
+    from ddlib.engine.stacked import StackedModels, _float_input
+    from ddlib.models import create_model
+
+    torch.manual_seed(0)
+    models = [create_model("convnet_bn", 3, 10, (32, 32)) for _ in range(3)]
+    x = torch.randn(8, 3, 32, 32)
+    stack = StackedModels(models)
+    assert not stack.batchnorm_on_cuda  # the branch is CUDA's only
+    with torch.no_grad():
+        stack.train()
+        stack(torch.randn(3, 8, 3, 32, 32))  # running statistics of their own
+        stack.eval()
+        plain = stack.forward_shared(x)
+        stack.batchnorm_on_cuda = True
+        copied = stack.forward_shared(x)
+    assert (plain - copied).abs().max() < 1e-5  # one conv over the copies, not one of stacked weights: rounding
+    bf16 = torch.randn(2, 3).bfloat16()
+    assert _float_input(None, (bf16,))[0].dtype == torch.float32
+    fp32 = (torch.randn(2, 3),)
+    assert _float_input(None, fp32) is fp32

@@ -25,7 +25,18 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
             raise RuntimeError(f"device {device!r} requested but CUDA is not available")
     if dev.type == "cpu":
         tune_cpu_allocator()
+    elif dev.type == "cuda":
+        exact_fp32_on_cuda()
     return dev
+
+
+def exact_fp32_on_cuda() -> None:
+    """fp32 means fp32 on a GPU too: cuDNN's convolutions default to TF32 (a 10-bit mantissa) on
+    Ampere and later, which made the batched and sequential modes' weights differ by 2.7e-3 after
+    2 epochs on an H200 (bench/README.md) and would make a GPU's fp32 row another precision than
+    the CPU's. bf16 runs (``precision: auto`` on CUDA) are untouched: autocast picks their dtype."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 # --------------------------------------------------------------------------- the CPU allocator

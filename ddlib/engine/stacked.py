@@ -43,6 +43,15 @@ def _set_buffer(model: nn.Module, name: str, value: torch.Tensor) -> None:
     model.get_submodule(owner)._buffers[leaf] = value
 
 
+def _float_input(module: nn.Module, args: tuple) -> tuple:
+    """BatchNorm under vmap on CUDA takes a bf16 input only with fp32 running statistics it cannot
+    have there ("Expected running_mean to have type BFloat16 but got Float", ResNet-18-BN under bf16
+    autocast on an H200; vmap's rule calls it without the affine weight that allows the mixed
+    types): it normalises an fp32 copy, so its output is fp32 where a sequential model's is bf16."""
+    x = args[0]
+    return (x.float(),) + tuple(args[1:]) if x.dtype in (torch.bfloat16, torch.float16) else args
+
+
 class StackedModels:
     """``models`` (same architecture, same device) driven by one vmapped forward.
 
@@ -70,6 +79,12 @@ class StackedModels:
             for model, view in zip(self.models, stacked.unbind(0)):
                 _set_buffer(model, name, view)
             self.buffers[name] = stacked
+        self.batchnorm_on_cuda = any(p.is_cuda for p in first.parameters()) and any(
+            isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.base.modules())
+        if self.batchnorm_on_cuda:
+            for module in self.base.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.register_forward_pre_hook(_float_input)
         self._each = vmap(self._call, in_dims=(0, 0, 0))
         self._shared = vmap(self._call, in_dims=(0, 0, None))
 
@@ -98,7 +113,11 @@ class StackedModels:
         return self._each(self.stacked_params(), self.buffers, x)
 
     def forward_shared(self, x: torch.Tensor) -> torch.Tensor:
-        """All models on the same batch ``x`` (B x ...): S x B x K logits."""
+        """All models on the same batch ``x`` (B x ...): S x B x K logits. BatchNorm on CUDA cannot
+        take an unbatched input under vmap ("NYI: querying is_contiguous inside of vmap", H200), so
+        there every model gets its own copy of the batch."""
+        if self.batchnorm_on_cuda:
+            return self._each(self.stacked_params(), self.buffers, x.expand(len(self.models), *x.shape).contiguous())
         return self._shared(self.stacked_params(), self.buffers, x)
 
     def release(self) -> list[nn.Module]:
