@@ -32,7 +32,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ddlib import progress
+from ddlib import kernels, progress
 from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag
 
 __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell",
@@ -44,6 +44,7 @@ __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecu
 KERNEL_ARGUMENTS = ["--log-level=CRITICAL"]
 RAY_INSTALL_HINT = "pip install 'ddlib[cluster]' (in a checkout: make setup)"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, `kill`: either stops a cell, which is marked KILLED
+KERNEL_TAG = "ddlib.kernel"  # "fresh", or "warm: cell N of its kernel" (a worker's kernel kept, ddlib.kernels)
 ORPHAN_GRACE_SECONDS = 15.0  # after the runner died: time to mark the run KILLED before exiting anyway
 
 
@@ -215,16 +216,22 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
             watch.progress = Path(os.environ.get(progress.DIR_ENV) or tmp) / f"{run_id}.json"
             os.environ[progress.FILE_ENV] = str(watch.progress)
             try:
+                km = kernels.kernel_for(str(notebook.parent), job.env, {**job.env, progress.FILE_ENV: str(watch.progress)},
+                                        KERNEL_ARGUMENTS)
+                n = kernels.cells_in_kernel() if km is not None else 1
+                tracker.set_tags(run_id, {KERNEL_TAG: "fresh" if n == 1 else f"warm: cell {n} of its kernel"})
                 pm.execute_notebook(
                     str(notebook), str(out),
                     parameters={**job.params, "run_id": run_id, "experiment": job.experiment},
                     kernel_name="python3", progress_bar=False, cwd=str(notebook.parent),
-                    extra_arguments=KERNEL_ARGUMENTS,
+                    extra_arguments=KERNEL_ARGUMENTS, **({"km": km} if km is not None else {}),
                 )
                 error = None
             except BaseException as exc:  # noqa: BLE001 - any failure marks the run, never a result
                 error = exc
             watch.done.set()
+            if error is not None or watch.reason:
+                kernels.release_kernel()  # the next cell starts from a fresh kernel
             if watch.reason and watch.reason.startswith("interrupted"):
                 tracker.kill_run(run_id, watch.reason)
                 shutil.rmtree(tmp, ignore_errors=True)  # os._exit skips the context manager's cleanup

@@ -179,3 +179,38 @@ def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path)
     with pytest.raises(ValueError, match="nan.pt"):
         label_robust.obtain(cell3)
     assert client.get_run(cell3.run_id).info.status == "FAILED"
+
+
+@pytest.mark.slow
+def test_a_warm_kernel_gives_a_fresh_kernels_numbers(tmp_path, monkeypatch):
+    """One worker runs its cells in one kernel (ddlib.kernels): a cell in a kept kernel gives bit for
+    bit the metrics of a fresh kernel (DDLIB_WARM_KERNEL=0), the runs say which kernel they had, and
+    a failed cell's kernel is not reused."""
+    methods = {**TINY["methods"], "kcenter": {"kind": "kcenter", "epochs": 1}, "kcenter_b": {"kind": "kcenter", "epochs": 2}}
+
+    def run(name: str, warm: str, grid_methods: list[str]) -> dict:
+        store = tmp_path / name
+        monkeypatch.setenv("DDLIB_MLRUNS", str(store))
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+        monkeypatch.setenv("DDLIB_WARM_KERNEL", warm)
+        monkeypatch.setattr(tracking, "_CLIENTS", {})
+        (tmp_path / name).mkdir()
+        path = write_grid(tmp_path / name, {**TINY, "grid": {"method": grid_methods, "ipc": [1]}, "methods": methods})
+        run_grid(path, workers=1, progress=False)
+        client = tracking.client()
+        exp = client.get_experiment_by_name("label_robust")
+        return {r.data.tags["mlflow.runName"]: r for r in client.search_runs(
+            [exp.experiment_id], filter_string=f"tags.`{TAG['kind']}` = 'cell'")}
+
+    warm = run("warm", "1", ["random", "kcenter", "broken", "kcenter_b"])
+    fresh = run("fresh", "0", ["random", "kcenter"])
+    assert {name: (r.info.status, r.data.tags.get("ddlib.kernel")) for name, r in warm.items()} == {
+        "random-ipc1-convnet": ("FINISHED", "fresh"),
+        "kcenter-ipc1-convnet": ("FINISHED", "warm: cell 2 of its kernel"),
+        "broken-ipc1-convnet": ("FAILED", "warm: cell 3 of its kernel"),
+        "kcenter_b-ipc1-convnet": ("FINISHED", "fresh")}  # after the failed cell, a fresh kernel
+    assert {r.data.tags.get("ddlib.kernel") for r in fresh.values()} == {"fresh"}
+    a = {k: v for k, v in warm["kcenter-ipc1-convnet"].data.metrics.items() if "seconds" not in k}
+    b = {k: v for k, v in fresh["kcenter-ipc1-convnet"].data.metrics.items() if "seconds" not in k}
+    assert a.keys() == b.keys() and "lrs_mean" in a
+    assert [k for k in a if not (a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]))] == []

@@ -1,0 +1,106 @@
+"""A warm notebook kernel per worker: the cells a worker executes one after another share one kernel.
+
+Starting an ipykernel and importing torch, ddlib and MLflow in it costs a cell about 5 CPU-seconds
+(bench/README.md, issue 25: a third of the demo's CPU time was such per-cell cost). A worker
+therefore keeps the kernel of a cell that FINISHED and hands it to its next cell, after clearing
+the notebook's namespace (``%reset -f``) and setting the new cell's environment. What stays is
+what a fresh kernel would build the same way: imported modules, the MLflow client, loaded datasets
+(``ddlib.data.datasets`` caches them unchanged; nothing writes into them). A kernel whose cell
+failed, timed out or was interrupted is shut down, and the next cell starts a fresh one; so does a
+cell with another notebook folder or environment. ``DDLIB_WARM_KERNEL=0`` gives every cell a fresh
+kernel. ``tests/test_runner.py`` checks that a warm kernel's metrics are bit for bit a fresh one's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+
+__all__ = ["WARM_KERNEL_ENV", "warm_kernels_enabled", "kernel_for", "release_kernel"]
+
+WARM_KERNEL_ENV = "DDLIB_WARM_KERNEL"
+START_TIMEOUT = 60.0
+
+_state: dict = {"km": None, "key": None, "cells": 0}  # this process's kernel, what it was started for, cells run
+
+
+def warm_kernels_enabled() -> bool:
+    return os.environ.get(WARM_KERNEL_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _prelude(env: dict) -> str:
+    """Code run in a kept kernel before its next notebook: the previous notebook's names go, the
+    new cell's environment variables come (a kernel reads its environment once, at start)."""
+    return ("%reset -f\n"
+            f"import os as _ddlib_os; _ddlib_os.environ.update({json.dumps(env)}); del _ddlib_os\n"
+            "import gc as _ddlib_gc; _ddlib_gc.collect(); del _ddlib_gc\n")
+
+
+def _run(km, code: str) -> None:
+    kc = km.blocking_client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=START_TIMEOUT)
+        reply = kc.execute_interactive(code, timeout=START_TIMEOUT, store_history=False, output_hook=lambda msg: None)
+        if reply["content"].get("status") != "ok":
+            raise RuntimeError(f"the kept kernel refused its prelude: {reply['content'].get('evalue')}")
+    finally:
+        kc.stop_channels()
+
+
+def kernel_for(cwd: str, env: dict, cell_env: dict, extra_arguments: list[str]):
+    """A started kernel manager for a cell whose notebook runs in ``cwd`` with the process's
+    environment ``env``: the kept one when it was started for the same (``cwd``, ``env``) and is
+    alive (``cell_env`` then set in it), else a fresh one. None when warm kernels are off."""
+    if not warm_kernels_enabled():
+        return None
+    key = (cwd, json.dumps(env, sort_keys=True))
+    km = _state["km"]
+    if km is not None and (_state["key"] != key or not _alive(km)):
+        release_kernel()
+        km = None
+    if km is not None:
+        try:
+            _run(km, _prelude(cell_env))
+            _state["cells"] += 1
+            return km
+        except Exception:  # noqa: BLE001 - a kept kernel that does not answer is replaced
+            release_kernel()
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+
+    km = AsyncKernelManager(kernel_name="python3")
+    run_sync(km.start_kernel)(extra_arguments=extra_arguments, cwd=cwd)
+    _state.update(km=km, key=key, cells=1)
+    if not _state.get("atexit"):
+        atexit.register(release_kernel)
+        _state["atexit"] = True
+    return km
+
+
+def cells_in_kernel() -> int:
+    """How many cells the current kernel has run, this one included (1: a fresh kernel)."""
+    return _state["cells"]
+
+
+def _alive(km) -> bool:
+    from jupyter_core.utils import run_sync
+
+    try:
+        return bool(run_sync(km.is_alive)())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def release_kernel() -> None:
+    """Shut the kept kernel down (after a failed cell, or when the worker exits)."""
+    km, _state["km"], _state["key"], _state["cells"] = _state["km"], None, None, 0
+    if km is None:
+        return
+    from jupyter_core.utils import run_sync
+
+    try:
+        run_sync(km.shutdown_kernel)(now=True)
+    except Exception:  # noqa: BLE001 - already gone (killed with the cell)
+        pass
