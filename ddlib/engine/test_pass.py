@@ -8,16 +8,18 @@ pixels to a model's input, here and in the training loop alike.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 import weakref
 from typing import Sequence
 
 import torch
 import torch.nn as nn
 
-from ddlib.engine.device import autocast
+from ddlib.engine.device import autocast, resolve_device, synchronize
 
 __all__ = ["Normalize", "as_pixels", "model_accuracy", "model_confusion", "standard_layout", "PreparedTestSet",
-           "CALIBRATION_BINS"]
+           "CALIBRATION_BINS", "test_trained"]
 
 
 class Normalize(nn.Module):
@@ -219,6 +221,15 @@ class PreparedTestSet:
         self.images, self.labels, self.normalize, self.key, self.device = images, labels.to(device), normalize, key, device
         self.num_classes, self.batch_size, self.precision, self.memo_key = num_classes, batch_size, precision, memo_key
 
+    @classmethod
+    def of_call(cls, test_images, test_labels, normalize: nn.Module, *, mean, std, preprocess, device: torch.device,
+                num_classes: int, batch_size: int, precision: str, model_name: str, model_kwargs: dict | None):
+        """The test set of a ``train_and_test`` call (or of a model trained by one, tested later:
+        ``ddlib.engine.train.test_trained``), keyed so both share one prepared copy and batch size."""
+        norm_key = ("normalize", tuple(map(float, mean)), tuple(map(float, std)), id(preprocess))
+        memo_key = (model_name, repr(sorted((model_kwargs or {}).items())), tuple(test_images.shape[1:]))
+        return cls(test_images, test_labels, normalize, norm_key, device, num_classes, batch_size, precision, memo_key)
+
     def confusions(self, forward, models: int = 1, channels_last: bool = False) -> torch.Tensor:
         """S x K x K test counts: ``forward`` is one model (S = 1) or gives S x b x K logits."""
         return self.counts(forward, models, channels_last)[0]
@@ -233,5 +244,30 @@ class PreparedTestSet:
                                        self.precision, (*self.memo_key, models))
         return confusion.expand(models, k, k), sums.expand(models, -1)
 
+    def test_one(self, model: nn.Module, channels_last: bool = False) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """One model's K x K counts, calibration sums and seconds (the sequential mode's test pass)."""
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model.eval()
+            confusions, sums = self.counts(model, 1, channels_last)
+        synchronize(self.device)
+        return confusions[0], sums[0], time.perf_counter() - start
+
     def accuracy(self, confusion: torch.Tensor) -> float:
         return confusion.trace().item() / max(1, len(self.labels))
+
+
+def test_trained(trained, model_name: str, test_images, test_labels, *, num_classes: int, mean, std, recipe,
+                 preprocess: nn.Module | None = None, device="auto", model_kwargs=None):
+    """``trained`` (a :class:`ddlib.engine.train.SeedResult` with its model kept) tested on another
+    test set exactly as a ``train_and_test`` call with that set tests it: the same prepared set,
+    batches, precision and layout. An lr search's model of the chosen lr is tested so instead of
+    being trained again. Returns a copy of ``trained`` with that test's numbers."""
+    dev = resolve_device(device)
+    normalize = Normalize(mean, std).to(dev) if preprocess is None else preprocess.to(dev)
+    tests = PreparedTestSet.of_call(test_images, test_labels, normalize, mean=mean, std=std, preprocess=preprocess,
+                                    device=dev, num_classes=num_classes, batch_size=recipe.eval_batch_size,
+                                    precision=trained.precision, model_name=model_name, model_kwargs=model_kwargs)
+    confusion, sums, seconds = tests.test_one(trained.model, recipe.channels_last)
+    return dataclasses.replace(trained, test_accuracy=tests.accuracy(confusion), eval_seconds=seconds,
+                               confusion=confusion.tolist(), calibration=sums.tolist())

@@ -338,15 +338,7 @@ class _Lockstep:
                             for model, forward, (optimizer, _) in zip(self.models, self.forwards, self.steppers)])
 
     def test(self, tests: PreparedTestSet) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor, float]]:
-        tested = []
-        for model in self.models:
-            start = time.perf_counter()
-            with torch.inference_mode():
-                model.eval()
-                confusions, sums = tests.counts(model, 1, self.channels_last)
-            synchronize(tests.device)
-            tested.append((model, confusions[0], sums[0], time.perf_counter() - start))
-        return tested
+        return [(model, *tests.test_one(model, self.channels_last)) for model in self.models]
 
 
 class _Stack:
@@ -428,10 +420,9 @@ def train_and_test(
                  normalize=normalize, augment=augment, loss=loss or cross_entropy_loss, objective=objective,
                  recipe=recipe, precision=precision, device=dev, architecture=architecture, bar=bar, desc=desc,
                  on_epoch=on_epoch, models=len(runs))
-    norm_key = ("normalize", tuple(map(float, mean)), tuple(map(float, std)), id(preprocess))
-    memo_key = (model_name, repr(sorted((model_kwargs or {}).items())), tuple(test_images.shape[1:]))
-    tests = PreparedTestSet(test_images, test_labels, normalize, norm_key, dev, num_classes, recipe.eval_batch_size,
-                     precision, memo_key)
+    tests = PreparedTestSet.of_call(test_images, test_labels, normalize, mean=mean, std=std, preprocess=preprocess,
+                                    device=dev, num_classes=num_classes, batch_size=recipe.eval_batch_size,
+                                    precision=precision, model_name=model_name, model_kwargs=model_kwargs)
     results = {}
     for indices in groups:
         group = (_Stack if mode == "batched" else _Lockstep)(loop, [runs[i] for i in indices])

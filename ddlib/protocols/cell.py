@@ -26,7 +26,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 import torch
@@ -43,6 +43,7 @@ from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params,
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
+from ddlib.engine.test_pass import test_trained
 from ddlib.progress import ProgressWriter, writer_from_env
 
 __all__ = ["Cell", "TrainedModel", "group_params", "cell_tags", "device_name"]
@@ -91,6 +92,7 @@ class TrainedModel:
     run_id: str
     reused: bool
     model: torch.nn.Module | None = field(default=None, repr=False)  # with keep_models=True, in eval mode
+    trained: Any = field(default=None, repr=False)  # hold_models=True: the engine's SeedResult, model kept in memory
 
 
 @dataclass
@@ -276,6 +278,8 @@ class Cell:
         model_kwargs: dict | None = None,
         eval_split: str = "test",
         keep_models: bool = False,
+        hold_models: bool = False,
+        adopt: dict | None = None,
     ) -> list[TrainedModel]:
         """Train and test one model per seed, reusing any identical evaluation already FINISHED.
 
@@ -284,7 +288,12 @@ class Cell:
         (``.name``: :func:`ddlib.engine.train.hook_name`), which is part of the reuse key: the key is
         derived from the hook itself, never from a name passed beside it.
         ``keep_models=True`` returns each seed's model (eval mode, on the cell's device) and stores
-        its weights in MLflow, where later cells find them instead of retraining.
+        its weights in MLflow, where later cells find them instead of retraining. ``hold_models=True``
+        keeps each model trained here in memory only (``TrainedModel.trained``: an lr search's
+        candidates). ``adopt`` ({seed: such a held ``SeedResult``}): a seed whose evaluation is not stored
+        yet tests that model on ``eval_split`` instead of training one again (an lr search's model of the
+        chosen lr is the model a training at that lr gives: same seed, data order and recipe; its run
+        says the search's train mode).
 
         ``lrs`` (one per seed; a seed may repeat) trains run i at ``lrs[i]``, keyed as a call with
         that lr in the recipe; ``role`` may then be a function of the lr. The runs of one seed train
@@ -344,50 +353,63 @@ class Cell:
                                           m.get("eval_seconds", float("nan")), stored[0].info.run_id, True, net)
                     scores[i] = ({k: m.get(k, float("nan")) for k in beyond.SCORES}, None)
             missing = [i for i in range(len(runs)) if i not in found]
+            held = {i: adopt[runs[i][0]] for i in missing if runs[i][0] in (adopt or {})}  # trained elsewhere here
             for i, (_seed, lr) in enumerate(runs):
-                self._count_training(role_of(lr), len(targets) * epochs_trained(recipes[lr]), i in missing)
+                self._count_training(role_of(lr), len(targets) * epochs_trained(recipes[lr]), i in missing and i not in held)
             if missing:
-                results = train_and_test(
+                train = [i for i in missing if i not in held]
+                results = dict(zip(train, train_and_test(
                     model, images, targets, eval_images, eval_labels, num_classes=ds.num_classes,
-                    mean=ds.mean, std=ds.std, recipe=recipe, seeds=[runs[i][0] for i in missing],
-                    lrs=[runs[i][1] for i in missing], augment=augment, loss=loss,
+                    mean=ds.mean, std=ds.std, recipe=recipe, seeds=[runs[i][0] for i in train],
+                    lrs=[runs[i][1] for i in train], augment=augment, loss=loss,
                     objective=objective, preprocess=preprocess, device=self.device, model_kwargs=model_kwargs,
-                    progress=self.progress, desc=role_of(runs[missing[0]][1]), keep_models=keep_models,
+                    progress=self.progress, desc=role_of(runs[missing[0]][1]), keep_models=keep_models or hold_models,
                     on_epoch=self._on_epoch(role_of),
-                )
+                ) if train else []))
+                results.update({i: test_trained(t, model, eval_images, eval_labels, num_classes=ds.num_classes, mean=ds.mean,
+                                                std=ds.std, recipe=recipes[runs[i][1]], preprocess=preprocess,
+                                                device=self.device, model_kwargs=model_kwargs) for i, t in held.items()})
+                results = [results[i] for i in missing]
                 for i, r in zip(missing, results):
                     lr = runs[i][1]
-                    run_id = self.tracker.start_run(
-                        f"{role_of(lr)}-s{r.seed}",  # nested under the cell's run in the MLflow UI
-                        params={"role": role_of(lr), "seed": r.seed, "model": model, "model_kwargs": model_kwargs or {},
-                                "recipe": recipes[lr].to_dict(), "augment": identity["augment"], "loss": identity["loss"],
-                                "objective": hook_name(objective, "none"), "preprocess": identity["preprocess"],
-                                "eval_split": eval_split,
-                                "dataset": ds.name, "train_size": len(targets), "train_digest": identity["train"]},
-                        tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "eval",
-                              TAG["role"]: role_of(lr), TAG["eval_key"]: keys[i], TRAIN_MODE_TAG: r.mode},
-                        parent_run_id=self.run_id,
-                    )
+                    run_id, scores[i] = self._record_eval(role_of(lr), keys[i], r, recipes[lr], identity, len(targets),
+                                                          model, model_kwargs, objective, eval_split, cost, inputs(i))
                     if keep_models:
                         self._store_model(run_id, r.model)
-                    scores[i] = (beyond.evaluation_scores(r.confusion, r.calibration), r.calibration)
-                    self.tracker.log_metrics(run_id, {"test_accuracy": r.test_accuracy,
-                                                      "train_seconds": r.train_seconds,
-                                                      "eval_seconds": r.eval_seconds, **scores[i][0], **cost})
-                    beyond.log_evaluation(self, run_id, r.calibration, inputs(i))
-                    self.tracker.log_series(run_id, "train_loss", r.epoch_losses)
-                    if r.confusion is not None:  # for the report card's confusion matrix
-                        self.tracker.log_dict(run_id, {"classes": list(ds.class_names), "matrix": r.confusion},
-                                              CONFUSION_ARTIFACT)
-                    self.tracker.end_run(run_id)
                     net = r.model.eval() if keep_models else None
                     found[i] = TrainedModel(role_of(lr), r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
-                                          run_id, False, net)
+                                          run_id, False, net, r if hold_models else None)
             for i, t in found.items():
                 if eval_split == "test":
                     times = {"train_seconds": t.train_seconds, "eval_seconds": t.eval_seconds}
                     beyond.note(self, t.role, t.seed, {**scores[i][0], **cost, **times}, scores[i][1], inputs(i))
         return [found[i] for i in range(len(runs))]
+
+    def _record_eval(self, role: str, key: str, r, recipe: Recipe, identity: dict, train_size: int, model: str,
+                     model_kwargs, objective, eval_split: str, cost: dict, inputs: list) -> tuple[str, tuple]:
+        """One trained model's evaluation run (a ``SeedResult`` ``r``): params, tags, metrics, its loss
+        series and confusion matrix. Returns its run id and its (scores, calibration sums)."""
+        ds = self.dataset
+        run_id = self.tracker.start_run(
+            f"{role}-s{r.seed}",  # nested under the cell's run in the MLflow UI
+            params={"role": role, "seed": r.seed, "model": model, "model_kwargs": model_kwargs or {},
+                    "recipe": recipe.to_dict(), "augment": identity["augment"], "loss": identity["loss"],
+                    "objective": hook_name(objective, "none"), "preprocess": identity["preprocess"],
+                    "eval_split": eval_split, "dataset": ds.name, "train_size": train_size,
+                    "train_digest": identity["train"]},
+            tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "eval", TAG["role"]: role,
+                  TAG["eval_key"]: key, TRAIN_MODE_TAG: r.mode},
+            parent_run_id=self.run_id,
+        )
+        scores = (beyond.evaluation_scores(r.confusion, r.calibration), r.calibration)
+        self.tracker.log_metrics(run_id, {"test_accuracy": r.test_accuracy, "train_seconds": r.train_seconds,
+                                          "eval_seconds": r.eval_seconds, **scores[0], **cost})
+        beyond.log_evaluation(self, run_id, r.calibration, inputs)
+        self.tracker.log_series(run_id, "train_loss", r.epoch_losses)
+        if r.confusion is not None:  # for the report card's confusion matrix
+            self.tracker.log_dict(run_id, {"classes": list(ds.class_names), "matrix": r.confusion}, CONFUSION_ARTIFACT)
+        self.tracker.end_run(run_id)
+        return run_id, scores
 
     def _count_training(self, role: str, image_epochs: int, trained: bool) -> None:
         """One model of ``role`` (lr candidates counted under one stem, ``-lr*``): trained or reused."""

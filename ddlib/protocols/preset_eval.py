@@ -47,6 +47,10 @@ Less work for the same numbers:
   chosen lr (a cached result, ``Cell.cached_result``). Each cell counts its searches run and reused:
   metrics ``lr_searches_run`` / ``lr_searches_reused`` and tag ``ddlib.lr_search`` on the cell run,
   column ``lr search`` in :meth:`SideTrainer.sides`.
+* The side's evaluation at the chosen lr tests the search's own model of that lr (held in memory)
+  instead of training it again: the same seed, data order and recipe give the same model, so the
+  numbers are those of a second training (``tests/test_protocols_presets.py``), for one training fewer
+  per searched side and seed (a search reused from another cell has no model here: the side trains).
 * ``lr_search: halving`` (off by default: ``full``): successive halving. Every candidate trains a
   quarter of the epochs (at least one; its own schedule over those epochs), the better half (rounded
   up) trains the full epochs from scratch (the engine has no mid-run checkpoints, so these are the
@@ -326,13 +330,14 @@ class SideTrainer:
             label_notes.add(note)
             loss_names.add(hook_name(loss, "ce"))
             plan = self.lr_plan(setting, side, subset)
-            lr = plan.lr
+            lr, chosen = plan.lr, None
             if plan.search:
-                lr, reused = self.search(role, subset, targets, setting, seed, loss, common)
+                lr, reused, chosen = self.search(role, subset, targets, setting, seed, loss, common)
                 searches[reused] += 1
                 self.searches["reused" if reused else "run"] += 1
+            # the search's own model of the chosen lr is tested, not trained again (the same model)
             (evaluation,) = cell.train_eval(role, subset.images, targets, replace(setting.recipe, lr=float(lr)), [seed],
-                                            loss=loss, **common)
+                                            loss=loss, adopt={seed: chosen} if chosen is not None else None, **common)
             results.append(evaluation)
             lrs[seed], sources[seed] = float(lr), plan.source
         self.log_lrs(role, lrs, sources)
@@ -351,8 +356,9 @@ class SideTrainer:
         return results
 
     def search(self, role: str, subset: DistilledSet, targets: torch.Tensor, setting: Setting, seed: int,
-               loss, common: dict) -> tuple[float, bool]:
-        """The lr of one seed's search, and whether another cell had already searched it. The search
+               loss, common: dict) -> tuple[float, bool, object]:
+        """The lr of one seed's search, whether another cell had already searched it, and, when the
+        search trained here, its model of that lr (the engine's ``SeedResult``, else None). The search
         is a cached result keyed by everything it trains (not by the method or the cell), so the
         random subset of one (dataset, IPC, preset, seed, pool) is searched once per store."""
         from ddlib.engine.device import run_precision
@@ -369,11 +375,15 @@ class SideTrainer:
             "augment": setting.augment_name, "loss": hook_name(loss, "ce"), "preprocess": setting.preprocess_name,
         }
 
+        held: dict[float, object] = {}  # the full-epoch candidates trained here, in memory
+
         def trials(lrs: Sequence[float], epochs: int | None = None) -> dict[float, float]:
             r = recipe if epochs is None else replace(recipe, epochs=epochs)
             suffix = "" if epochs is None else f"-e{epochs}"
             done = cell.train_eval(lambda c: f"{role}-lr{c:g}-{self.split}{suffix}", subset.images, targets, r,
-                                   [seed] * len(lrs), lrs=list(lrs), eval_split=self.split, loss=loss, **common)
+                                   [seed] * len(lrs), lrs=list(lrs), eval_split=self.split, loss=loss,
+                                   hold_models=epochs is None, **common)
+            held.update({float(c): e.trained for c, e in zip(lrs, done) if epochs is None and e.trained is not None})
             return {float(c): e.accuracy for c, e in zip(lrs, done)}
 
         def compute() -> dict[str, float]:
@@ -388,7 +398,7 @@ class SideTrainer:
 
         metrics, reused = cell.cached_result(f"{role}-lr_search-s{seed}", identity, compute,
                                              params={"mode": self.search_mode, "seed": seed})
-        return float(metrics["lr"]), reused
+        return float(metrics["lr"]), reused, held.get(float(metrics["lr"]))
 
     def log_searches(self) -> None:
         """Searches run here and reused from other cells (so far in this cell), on the cell run."""
