@@ -483,11 +483,13 @@ def test_same_config_and_seed_give_the_same_scores_in_two_processes_with_fresh_s
     assert first["per_seed"] == second["per_seed"] and first["lr"] == second["lr"]
 
 
-def test_the_searchs_model_of_the_chosen_lr_is_tested_not_trained_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize("lr_select", ["validation", "test"])
+def test_the_searchs_model_of_the_chosen_lr_is_tested_not_trained_again(tmp_path, monkeypatch, lr_select):
     """An lr search trains every candidate; the side's evaluation at the chosen lr tests the search's
     model of that lr instead of training the same model again: the scores are bit for bit those of
     training it again (DD-Ranking's flow), with one training fewer per searched side and seed (the DSA
-    preset, every side searched: lr_policy symmetric)."""
+    preset, every side searched: lr_policy symmetric). Scored on the test set, as the peer does, the
+    search's evaluation of the chosen lr is the side's (one key): nothing trains again either way."""
     from ddlib.protocols import preset_eval
 
     def run(store: str, adopt: bool):
@@ -499,12 +501,12 @@ def test_the_searchs_model_of_the_chosen_lr_is_tested_not_trained_again(tmp_path
             monkeypatch.setattr(preset_eval.SideTrainer, "search", lambda *a, **k: (*search(*a, **k)[:2], None))
         params = {**TINY, "ipc": 5, "recipe": {"epochs": 30}, "preset_epochs": 30, "real_recipe": {"epochs": 3},
                   "lr_grid": [0.01, 0.05]}
-        cell, result = _run(label_robust, **params, seeds=[0, 1], preset="dsa", lr_policy="symmetric")
+        cell, result = _run(label_robust, **params, seeds=[0, 1], preset="dsa", lr_policy="symmetric", lr_select=lr_select)
         return result, tracking.client().get_run(cell.run_id).data.metrics
 
     adopted, m_adopted = run("adopted", True)
     trained, m_trained = run("trained", False)
     assert adopted.per_seed.equals(trained.per_seed)
     assert (adopted.per_seed[["acc_syn_hard", "acc_rdm_hard"]] > 0.3).all().all()  # models that learned (chance 0.1)
-    searched = 2 * 2  # syn_hard and rdm_hard, two seeds each
+    searched = 2 * 2 if lr_select == "validation" else 0  # syn_hard and rdm_hard, two seeds each
     assert m_trained["models_trained"] - m_adopted["models_trained"] == searched
