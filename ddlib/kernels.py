@@ -17,7 +17,7 @@ import atexit
 import json
 import os
 
-__all__ = ["WARM_KERNEL_ENV", "warm_kernels_enabled", "kernel_for", "release_kernel"]
+__all__ = ["WARM_KERNEL_ENV", "warm_kernels_enabled", "kernel_for", "cells_in_kernel", "release_kernel"]
 
 WARM_KERNEL_ENV = "DDLIB_WARM_KERNEL"
 START_TIMEOUT = 60.0

@@ -225,7 +225,7 @@ class PreparedTestSet:
     def of_call(cls, test_images, test_labels, normalize: nn.Module, *, mean, std, preprocess, device: torch.device,
                 num_classes: int, batch_size: int, precision: str, model_name: str, model_kwargs: dict | None):
         """The test set of a ``train_and_test`` call (or of a model trained by one, tested later:
-        ``ddlib.engine.train.test_trained``), keyed so both share one prepared copy and batch size."""
+        :func:`test_trained`), keyed so both share one prepared copy and batch size."""
         norm_key = ("normalize", tuple(map(float, mean)), tuple(map(float, std)), id(preprocess))
         memo_key = (model_name, repr(sorted((model_kwargs or {}).items())), tuple(test_images.shape[1:]))
         return cls(test_images, test_labels, normalize, norm_key, device, num_classes, batch_size, precision, memo_key)
