@@ -375,14 +375,17 @@ class SideTrainer:
             "augment": setting.augment_name, "loss": hook_name(loss, "ce"), "preprocess": setting.preprocess_name,
         }
 
-        held: dict[float, object] = {}  # the full-epoch candidates trained here, in memory
+        # the full-epoch candidates trained here, in memory; scored on the test set a candidate's evaluation
+        # already is the side's (one key), so there is nothing to hold
+        hold = self.split != "test"
+        held: dict[float, object] = {}
 
         def trials(lrs: Sequence[float], epochs: int | None = None) -> dict[float, float]:
             r = recipe if epochs is None else replace(recipe, epochs=epochs)
             suffix = "" if epochs is None else f"-e{epochs}"
             done = cell.train_eval(lambda c: f"{role}-lr{c:g}-{self.split}{suffix}", subset.images, targets, r,
                                    [seed] * len(lrs), lrs=list(lrs), eval_split=self.split, loss=loss,
-                                   hold_models=epochs is None, **common)
+                                   hold_models=hold and epochs is None, **common)
             held.update({float(c): e.trained for c, e in zip(lrs, done) if epochs is None and e.trained is not None})
             return {float(c): e.accuracy for c, e in zip(lrs, done)}
 
