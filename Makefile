@@ -53,8 +53,11 @@ ui: $(STAMP)
 server: $(STAMP)
 	$(PY) -m ddlib server --port $(PORT) $(if $(BACKEND),--backend-store-uri '$(BACKEND)') $(if $(ARTIFACTS),--artifacts-destination '$(ARTIFACTS)')
 
+# One pytest-xdist worker per core (at most 4: each runs notebooks and grids of its own); a test module
+# stays on one worker (--dist loadfile) and tests/conftest.py sends the slowest modules out first.
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(4, os.cpu_count() or 1))')
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(PY) bench/train_speed.py

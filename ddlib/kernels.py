@@ -30,11 +30,15 @@ def warm_kernels_enabled() -> bool:
 
 
 def _prelude(env: dict) -> str:
-    """Code run in a kept kernel before its next notebook: the previous notebook's names go, the
-    new cell's environment variables come (a kernel reads its environment once, at start)."""
+    """Code run in a kept kernel before its next notebook: the previous notebook's names go (``%reset
+    -f`` ends with a full garbage collection), the new cell's environment variables come (a kernel
+    reads its environment once, at start). ``gc.freeze()`` then moves what survived (modules, the
+    MLflow client, cached datasets) out of the collector's sight, so the next cell's collections,
+    and the next reset's, scan only what that cell made (a full collection of the imported stack
+    took 0.5 s, twice per cell)."""
     return ("%reset -f\n"
             f"import os as _ddlib_os; _ddlib_os.environ.update({json.dumps(env)}); del _ddlib_os\n"
-            "import gc as _ddlib_gc; _ddlib_gc.collect(); del _ddlib_gc\n")
+            "import gc as _ddlib_gc; _ddlib_gc.freeze(); del _ddlib_gc\n")
 
 
 def _run(km, code: str) -> None:

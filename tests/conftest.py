@@ -14,6 +14,36 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+# --------------------------------------------------------------------------- parallel test workers (pytest-xdist)
+
+# `make test` runs the suite in one pytest-xdist worker per core (`-n auto --dist loadfile`: a test
+# module stays on one worker, so its module fixtures are built once). The cores are shared out
+# like the runner's workers share them: torch in two processes with two OpenMP threads each on two
+# cores spins in each other's way (a DM distillation took 14x its time so). Set before torch is
+# imported, and inherited by the notebooks and `ddlib run` processes the tests start; a test that
+# needs its own count still sets it.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _threads = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "DDLIB_NUM_THREADS"):
+        os.environ.setdefault(_name, _threads)
+
+# The slowest modules first (their summed durations, forced-AVX2 run of 2026-11-25, in seconds),
+# so that with `--dist loadfile` the workers start on them and finish together instead of one
+# worker running the last long module alone. Modules not named keep their order after these.
+SLOW_MODULES_FIRST = {
+    "test_scale_out.py": 191, "test_runner_reliability.py": 153, "test_integration_cifar10_benchmarks.py": 134,
+    "test_notebooks.py": 81, "test_runner.py": 75, "test_newcomer.py": 36, "test_protocol_adversarial.py": 34,
+    "test_gpu_check.py": 33, "test_integration_mnist.py": 32, "test_train.py": 30, "test_report.py": 29,
+    "test_models_transfer.py": 27, "test_integration_cifar10.py": 26, "test_select_distill.py": 23,
+    "test_conformance_ddranking.py": 23, "test_batched.py": 20, "test_privacy.py": 19, "test_leakage.py": 19,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    weight = {name: -seconds for name, seconds in SLOW_MODULES_FIRST.items()}
+    items.sort(key=lambda item: weight.get(item.path.name, 0))  # stable: the order inside a module stays
+
+
 # --------------------------------------------------------------------------- real shared data (data loaders)
 
 

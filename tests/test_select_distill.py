@@ -117,6 +117,32 @@ def test_the_kcenter_feature_network_is_trained_once_per_machine(digits, monkeyp
     assert kcenter_subset(digits, 2, seed=1, device="cpu", epochs=2).provenance["feature_model_from"] == "trained"
 
 
+def test_dm_runs_with_one_seed_share_their_real_side_and_give_a_fresh_runs_images(digits, monkeypatch, tmp_path):
+    """DM's real class means depend on the seed, not on the start or the IPC: the second of DM from
+    real images and DM from K-Center images (another IPC) reads them from the cache and makes the
+    very images a run without the cache makes; a noise start draws first, so it has its own."""
+    import hashlib
+
+    from ddlib.methods.dm import distribution_matching
+
+    def images(cache, **kw):
+        monkeypatch.setenv("DDLIB_CACHE", str(tmp_path / cache))
+        out = distribution_matching(digits, kw.pop("ipc"), iterations=15, batch_real=8, device="cpu", seed=3, **kw)
+        return hashlib.sha256(out.images.numpy().tobytes()).hexdigest()
+
+    def means(cache):
+        return sorted(p.name for p in (tmp_path / cache / "features").glob("digits-dm-real-means-*.pt"))
+
+    fresh = images("alone", ipc=2, init="kcenter", init_epochs=1)
+    assert images("shared", ipc=1) and len(means("shared")) == 1
+    entry = tmp_path / "shared" / "features" / means("shared")[0]
+    written = entry.stat().st_mtime_ns
+    assert images("shared", ipc=2, init="kcenter", init_epochs=1) == fresh
+    assert means("shared") == [entry.name] and entry.stat().st_mtime_ns == written  # read, not computed again
+    images("shared", ipc=1, init="noise")
+    assert len(means("shared")) == 2
+
+
 def test_kcenter_greedy_is_a_source_of_its_own(digits):
     spec = resolve_source("kcenter_greedy")
     assert spec == {"kind": "kcenter_greedy"}

@@ -165,7 +165,16 @@ def training_identity(dataset: Dataset, model: str, recipe: Recipe, dev: torch.d
     from ddlib.data.digest import tensor_digest
 
     return {"data": tensor_digest(dataset.train_images, dataset.train_labels), "test": tensor_digest(dataset.test_labels),
-            "model": model, "recipe": recipe.to_dict(), "torch": str(torch.__version__), "device": dev.type}
+            "model": model, "recipe": recipe.to_dict(), **kernel_identity(dev)}
+
+
+def kernel_identity(dev: torch.device) -> dict:
+    """What a cached result's bits depend on besides its inputs: torch's version, the device kind,
+    the CPU kernels' instruction set (AVX2 and AVX-512 round differently) and the thread count."""
+    import os
+
+    return {"torch": str(torch.__version__), "device": dev.type, "cpu_isa": torch.backends.cpu.get_cpu_capability(),
+            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""), "threads": torch.get_num_threads()}
 
 
 def feature_recipe(epochs: int) -> Recipe:
