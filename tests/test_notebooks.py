@@ -100,6 +100,10 @@ NB201_SAMPLE = [  # six architectures with made-up accuracies, for when ../share
 
 @pytest.mark.slow
 def test_every_protocol_notebook_runs_then_the_summary_shows_them(mlflow_store, tmp_path, shared_data_or_none):
+    """Every protocol notebook under papermill at a setting a CPU runs in seconds, then the summary
+    notebook over them all. Why it takes a minute: nine notebook kernels, each starting and importing
+    torch, ddlib and MLflow (about 5 CPU-s) before its few epochs; a kept kernel would hide a notebook
+    that only works after another one."""
     runs = dict(TINY_RUNS)
     if shared_data_or_none is not None:  # NAS ranks against the real NAS-Bench-201 ground truth
         ground_truth = shared_data_or_none / "nasbench201-accuracy.csv"

@@ -104,6 +104,9 @@ def test_repository_params_files_are_valid(shared_data_or_none):
 
 @pytest.mark.slow
 def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, capsys):
+    """A grid with a good and a broken cell: the good one FINISHES, the broken one FAILS with its error,
+    and a rerun skips the finished cell. Why it takes half a minute: two real notebook kernels (the
+    failure must come through papermill as users see it) and the rerun's."""
     path, broken = tiny_grid
     outcome = run_grid(path, workers=2, progress=False)
     assert outcome.finished == ["random-ipc1-convnet"]
@@ -185,7 +188,9 @@ def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path)
 def test_a_warm_kernel_gives_a_fresh_kernels_numbers(tmp_path, monkeypatch):
     """One worker runs its cells in one kernel (ddlib.kernels): a cell in a kept kernel gives bit for
     bit the metrics of a fresh kernel (DDLIB_WARM_KERNEL=0), the runs say which kernel they had, and
-    a failed cell's kernel is not reused."""
+    a failed cell's kernel is not reused. Why it takes most of a minute: the same small grid twice, in
+    a kept and in fresh kernels (each fresh one starts and imports the stack), with real trainings:
+    a probe notebook would not show a kernel carrying state into the numbers."""
     methods = {**TINY["methods"], "kcenter": {"kind": "kcenter", "epochs": 1}, "kcenter_b": {"kind": "kcenter", "epochs": 2}}
 
     def run(name: str, warm: str, grid_methods: list[str]) -> dict:

@@ -261,7 +261,8 @@ def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_stor
     """Kill the runner mid-grid (SIGTERM: it stops its workers and marks their cells KILLED;
     SIGKILL of the runner and its workers: nothing cleans up), then rerun the same command:
     finished cells are not recomputed, interrupted ones are redone, each cell ends with exactly one
-    FINISHED run and no run stays RUNNING. Cells: the probe notebook, 4 s each."""
+    FINISHED run and no run stays RUNNING. Cells: the probe notebook, 4 s each. Why it takes 40-50 s:
+    the grid runs twice (killed, then resumed), and a kill must land while cells are running."""
     path = write_grid(tmp_path, KILL_GRID)
     tracking.init_store()  # before the runner: this process polls the store while it runs
     probe = {"DDLIB_NOTEBOOKS": str(probe_notebooks), "DDLIB_PROBE_SLEEP": "4"}

@@ -219,6 +219,9 @@ def test_ddlib_server_binds_loopback_and_sigterm_stops_the_whole_server(tmp_path
 
 @pytest.mark.slow
 def test_grid_of_40_cells_with_4_workers_into_a_postgres_backed_server(postgres_admin, server, probe_notebooks, tmp_path):
+    """40 cells from 4 workers into a tracking server on PostgreSQL: every per-seed metric arrives once.
+    Why it takes most of a minute: the server's start, and 40 probe notebooks (no torch, so each is mostly
+    its kernel and its MLflow writes) whose concurrent writes are the point; fewer cells rarely overlap."""
     import psycopg
 
     database = new_database(postgres_admin)
@@ -278,7 +281,9 @@ def test_ray_executor_on_a_local_cpu_ray_instance(real_results, server, tmp_path
     """`--executor ray` starts a local Ray instance (CPU), runs each cell as a task writing to a
     tracking server, and gets the same numbers as the process pool. Ray >= 2.5x enables token
     authentication for local clusters: the test gives the instance its own token in the
-    environment (nothing written to ~/.ray) instead of turning authentication off."""
+    environment (nothing written to ~/.ray) instead of turning authentication off. Why it takes about
+    a minute: Ray's own start (its GCS, raylet and worker processes) and real cells, whose
+    numbers must equal the process pool's."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]')")
     home_token = Path.home() / ".ray" / "auth_token"
     had_token = home_token.exists()
