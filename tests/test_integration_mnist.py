@@ -12,8 +12,8 @@ from ddlib.runner import run_grid
 @pytest.mark.slow
 def test_dc_distilled_mnist_beats_random_through_the_runner(mlflow_store, shared_data, tmp_path):
     """The real DC MNIST IPC 1 set through `ddlib run` beats random subsets. Why it takes 30-50 s: two
-    seeds of 100 epochs for the set and for the random subset, and a 3-epoch full-data reference, on
-    60 images per class and 1,000 test images: the fewest that separate DC from random reliably."""
+    seeds of 100 epochs for the set and for the random subsets, and a 3-epoch full-data reference on
+    60 real images per class, tested on 1,000 images: a real set through the real runner, not a probe."""
     dc_file = shared_data / "distilled" / "dc_mnist_convnet_ipc1.pt"
     grid = {
         "protocol": "label_robust",
