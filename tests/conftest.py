@@ -16,7 +16,7 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # --------------------------------------------------------------------------- parallel test workers (pytest-xdist)
 
-# `make test` runs the suite in one pytest-xdist worker per core (`-n auto --dist loadfile`: a test
+# `make test` runs the suite in one pytest-xdist worker per core, at most 4 (`-n N --dist loadfile`: a test
 # module stays on one worker, so its module fixtures are built once). The cores are shared out
 # like the runner's workers share them: torch in two processes with two OpenMP threads each on two
 # cores spins in each other's way (a DM distillation took 14x its time so). Set before torch is
@@ -27,15 +27,17 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "DDLIB_NUM_THREADS"):
         os.environ.setdefault(_name, _threads)
 
-# The slowest modules first (their summed durations, forced-AVX2 run of 2026-11-25, in seconds),
-# so that with `--dist loadfile` the workers start on them and finish together instead of one
-# worker running the last long module alone. Modules not named keep their order after these.
+# The slowest modules first (their summed test durations in seconds: `--durations=0`, three workers on
+# the 2-core Zen 5 EPYC forced onto AVX2, 2026-11-26), so that with `--dist loadfile` the workers start on
+# them and finish together instead of one worker running the last long module alone. Modules not
+# named keep their order after these.
 SLOW_MODULES_FIRST = {
-    "test_scale_out.py": 191, "test_runner_reliability.py": 153, "test_integration_cifar10_benchmarks.py": 134,
-    "test_notebooks.py": 81, "test_runner.py": 75, "test_newcomer.py": 36, "test_protocol_adversarial.py": 34,
-    "test_gpu_check.py": 33, "test_integration_mnist.py": 32, "test_train.py": 30, "test_report.py": 29,
-    "test_models_transfer.py": 27, "test_integration_cifar10.py": 26, "test_select_distill.py": 23,
-    "test_conformance_ddranking.py": 23, "test_batched.py": 20, "test_privacy.py": 19, "test_leakage.py": 19,
+    "test_integration_cifar10_benchmarks.py": 390, "test_scale_out.py": 292, "test_runner_reliability.py": 271,
+    "test_protocol_adversarial.py": 168, "test_runner.py": 115, "test_notebooks.py": 106,
+    "test_protocols_presets.py": 96, "test_newcomer.py": 86, "test_train.py": 77, "test_report.py": 64,
+    "test_models_transfer.py": 62, "test_integration_mnist.py": 56, "test_gpu_check.py": 54,
+    "test_conformance_ddranking.py": 52, "test_integration_cifar10.py": 48, "test_batched.py": 43,
+    "test_select_distill.py": 39, "test_leakage.py": 36, "test_privacy.py": 34, "test_protocols_dcbench.py": 25,
 }
 
 
