@@ -141,6 +141,8 @@ def test_dm_runs_with_one_seed_share_their_real_side_and_give_a_fresh_runs_image
     assert means("shared") == [entry.name] and entry.stat().st_mtime_ns == written  # read, not computed again
     images("shared", ipc=1, init="noise")
     assert len(means("shared")) == 2
+    monkeypatch.setattr("ddlib.methods.dm.REAL_MEANS_MAX_BYTES", 0)  # a run too large to keep them: computed, not kept
+    assert images("small", ipc=2, init="kcenter", init_epochs=1) == fresh and means("small") == []
 
 
 def test_kcenter_greedy_is_a_source_of_its_own(digits):

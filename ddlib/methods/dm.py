@@ -74,7 +74,8 @@ def distribution_matching(
     # generator's state here, not on the synthetic images: its class means are cached (real_means).
     cache = _real_means_path(dataset, model, iterations, batch_real, normalize, g, dev)
     cached = _load_real_means(cache, iterations, dataset.num_classes)
-    computed = []
+    cached = cached.to(dev) if cached is not None else None
+    computed: list[torch.Tensor] | None = [] if cached is None else None  # kept on the device: no sync per step
     losses = []
     for it in tqdm(range(iterations), desc="DM", disable=not progress, leave=False):
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
@@ -83,13 +84,16 @@ def distribution_matching(
             p.requires_grad_(False)
         picks = [idx[torch.randperm(len(idx), generator=g)[:batch_real]] for idx in real_by_class]
         if cached is not None:
-            real_means = cached[it].to(dev)
+            real_means = cached[it]
         else:
             real_batch = normalize(as_pixels(real_images[torch.cat(picks).to(dev)]))
             with torch.no_grad():
                 real_emb = net.embed(real_batch)
             real_means = torch.stack([chunk.mean(0) for chunk in real_emb.split([len(pick) for pick in picks])])
-            computed.append(real_means.cpu())
+            if computed is not None:
+                computed.append(real_means)
+                if real_means.numel() * real_means.element_size() * iterations > REAL_MEANS_MAX_BYTES:
+                    computed = None  # too large to keep (CIFAR-10 at 20,000 iterations: 1.6 GB)
         syn_emb = net.embed(syn)
         loss = torch.zeros((), device=dev)
         for c in range(dataset.num_classes):
@@ -98,8 +102,8 @@ def distribution_matching(
         loss.backward()
         optimizer.step()
         losses.append(loss.detach())
-    if cached is None and computed:
-        _store_real_means(cache, torch.stack(computed))
+    if computed:
+        _store_real_means(cache, torch.stack(computed).cpu())
     mean, std = normalize.mean, normalize.std
     pixels = (syn.detach() * std + mean).cpu()
     return DistilledSet(
@@ -116,7 +120,7 @@ def distribution_matching(
     )
 
 
-REAL_MEANS_MAX_BYTES = 64 * 2**20  # larger runs (CIFAR-10 at 20,000 iterations: 1.6 GB) compute them each time
+REAL_MEANS_MAX_BYTES = 64 * 2**20  # larger runs compute them every time instead of holding them
 
 
 def _real_means_path(dataset: Dataset, model: str, iterations: int, batch_real: int, normalize: Normalize,
@@ -147,7 +151,6 @@ def _load_real_means(path, iterations: int, classes: int) -> torch.Tensor | None
 
 
 def _store_real_means(path, means: torch.Tensor) -> None:
-    if means.numel() * means.element_size() <= REAL_MEANS_MAX_BYTES:
-        from ddlib.methods.select import cache_store
+    from ddlib.methods.select import cache_store
 
-        cache_store(path, {"means": means})
+    cache_store(path, {"means": means})
