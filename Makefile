@@ -55,7 +55,7 @@ server: $(STAMP)
 
 # One pytest-xdist worker per core (at most 4: each runs notebooks and grids of its own); a test module
 # stays on one worker (--dist loadfile) and tests/conftest.py sends the slowest modules out first.
-TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(4, os.cpu_count() or 1))')
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))')
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 

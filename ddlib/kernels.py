@@ -29,14 +29,19 @@ def warm_kernels_enabled() -> bool:
     return os.environ.get(WARM_KERNEL_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _prelude(env: dict) -> str:
-    """Code run in a kept kernel before its next notebook: the previous notebook's names go (``%reset
-    -f`` ends with a full garbage collection), the new cell's environment variables come (a kernel
-    reads its environment once, at start). ``gc.freeze()`` then moves what survived (modules, the
-    MLflow client, cached datasets) out of the collector's sight, so the next cell's collections,
-    and the next reset's, scan only what that cell made (a full collection of the imported stack
-    took 0.5 s, twice per cell)."""
-    return ("%reset -f\n"
+UNFREEZE_EVERY = 8  # cells: how often a kept kernel's frozen objects are collected again
+
+
+def _prelude(env: dict, cell: int) -> str:
+    """Code run in a kept kernel before its next notebook (its ``cell``-th): the previous notebook's
+    names go (``%reset -f`` ends with a full garbage collection), the new cell's environment variables
+    come (a kernel reads its environment once, at start). ``gc.freeze()`` then moves what survived
+    (modules, the MLflow client, cached datasets) out of the collector's sight, so the next cell's
+    collections, and the next reset's, scan only what that cell made (a full collection of the
+    imported stack took 0.5 s, twice per cell). Frozen objects that later become cyclic garbage are
+    not collected while frozen: every :data:`UNFREEZE_EVERY` cells the reset collects everything."""
+    thaw = "import gc as _ddlib_gc; _ddlib_gc.unfreeze(); del _ddlib_gc\n" if cell % UNFREEZE_EVERY == 0 else ""
+    return (thaw + "%reset -f\n"
             f"import os as _ddlib_os; _ddlib_os.environ.update({json.dumps(env)}); del _ddlib_os\n"
             "import gc as _ddlib_gc; _ddlib_gc.freeze(); del _ddlib_gc\n")
 
@@ -66,7 +71,7 @@ def kernel_for(cwd: str, env: dict, cell_env: dict, extra_arguments: list[str]):
         km = None
     if km is not None:
         try:
-            _run(km, _prelude(cell_env))
+            _run(km, _prelude(cell_env, _state["cells"] + 1))
             _state["cells"] += 1
             return km
         except Exception:  # noqa: BLE001 - a kept kernel that does not answer is replaced

@@ -16,14 +16,15 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # --------------------------------------------------------------------------- parallel test workers (pytest-xdist)
 
-# `make test` runs the suite in one pytest-xdist worker per core, at most 4 (`-n N --dist loadfile`: a test
+# `make test` runs the suite in one pytest-xdist worker per core it may use, at most 4 (`-n N --dist loadfile`: a test
 # module stays on one worker, so its module fixtures are built once). The cores are shared out
 # like the runner's workers share them: torch in two processes with two OpenMP threads each on two
 # cores spins in each other's way (a DM distillation took 14x its time so). Set before torch is
 # imported, and inherited by the notebooks and `ddlib run` processes the tests start; a test that
 # needs its own count still sets it.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    _threads = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    _threads = str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "DDLIB_NUM_THREADS"):
         os.environ.setdefault(_name, _threads)
 

@@ -219,3 +219,13 @@ def test_a_warm_kernel_gives_a_fresh_kernels_numbers(tmp_path, monkeypatch):
     b = {k: v for k, v in fresh["kcenter-ipc1-convnet"].data.metrics.items() if "seconds" not in k}
     assert a.keys() == b.keys() and "lrs_mean" in a
     assert [k for k in a if not (a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]))] == []
+
+
+def test_a_kept_kernel_freezes_what_survives_and_thaws_it_every_few_cells():
+    """The prelude's `gc.freeze()` keeps a kept kernel's collections to the new cell's objects; every
+    UNFREEZE_EVERY cells it unfreezes first, so frozen objects that became cyclic garbage are collected."""
+    from ddlib.kernels import UNFREEZE_EVERY, _prelude
+
+    assert "freeze()" in _prelude({"A": "1"}, 2) and "unfreeze()" not in _prelude({"A": "1"}, 2)
+    thawing = _prelude({}, UNFREEZE_EVERY)
+    assert thawing.index("unfreeze()") < thawing.index("%reset -f") < thawing.rindex("freeze()")

@@ -145,6 +145,17 @@ def test_dm_runs_with_one_seed_share_their_real_side_and_give_a_fresh_runs_image
     assert images("small", ipc=2, init="kcenter", init_epochs=1) == fresh and means("small") == []
 
 
+def test_dm_caches_no_real_means_for_a_network_that_draws_in_its_forward_pass():
+    """A ViT's dropout draws from the global generator in the real pass too: skipping that pass on a
+    cache hit would change the synthetic pass's draws, so such networks are never cached."""
+    from types import SimpleNamespace
+
+    from ddlib.methods.dm import _draws_in_forward
+
+    cifar_shaped = SimpleNamespace(channels=3, num_classes=10, image_size=(32, 32))
+    assert _draws_in_forward("vit", cifar_shaped) and not _draws_in_forward("convnet", cifar_shaped)
+
+
 def test_kcenter_greedy_is_a_source_of_its_own(digits):
     spec = resolve_source("kcenter_greedy")
     assert spec == {"kind": "kcenter_greedy"}

@@ -99,6 +99,20 @@ def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
 _COMPILE_CACHE: list[str] = []  # the folder this process pointed Inductor at (set once)
 
 
+def machine_identity() -> dict:
+    """What a result computed here depends on besides its inputs, for keys of caches that a home
+    folder may share between machines: torch's version, the CPU model and ISA flags, the kernel
+    paths torch and oneDNN were capped to, and the GPUs (with cuDNN's version)."""
+    import platform
+
+    flags = sorted(f for f in _cpu_flags() if f.startswith(("avx", "amx", "fma", "f16c", "sse")))
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return {"torch": str(torch.__version__), "machine": platform.machine(), "cpu": _cpu_model(), "flags": flags,
+            "aten": os.environ.get("ATEN_CPU_CAPABILITY", ""), "onednn": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+            "capability": torch.backends.cpu.get_cpu_capability(), "gpus": gpus,
+            **({"cudnn": torch.backends.cudnn.version()} if gpus else {})}
+
+
 def compile_cache_dir() -> str:
     """Point Inductor's on-disk kernel cache (``TORCHINDUCTOR_CACHE_DIR``) at a folder of this
     machine's kernel paths, and return it. Inductor's cache key leaves out the instruction set the
@@ -114,14 +128,8 @@ def compile_cache_dir() -> str:
         _COMPILE_CACHE.append(chosen)
         return chosen
     import hashlib
-    import platform
 
-    flags = sorted(f for f in _cpu_flags() if f.startswith(("avx", "amx", "fma", "f16c", "sse")))
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-    identity = {"torch": torch.__version__, "machine": platform.machine(), "cpu": _cpu_model(), "flags": flags,
-                "aten": os.environ.get("ATEN_CPU_CAPABILITY", ""), "onednn": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
-                "capability": torch.backends.cpu.get_cpu_capability(), "gpus": gpus}
-    key = hashlib.sha256(repr(sorted(identity.items())).encode()).hexdigest()[:16]
+    key = hashlib.sha256(repr(sorted(machine_identity().items())).encode()).hexdigest()[:16]
     root = Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser()
     folder = str(root / "inductor" / key)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder

@@ -10,9 +10,11 @@ norm is per-sample, so the embeddings are the same).
 The real side of an iteration (its fresh network's seed and its real batch) depends on the seed,
 not on the synthetic images, so its class means are cached per machine under
 ``$DDLIB_CACHE/features`` (keyed by the data, network, real batch, iterations, the generator's
-state, torch's version, device, CPU instruction set and thread count): DM from real and from
-K-Center images, or at another IPC, with the same seed reuses them, bit for bit (the demo's four such
-cells embed the real batches once). Noise starts draw from the generator first, so theirs differ.
+state, torch's version, the CPU model and instruction set, GPUs, device and thread count): DM from real
+and from K-Center images, or at another IPC, with the same seed reuses them, bit for bit (the demo's
+four such cells embed the real batches once). Noise starts draw from the generator first, so theirs
+differ. Networks with dropout (whose real pass draws from the global generator) are never cached,
+and neither are means over 64 MB (CIFAR-10 at 20,000 iterations: 1.6 GB).
 """
 
 from __future__ import annotations
@@ -72,10 +74,12 @@ def distribution_matching(
     channels, height, width = dataset.image_shape
     # The real side of every iteration (its network's seed, its real batch) depends only on the
     # generator's state here, not on the synthetic images: its class means are cached (real_means).
-    cache = _real_means_path(dataset, model, iterations, batch_real, normalize, g, dev)
-    cached = _load_real_means(cache, iterations, dataset.num_classes)
+    # Only for networks whose forward draws nothing at random (no dropout): a skipped real pass must
+    # leave the synthetic pass's draws as they were.
+    cache = _real_means_path(dataset, model, iterations, batch_real, g, dev) if not _draws_in_forward(model, dataset) else None
+    cached = _load_real_means(cache, iterations, dataset.num_classes) if cache is not None else None
     cached = cached.to(dev) if cached is not None else None
-    computed: list[torch.Tensor] | None = [] if cached is None else None  # kept on the device: no sync per step
+    computed: list[torch.Tensor] | None = [] if cache is not None and cached is None else None  # on the device: no sync per step
     losses = []
     for it in tqdm(range(iterations), desc="DM", disable=not progress, leave=False):
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
@@ -123,11 +127,17 @@ def distribution_matching(
 REAL_MEANS_MAX_BYTES = 64 * 2**20  # larger runs compute them every time instead of holding them
 
 
-def _real_means_path(dataset: Dataset, model: str, iterations: int, batch_real: int, normalize: Normalize,
-                     g: torch.Generator, dev: torch.device):
+def _draws_in_forward(model: str, dataset: Dataset) -> bool:
+    """Whether the network's forward pass in train mode draws random numbers (dropout, drop path)."""
+    net = create_model(model, dataset.channels, dataset.num_classes, dataset.image_size)
+    return any("drop" in type(m).__name__.lower() for m in net.modules())
+
+
+def _real_means_path(dataset: Dataset, model: str, iterations: int, batch_real: int, g: torch.Generator,
+                     dev: torch.device):
     """Where the real class means of a DM run live: keyed by the data, the network, the real batch,
-    the normalisation, the device kind, torch's version and the generator's state at the loop's start
-    (which fixes every iteration's network seed and real batch)."""
+    the iterations, the normalisation, the generator's state at the loop's start (which fixes every
+    iteration's network seed and real batch), and the machine (:func:`ddlib.methods.select.kernel_identity`)."""
     import hashlib
 
     from ddlib.data.digest import tensor_digest

@@ -169,12 +169,13 @@ def training_identity(dataset: Dataset, model: str, recipe: Recipe, dev: torch.d
 
 
 def kernel_identity(dev: torch.device) -> dict:
-    """What a cached result's bits depend on besides its inputs: torch's version, the device kind,
-    the CPU kernels' instruction set (AVX2 and AVX-512 round differently) and the thread count."""
-    import os
+    """What a cached result's bits depend on besides its inputs (a home folder may be shared by
+    machines): :func:`ddlib.engine.device.machine_identity` (torch, CPU model and instruction set, GPUs,
+    cuDNN), the device kind and, on the CPU, the thread count (CPU results are bit-identical only
+    for one thread count)."""
+    from ddlib.engine.device import machine_identity
 
-    return {"torch": str(torch.__version__), "device": dev.type, "cpu_isa": torch.backends.cpu.get_cpu_capability(),
-            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""), "threads": torch.get_num_threads()}
+    return {**machine_identity(), "device": dev.type, **({"threads": torch.get_num_threads()} if dev.type == "cpu" else {})}
 
 
 def feature_recipe(epochs: int) -> Recipe:
