@@ -26,7 +26,7 @@ from ddlib.data.datasets import Dataset
 from ddlib.engine.device import generator, resolve_device
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import create_model
-from ddlib.methods.select import kcenter_subset, random_subset
+from ddlib.methods.select import cache_path, cache_store, kcenter_subset, kernel_identity, random_subset
 from ddlib.engine.test_pass import Normalize, as_pixels
 
 __all__ = ["distribution_matching"]
@@ -72,13 +72,9 @@ def distribution_matching(
     real_by_class = [torch.nonzero(dataset.train_labels == c).flatten() for c in range(dataset.num_classes)]
     syn_by_class = [torch.nonzero(start.labels == c).flatten().to(dev) for c in range(dataset.num_classes)]
     channels, height, width = dataset.image_shape
-    # The real side of every iteration (its network's seed, its real batch) depends only on the
-    # generator's state here, not on the synthetic images: its class means are cached (real_means).
-    # Only for networks whose forward draws nothing at random (no dropout): a skipped real pass must
-    # leave the synthetic pass's draws as they were.
+    # the real batches' class means, cached per seed (module docstring); never for a network with dropout
     cache = _real_means_path(dataset, model, iterations, batch_real, g, dev) if not _draws_in_forward(model, dataset) else None
-    cached = _load_real_means(cache, iterations, dataset.num_classes) if cache is not None else None
-    cached = cached.to(dev) if cached is not None else None
+    cached = _load_real_means(cache, iterations, dataset.num_classes, dev) if cache is not None else None
     computed: list[torch.Tensor] | None = [] if cache is not None and cached is None else None  # on the device: no sync per step
     losses = []
     for it in tqdm(range(iterations), desc="DM", disable=not progress, leave=False):
@@ -107,7 +103,7 @@ def distribution_matching(
         optimizer.step()
         losses.append(loss.detach())
     if computed:
-        _store_real_means(cache, torch.stack(computed).cpu())
+        cache_store(cache, {"means": torch.stack(computed).cpu()})
     mean, std = normalize.mean, normalize.std
     pixels = (syn.detach() * std + mean).cpu()
     return DistilledSet(
@@ -141,7 +137,6 @@ def _real_means_path(dataset: Dataset, model: str, iterations: int, batch_real: 
     import hashlib
 
     from ddlib.data.digest import tensor_digest
-    from ddlib.methods.select import cache_path, kernel_identity
 
     identity = {"data": tensor_digest(dataset.train_images, dataset.train_labels), "model": model,
                 "iterations": iterations, "batch_real": batch_real, "mean": list(map(float, dataset.mean)),
@@ -150,17 +145,11 @@ def _real_means_path(dataset: Dataset, model: str, iterations: int, batch_real: 
     return cache_path(dataset, "dm-real-means", identity)
 
 
-def _load_real_means(path, iterations: int, classes: int) -> torch.Tensor | None:
+def _load_real_means(path, iterations: int, classes: int, dev: torch.device) -> torch.Tensor | None:
     if not path.is_file():
         return None
     try:
         means = torch.load(path, map_location="cpu", weights_only=True)["means"]
     except Exception:  # noqa: BLE001 - a damaged cache entry: compute again
         return None
-    return means if means.shape[:2] == (iterations, classes) else None
-
-
-def _store_real_means(path, means: torch.Tensor) -> None:
-    from ddlib.methods.select import cache_store
-
-    cache_store(path, {"means": means})
+    return means.to(dev) if means.shape[:2] == (iterations, classes) else None
