@@ -26,7 +26,8 @@ import signal
 import tempfile
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import Callable, Sequence
 from ddlib import kernels, progress
 from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag
 
-__all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell",
+__all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell", "next_job",
            "RAY_INSTALL_HINT"]
 
 # ipykernel 7 warns on every start that its local TCP transport is unencrypted; the kernels of a
@@ -66,6 +67,16 @@ class CellJob:
     runner_id: str
     timeout: float | None = None  # seconds for the whole notebook
     force: bool = False  # run even if a FINISHED run of the config exists
+    shares: frozenset = frozenset()  # cached work other cells reuse (ddlib.methods.sources.shared_work)
+
+
+def next_job(pending: Sequence[CellJob], running: Sequence[CellJob], done: set) -> int:
+    """Index in ``pending`` of the cell to start next: the first that shares no work with a running
+    cell still computing it (K-Center from the same features at IPC 1 and 10 would train the feature
+    network twice at once; started one after the other, the second reads the first's cache), else
+    the first. ``done``: the shared work of the cells that have ended."""
+    busy = set().union(*(job.shares for job in running)) - done
+    return next((i for i, job in enumerate(pending) if not job.shares & busy), 0)
 
 
 @dataclass
@@ -289,21 +300,34 @@ class LocalExecutor:
                 slots.put(self.gpus[i % len(self.gpus)])
         pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_init_pool_worker,
                                    initargs=(slots,))
-        try:
-            # Workers start (on submit) with SIGINT and SIGTERM blocked, inherited from this thread:
-            # a Ctrl-C while they import waits until their handlers are set (no traceback per worker).
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-            try:
-                futures = {pool.submit(execute_cell, job, True): job for job in jobs}
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            for future in as_completed(futures):
-                job = futures[future]
+        pending, running, done = list(jobs), {}, set()
+
+        def start_next() -> None:
+            while pending and len(running) < self.workers:
+                job = pending.pop(next_job(pending, list(running.values()), done))
+                # Workers start (on submit) with SIGINT and SIGTERM blocked, inherited from this thread:
+                # a Ctrl-C while they import waits until their handlers are set (no traceback per worker).
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
                 try:
-                    outcome = future.result()
-                except BaseException as exc:  # noqa: BLE001 - the worker itself died
-                    outcome = CellOutcome(job.name, "failed", error=short_error(exc))
-                on_outcome(job, outcome)
+                    running[pool.submit(execute_cell, job, True)] = job
+                except BrokenProcessPool as exc:  # a worker died: every cell not yet started fails, as it did
+                    on_outcome(job, CellOutcome(job.name, "failed", error=short_error(exc)))
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+        try:
+            start_next()
+            while running:  # one cell per free worker, chosen when the worker frees (next_job)
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                ended = [(future, running.pop(future)) for future in finished]
+                done.update(*(job.shares for _, job in ended))
+                start_next()
+                for future, job in ended:
+                    try:
+                        outcome = future.result()
+                    except BaseException as exc:  # noqa: BLE001 - the worker itself died
+                        outcome = CellOutcome(job.name, "failed", error=short_error(exc))
+                    on_outcome(job, outcome)
         except BaseException as stop:
             _terminate(pool, stop_signal(stop))
             raise

@@ -160,6 +160,17 @@ def _absolute(value: str) -> str:
     return os.path.abspath(os.path.expanduser(value))
 
 
+def cell_shares(params: dict) -> frozenset[str]:
+    """The cached work a cell's set shares with other cells of its data (K-Center's features, DM's
+    real means: :func:`ddlib.methods.sources.shared_work`), so the local pool starts no two cells that
+    would compute it at once (:func:`ddlib.executors.next_job`)."""
+    from ddlib.methods.sources import shared_work
+
+    source = params.get("source")
+    data = tuple(params.get(k) for k in ("dataset", "data_root", "train_per_class"))
+    return frozenset(f"{data} {name}" for name in shared_work(source)) if isinstance(source, dict) else frozenset()
+
+
 def expand(spec: GridSpec) -> list[dict]:
     """All cells of the grid as fully resolved, validated notebook params."""
     module = protocol_module(spec.protocol)
@@ -383,7 +394,7 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
 
     notebook = str((notebook_folder(spec.protocol) or notebooks_dir()) / PROTOCOLS[spec.protocol][0])
     jobs = [CellJob(spec.protocol, spec.experiment, name, params, {**default_tags(spec.protocol), **tags}, env,
-                    notebook, runner_id, timeout, force) for name, params, tags in todo]
+                    notebook, runner_id, timeout, force, cell_shares(params)) for name, params, tags in todo]
     bar = tqdm(total=len(jobs), desc=f"{spec.protocol} ({len(report.skipped)} skipped)", disable=not progress)
     source = progress_files(progress_dir, guesses) if progress_dir else progress_tags(tracker, runner_id)
     lines = CellLines(min(runner.workers, len(jobs)), source, disable=not progress)

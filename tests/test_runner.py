@@ -229,3 +229,27 @@ def test_a_kept_kernel_freezes_what_survives_and_thaws_it_every_few_cells():
     assert "freeze()" in _prelude({"A": "1"}, 2) and "unfreeze()" not in _prelude({"A": "1"}, 2)
     thawing = _prelude({}, UNFREEZE_EVERY)
     assert thawing.index("unfreeze()") < thawing.index("%reset -f") < thawing.rindex("freeze()")
+
+
+def test_the_pool_starts_no_two_cells_that_would_compute_the_same_at_once():
+    """The demo lists K-Center and DM at IPC 1 and 10 side by side; started together, both cells of a
+    pair would train K-Center's feature network (or embed DM's real batches) at once. The pool starts
+    the second of a pair only after the first ended (its cache is there), other cells meanwhile."""
+    from ddlib.executors import CellJob, next_job
+    from ddlib.runner import cell_shares
+
+    cells = expand(load_grid(Path(__file__).resolve().parents[1] / "params" / "demo.yaml"))
+    pending = [CellJob("label_robust", "e", f"{c['method']}-{c['ipc']}", c, {}, {}, "", "", shares=cell_shares(c))
+               for c in cells]
+    assert [job.name for job in pending][2:6] == ["kcenter-1", "kcenter-10", "dm-1", "dm-10"]
+    started, running, done = [], [], set()
+    while pending or running:  # two workers; cells end in the order they started
+        while pending and len(running) < 2:
+            running.append(pending.pop(next_job(pending, running, done)))
+            started.append(running[-1].name)
+        done |= running.pop(0).shares
+    assert started == ["random-1", "random-10", "kcenter-1", "dm-1", "kcenter-10", "dm-10", "dm_kcenter-1",
+                       "dm_kcenter-10", "dm_noise-1", "dm_noise-10"]
+    # a cell whose shared work no other cell computes starts in grid order; if every cell waits, the first starts
+    blocked = CellJob("label_robust", "e", "b", {}, {}, {}, "", "", shares=frozenset({"x"}))
+    assert next_job([blocked, blocked], [blocked], set()) == 0 and next_job([blocked], [blocked], {"x"}) == 0

@@ -86,3 +86,22 @@ def test_a_kind_registered_by_decorator_is_validated_from_its_parameters_and_obt
             sources.validate_source("c", {"kind": "constant", **bad})
     with pytest.raises(ValueError, match=r"kind must be one of \[.*'constant'.*\], got 'nope'"):
         sources.validate_source("c", {"kind": "nope"})
+
+
+def test_specs_that_reuse_one_cached_computation_name_the_same_shared_work():
+    """The runner keeps cells that share work apart (ddlib.executors.next_job): K-Center at any IPC,
+    and DM from K-Center images, train one feature network; DM from real or K-Center images embeds
+    the same real batches; what differs per IPC (noise starts) or costs nothing shares nothing."""
+    shared = sources.shared_work
+    features = shared({"kind": "kcenter", "epochs": 20})
+    assert features and features == shared({"kind": "kcenter", "epochs": 20, "n_init": 3})  # n_init: k-means only
+    assert features == shared({"kind": "herding", "epochs": 20}) == shared({"kind": "kcenter_greedy", "epochs": 20})
+    assert not features & shared({"kind": "kcenter", "epochs": 1})
+    assert not features & shared({"kind": "kcenter", "epochs": 20, "seed": 1})
+    real_means = shared({"kind": "dm", "iterations": 200})
+    from_kcenter = shared({"kind": "dm", "iterations": 200, "init": "kcenter", "init_epochs": 20, "lr_img": 10.0})
+    assert real_means < from_kcenter and features < from_kcenter
+    assert not real_means & shared({"kind": "dm", "iterations": 100})
+    for alone in ({"kind": "dm", "init": "noise"}, {"kind": "random"}, {"kind": "file", "path": "x.pt"}, {"kind": "full"},
+                  {"kind": "no such kind"}, None):
+        assert shared(alone) == frozenset()

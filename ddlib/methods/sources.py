@@ -47,7 +47,7 @@ from ddlib.registry import Entry, Registry
 from ddlib.shown import shown
 
 __all__ = ["SOURCES", "SetRequest", "MODEL_KINDS", "BUILTIN_SOURCES", "BUILTIN_REVISIONS", "builtin_revision",
-           "resolve_source", "validate_source", "obtain_set", "full_set", "source_keys", "source_path",
+           "resolve_source", "validate_source", "obtain_set", "shared_work", "full_set", "source_keys", "source_path",
            "load_file_source"]
 
 SOURCES: Registry = Registry("source kind")
@@ -68,7 +68,8 @@ class SetRequest:
 # Meta: builtin (the kind's name works without a spec), revision (what its sets are, in the config
 # key: bump it whenever the set it produces changes, so a rerun recomputes its cells instead of
 # skipping them; 1 adds nothing to the key), runs (other kinds a spec also runs, for their revisions),
-# needs (keys a spec must give), model (not a set but a trained model: the adversarial protocol attacks it).
+# needs (keys a spec must give), model (not a set but a trained model: the adversarial protocol attacks it),
+# shares (spec -> names of the cached work its sets at every IPC reuse: see shared_work).
 
 
 @SOURCES.register("random", builtin=True)
@@ -79,42 +80,60 @@ def _random(req: SetRequest, *, seed: int = 0) -> DistilledSet:
 
 
 # kcenter 2: DC-Bench's k-means selection with fp32 features (keys before it were unchanged).
-@SOURCES.register("kcenter", builtin=True, revision=2)
+def _features(spec: dict) -> list[str]:
+    """K-Center's feature network (:func:`ddlib.methods.select._feature_network`), cached per seed."""
+    return [f"features model={spec.get('model') or ''} epochs={spec.get('epochs', 1)} seed={spec.get('seed', 0)}"]
+
+
+@SOURCES.register("kcenter", builtin=True, revision=2, shares=_features)
 def _kcenter(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1, n_init: int = 10) -> DistilledSet:
     from ddlib.methods.select import kcenter_subset
 
     return kcenter_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs, n_init=n_init)
 
 
-@SOURCES.register("kcenter_greedy", builtin=True)
+@SOURCES.register("kcenter_greedy", builtin=True, shares=_features)
 def _kcenter_greedy(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1) -> DistilledSet:
     from ddlib.methods.select import kcenter_greedy_subset
 
     return kcenter_greedy_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
-@SOURCES.register("herding", builtin=True)
+@SOURCES.register("herding", builtin=True, shares=_features)
 def _herding(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1) -> DistilledSet:
     from ddlib.methods.coresets import herding_subset
 
     return herding_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
-@SOURCES.register("forgetting", builtin=True)
+@SOURCES.register("forgetting", builtin=True,
+                  shares=lambda spec: [f"forgetting {sorted(spec.items())}"])
 def _forgetting(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20) -> DistilledSet:
     from ddlib.methods.coresets import forgetting_subset
 
     return forgetting_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
-@SOURCES.register("el2n", builtin=True)
+@SOURCES.register("el2n", builtin=True, shares=lambda spec: [f"el2n {sorted(spec.items())}"])
 def _el2n(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20, models: int = 10) -> DistilledSet:
     from ddlib.methods.coresets import el2n_subset
 
     return el2n_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs, models=models)
 
 
-@SOURCES.register("dm", builtin=True, runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [])
+def _dm_shares(spec: dict) -> list[str]:
+    """DM's real class means (cached per seed: :mod:`ddlib.methods.dm`; noise starts draw per IPC
+    first, so they share nothing) and, from K-Center images, K-Center's feature network."""
+    init = spec.get("init", "real")
+    if init == "noise":
+        return []
+    real_side = sorted((k, v) for k, v in spec.items() if k in ("model", "iterations", "batch_real", "seed"))
+    features = _features({"seed": spec.get("seed", 0), "epochs": spec.get("init_epochs", 1)}) if init == "kcenter" else []
+    return [f"dm real means {real_side}", *features]
+
+
+@SOURCES.register("dm", builtin=True, runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [],
+                  shares=_dm_shares)
 def _dm(req: SetRequest, *, iterations: int = 200, lr_img: float = 1.0, momentum: float = 0.5, batch_real: int = 64,
         model: str = "convnet", init: str = "real", init_epochs: int = 1, seed: int = 0) -> DistilledSet:
     from ddlib.methods.dm import distribution_matching
@@ -180,6 +199,19 @@ def builtin_revision(spec: dict) -> str | None:
     if all(v == 1 for v in parts.values()):
         return None
     return ", ".join(f"{k} revision {v}" for k, v in parts.items())
+
+
+def shared_work(spec: dict) -> frozenset[str]:
+    """Names of the cached, IPC-independent work a set of this spec does first and other cells reuse
+    (K-Center's feature network, DM's real class means): the runner starts no two cells that would
+    compute the same at once (:func:`ddlib.executors.next_job`). A scheduling hint only: an unknown
+    or malformed spec shares nothing."""
+    entry = SOURCES.entry(spec.get("kind")) if isinstance(spec, dict) and spec.get("kind") in SOURCES else None
+    shares = entry.meta.get("shares") if entry is not None else None
+    try:
+        return frozenset(shares(spec)) if shares else frozenset()
+    except Exception:  # noqa: BLE001 - a hint: a spec the cell itself will reject shares nothing
+        return frozenset()
 
 
 def validate_source(method: str, spec: dict) -> dict:
