@@ -233,6 +233,21 @@ def file_lock(name: str, on_wait: Callable[[], None] | None = None) -> Iterator[
         yield
 
 
+def lock_busy(name: str) -> bool:
+    """Whether another process holds :func:`file_lock` ``name`` now (a hint: it may be taken or freed
+    right after)."""
+    path = mlruns_dir() / "locks" / f"{name}.lock"
+    if not path.is_file():
+        return False
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
 @contextlib.contextmanager
 def _lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     with open(path, "w") as handle:

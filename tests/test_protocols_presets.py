@@ -235,6 +235,32 @@ def test_the_full_data_reference_trains_on_the_whole_training_set(mlflow_store):
     assert result.sides.loc["real_hard", "set"].startswith(f"the whole real training set ({int(real['train_size'])} images")
 
 
+def test_the_full_data_reference_trains_first_unless_another_cell_trains_it(mlflow_store, monkeypatch):
+    """Every cell of the data needs the full-data reference, the grid's longest training: the first
+    cell trains it before its own sides; a cell that finds another training it (its lock held) does
+    its own sides first and then waits, instead of idling from its start. Same numbers either way."""
+    from ddlib.protocols import cell as cell_module
+
+    def order():
+        runs = tracking.client().search_runs([tracking.client().get_experiment_by_name("label_robust").experiment_id],
+                                             f"tags.`{TAG['kind']}` = 'eval'", order_by=["attributes.start_time ASC"])
+        return [r.data.tags[TAG["role"]] for r in runs], {r.data.tags[TAG["role"]]: r.data.metrics["test_accuracy"] for r in runs}
+
+    _run(label_robust, **TINY, seeds=[0], lr_policy="fixed")
+    first, accuracies = order()
+    assert first == ["real_hard", "syn_hard", "rdm_hard"]
+    with tracking.file_lock("held-by-another-process"):  # flock: a second open file of this process is refused too
+        assert tracking.lock_busy("held-by-another-process")
+    assert not tracking.lock_busy("held-by-another-process") and not tracking.lock_busy("never-taken")
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{mlflow_store / 'other.db'}")
+    monkeypatch.setattr(tracking, "_CLIENTS", {})
+    monkeypatch.setattr(cell_module, "lock_busy", lambda name: True)
+    _run(label_robust, **TINY, seeds=[0], lr_policy="fixed")
+    last, again = order()
+    assert last == ["syn_hard", "rdm_hard", "real_hard"] and again == accuracies
+
+
 def test_a_builtin_method_that_makes_another_set_never_pools_with_its_old_cells(mlflow_store, monkeypatch):
     """Issue 22, 2.6: the cell's config (the runner's skip key) is known before its set exists; the
     obtained set's digest is tagged once it does and splits the leaderboard row, so a built-in method

@@ -40,7 +40,7 @@ from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
 from ddlib.protocols import beyond
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
-from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
+from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, lock_busy, owner_tag
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
 from ddlib.engine.test_pass import test_trained
@@ -280,7 +280,8 @@ class Cell:
         keep_models: bool = False,
         hold_models: bool = False,
         adopt: dict | None = None,
-    ) -> list[TrainedModel]:
+        unless_busy: bool = False,
+    ) -> list[TrainedModel] | None:
         """Train and test one model per seed, reusing any identical evaluation already FINISHED.
 
         ``eval_split="val"`` scores on the cell's held-out validation split (learning-rate search).
@@ -297,7 +298,10 @@ class Cell:
 
         ``lrs`` (one per seed; a seed may repeat) trains run i at ``lrs[i]``, keyed as a call with
         that lr in the recipe; ``role`` may then be a function of the lr. The runs of one seed train
-        in lockstep (one batch draw and one teacher forward per step for all: an lr search)."""
+        in lockstep (one batch draw and one teacher forward per step for all: an lr search).
+
+        ``unless_busy=True`` returns None at once, doing nothing, while another cell trains the same
+        models (the caller does its own work first and asks again, then waiting for them)."""
         model = model or self.params["model"]
         ds = self.dataset
         # "auto" precision means bf16 on some devices and fp32 on others: key what it resolves to here
@@ -330,6 +334,8 @@ class Cell:
         group = config_hash([identities[lr] for lr in dict.fromkeys(lrs)])
         runs = list(zip(seeds, lrs))
         keys = [config_hash({**identities[lr], "seed": seed}) for seed, lr in runs]
+        if unless_busy and lock_busy(f"eval-{group}"):
+            return None
         cost = beyond.model_cost(self, model, model_kwargs, images, targets, eval_labels, recipe)
 
         def inputs(i: int) -> list:

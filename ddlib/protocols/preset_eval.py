@@ -411,13 +411,16 @@ class SideTrainer:
         tracker.set_tags(run_id, {"ddlib.lr_search": f"{self.search_mode}: {self.searches['run']} run, "
                                                      f"{self.searches['reused']} reused from other cells"})
 
-    def run_real(self, role: str, recipe: Recipe, seeds: Sequence[int]) -> list[TrainedModel]:
+    def run_real(self, role: str, recipe: Recipe, seeds: Sequence[int], unless_busy: bool = False) -> list[TrainedModel] | None:
         """The full-data reference: the whole training set (the validation split included, as
         DD-Ranking trains on its ``dst_train``: nothing of this side is chosen on that split, its lr is
-        never searched), hard labels, ``recipe``. Scored on the test set like every side."""
+        never searched), hard labels, ``recipe``. Scored on the test set like every side.
+        ``unless_busy``: None, at once, while another cell trains it (:meth:`Cell.train_eval`)."""
         cell = self.cell
         ds = cell.unsplit if cell.unsplit is not None else cell.dataset
-        results = cell.train_eval(role, ds.train_images, ds.train_labels, recipe, seeds)
+        results = cell.train_eval(role, ds.train_images, ds.train_labels, recipe, seeds, unless_busy=unless_busy)
+        if results is None:
+            return None
         self.log_lrs(role, {s: recipe.lr for s in seeds}, {s: "real_recipe (never searched)" for s in seeds})
         self.rows.append({"role": role, "set": f"the whole real training set ({len(ds.train_labels)} images, "
                                                "the validation split included)",
