@@ -289,7 +289,9 @@ class LocalExecutor:
         self.gpus = list(gpus) if gpus else None
 
     def threads_per_cell(self) -> int:
-        return max(1, (os.cpu_count() or 1) // self.workers)
+        from ddlib.engine.device import usable_cores
+
+        return max(1, usable_cores() // self.workers)
 
     def run(self, jobs: Sequence[CellJob], on_outcome: OnOutcome) -> None:
         context = get_context("spawn")

@@ -253,3 +253,22 @@ def test_the_pool_starts_no_two_cells_that_would_compute_the_same_at_once():
     # a cell whose shared work no other cell computes starts in grid order; if every cell waits, the first starts
     blocked = CellJob("label_robust", "e", "b", {}, {}, {}, "", "", shares=frozenset({"x"}))
     assert next_job([blocked, blocked], [blocked], set()) == 0 and next_job([blocked], [blocked], {"x"}) == 0
+
+
+def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):
+    """On a Slurm or container share of a large node, os.cpu_count() is the node's: two workers would
+    each run the node's cores in threads on the few granted (the suite saw a 6 s distillation take
+    90 s at twice the threads of its cores). The runner and the decoders read the CPU affinity."""
+    import os
+
+    from ddlib.data import decode
+    from ddlib.engine import device
+    from ddlib.executors import LocalExecutor
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 4, 5, 6})
+    assert device.usable_cores() == 4
+    assert LocalExecutor(2).threads_per_cell() == 2 and LocalExecutor(8).threads_per_cell() == 1
+    assert decode._num_workers() == 4
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS has none: the machine's count
+    assert device.usable_cores() == 64

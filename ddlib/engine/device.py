@@ -157,6 +157,16 @@ def _cpu_model() -> str:
     return ""
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (what Slurm, a container or ``taskset``
+    grants), not the machine's count, which on a 4-core share of a 64-core node would give each of
+    two workers 32 threads on 4 cores."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity API (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
 def configure_threads() -> None:
     """Honour ``DDLIB_NUM_THREADS`` (the batch runner sets it so parallel workers share the cores)."""
     n = os.environ.get("DDLIB_NUM_THREADS")
