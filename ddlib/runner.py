@@ -167,7 +167,7 @@ def cell_shares(params: dict) -> frozenset[str]:
     from ddlib.methods.sources import shared_work
 
     source = params.get("source")
-    data = tuple(params.get(k) for k in ("dataset", "data_root", "train_per_class"))
+    data = tuple(params.get(k) for k in ("dataset", "data_root", "train_per_class", "val_fraction"))
     return frozenset(f"{data} {name}" for name in shared_work(source)) if isinstance(source, dict) else frozenset()
 
 

@@ -224,41 +224,30 @@ def _parse_owner(owner: str) -> tuple[str, int, float]:
 
 
 @contextlib.contextmanager
-def file_lock(name: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+def file_lock(name: str, on_wait: Callable[[], None] | None = None, wait: bool = True) -> Iterator[bool]:
     """An inter-process lock (flock) so parallel workers do not train or create the same thing twice.
-    ``on_wait`` is called once if another process holds it (say so, then wait)."""
+    ``on_wait`` is called once if another process holds it (say so, then wait). ``wait=False`` takes
+    it only if it is free: the body runs either way and is given whether it holds the lock."""
     lock_dir = mlruns_dir() / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with _lock(lock_dir / f"{name}.lock", on_wait):
-        yield
-
-
-def lock_busy(name: str) -> bool:
-    """Whether another process holds :func:`file_lock` ``name`` now (a hint: it may be taken or freed
-    right after)."""
-    path = mlruns_dir() / "locks" / f"{name}.lock"
-    if not path.is_file():
-        return False
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
+    with _lock(lock_dir / f"{name}.lock", on_wait, wait) as held:
+        yield held
 
 
 @contextlib.contextmanager
-def _lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+def _lock(path: Path, on_wait: Callable[[], None] | None = None, wait: bool = True) -> Iterator[bool]:
     with open(path, "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if not wait:
+                yield False
+                return
             if on_wait is not None:
                 on_wait()
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 

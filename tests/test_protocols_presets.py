@@ -5,6 +5,7 @@ across processes. Tiny CPU settings on the embedded digits data."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -249,16 +250,26 @@ def test_the_full_data_reference_trains_first_unless_another_cell_trains_it(mlfl
     _run(label_robust, **TINY, seeds=[0], lr_policy="fixed")
     first, accuracies = order()
     assert first == ["real_hard", "syn_hard", "rdm_hard"]
-    with tracking.file_lock("held-by-another-process"):  # flock: a second open file of this process is refused too
-        assert tracking.lock_busy("held-by-another-process")
-    assert not tracking.lock_busy("held-by-another-process") and not tracking.lock_busy("never-taken")
+    real_lock = cell_module.file_lock
+    with real_lock("taken") as held, real_lock("taken", wait=False) as also:  # flock: a second open file is refused
+        assert held and not also
+    with real_lock("taken", wait=False) as held:
+        assert held
+
+    @contextlib.contextmanager
+    def held_by_another_cell(name, on_wait=None, wait=True):
+        with contextlib.ExitStack() as stack:
+            if not wait:  # another cell holds the lock it probes (the full-data reference's)
+                stack.enter_context(real_lock(name))
+            yield stack.enter_context(real_lock(name, on_wait, wait))
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{mlflow_store / 'other.db'}")
     monkeypatch.setattr(tracking, "_CLIENTS", {})
-    monkeypatch.setattr(cell_module, "lock_busy", lambda name: True)
-    _run(label_robust, **TINY, seeds=[0], lr_policy="fixed")
+    monkeypatch.setattr(cell_module, "file_lock", held_by_another_cell)
+    _, result = _run(label_robust, **TINY, seeds=[0], lr_policy="fixed")
     last, again = order()
     assert last == ["syn_hard", "rdm_hard", "real_hard"] and again == accuracies
+    assert list(result.sides.index) == ["syn_hard", "rdm_hard", "real_hard"]  # the table's order stays
 
 
 def test_a_builtin_method_that_makes_another_set_never_pools_with_its_old_cells(mlflow_store, monkeypatch):

@@ -255,6 +255,43 @@ def test_the_pool_starts_no_two_cells_that_would_compute_the_same_at_once():
     assert next_job([blocked, blocked], [blocked], set()) == 0 and next_job([blocked], [blocked], {"x"}) == 0
 
 
+def _stub_cell(job, watch_parent=False):
+    """A cell that sleeps and says when it ran (a pool worker imports it from this module)."""
+    import json
+    import time
+
+    from ddlib.executors import CellOutcome
+
+    start = time.time()
+    time.sleep(job.params["seconds"])
+    with open(job.params["log"], "a") as log:
+        log.write(json.dumps([job.name, start, time.time()]) + "\n")
+    return CellOutcome(job.name, "finished")
+
+
+def test_the_local_pool_starts_a_cell_sharing_work_only_after_the_cell_computing_it(tmp_path, monkeypatch):
+    """The real LocalExecutor, two spawned workers, cells that only sleep: the second K-Center cell
+    starts after the first ended (its features cached), the cell sharing nothing meanwhile. (Where
+    only such cells are left, a free worker starts one anyway: computing again beats idling.)"""
+    import json
+
+    from ddlib import executors
+
+    monkeypatch.setattr(executors, "execute_cell", _stub_cell)
+    log = tmp_path / "log.jsonl"
+
+    def job(name, seconds, shares=()):
+        return executors.CellJob("label_robust", "e", name, {"seconds": seconds, "log": str(log)}, {}, {}, "", "",
+                                 shares=frozenset(shares))
+
+    outcomes = []
+    executors.LocalExecutor(2).run([job("kcenter-1", 1.0, {"features"}), job("kcenter-10", 0.1, {"features"}),
+                                    job("random-1", 3.0)], lambda j, outcome: outcomes.append(outcome.name))
+    ran = {name: (start, end) for name, start, end in map(json.loads, log.read_text().splitlines())}
+    assert sorted(outcomes) == sorted(ran) == ["kcenter-1", "kcenter-10", "random-1"]
+    assert ran["kcenter-10"][0] >= ran["kcenter-1"][1] and ran["random-1"][0] < ran["kcenter-10"][0]
+
+
 def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):
     """On a Slurm or container share of a large node, os.cpu_count() is the node's: two workers would
     each run the node's cores in threads on the few granted (the suite saw a 6 s distillation take

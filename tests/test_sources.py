@@ -102,6 +102,32 @@ def test_specs_that_reuse_one_cached_computation_name_the_same_shared_work():
     from_kcenter = shared({"kind": "dm", "iterations": 200, "init": "kcenter", "init_epochs": 20, "lr_img": 10.0})
     assert real_means < from_kcenter and features < from_kcenter
     assert not real_means & shared({"kind": "dm", "iterations": 100})
+    assert shared({"kind": "dm"}) == real_means and shared({"kind": "kcenter", "model": None}) == shared({"kind": "kcenter"})
     for alone in ({"kind": "dm", "init": "noise"}, {"kind": "random"}, {"kind": "file", "path": "x.pt"}, {"kind": "full"},
-                  {"kind": "no such kind"}, None):
+                  {"kind": "no such kind"}, {"kind": [1]}, {"iterations": 200}, None):
         assert shared(alone) == frozenset()
+
+
+def test_specs_naming_the_same_shared_work_do_reuse_one_cache(tmp_path, monkeypatch):
+    """What the tokens claim, on the caches themselves: K-Center at IPC 1 trains the feature network,
+    herding at IPC 2 and DM from K-Center images read it; DM from K-Center images writes the real means
+    that DM from real images then reads (no new cache file), while DM from noise writes its own."""
+    monkeypatch.setenv("DDLIB_CACHE", str(tmp_path))
+    ds = load_dataset("digits")
+    files = lambda: sorted(p.name for p in (tmp_path / "features").iterdir())  # noqa: E731
+    kcenter = {"kind": "kcenter", "epochs": 1}
+    dm_kcenter = {"kind": "dm", "iterations": 3, "init": "kcenter", "init_epochs": 1}
+    dm_real, dm_noise = {"kind": "dm", "iterations": 3}, {"kind": "dm", "iterations": 3, "init": "noise"}
+    shared = sources.shared_work
+    assert shared(kcenter) <= shared(dm_kcenter) and shared(dm_real) < shared(dm_kcenter)
+    assert sources.obtain_set("k", kcenter, ds, 1, device="cpu").provenance["feature_model_from"] == "trained"
+    herding = sources.obtain_set("h", {"kind": "herding", "epochs": 1}, ds, 2, device="cpu")
+    assert herding.provenance["feature_model_from"] == "cache"
+    features = files()
+    sources.obtain_set("d", dm_kcenter, ds, 1, device="cpu")
+    means = files()
+    assert len(means) == len(features) + 1
+    sources.obtain_set("d", dm_real, ds, 2, device="cpu")
+    assert files() == means
+    sources.obtain_set("d", dm_noise, ds, 1, device="cpu")
+    assert len(files()) == len(means) + 1 and not sources.shared_work(dm_noise)

@@ -158,7 +158,7 @@ def _cpu_model() -> str:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity (what Slurm, a container or ``taskset``
+    """The cores this process may run on: its CPU affinity (what Slurm, a cpuset container or ``taskset``
     grants), not the machine's count, which on a 4-core share of a 64-core node would give each of
     two workers 32 threads on 4 cores."""
     try:

@@ -82,7 +82,7 @@ def _random(req: SetRequest, *, seed: int = 0) -> DistilledSet:
 # kcenter 2: DC-Bench's k-means selection with fp32 features (keys before it were unchanged).
 def _features(spec: dict) -> list[str]:
     """K-Center's feature network (:func:`ddlib.methods.select._feature_network`), cached per seed."""
-    return [f"features model={spec.get('model') or ''} epochs={spec.get('epochs', 1)} seed={spec.get('seed', 0)}"]
+    return [f"features model={spec.get('model') or ''} epochs={spec['epochs']} seed={spec['seed']}"]
 
 
 @SOURCES.register("kcenter", builtin=True, revision=2, shares=_features)
@@ -124,11 +124,10 @@ def _el2n(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20
 def _dm_shares(spec: dict) -> list[str]:
     """DM's real class means (cached per seed: :mod:`ddlib.methods.dm`; noise starts draw per IPC
     first, so they share nothing) and, from K-Center images, K-Center's feature network."""
-    init = spec.get("init", "real")
-    if init == "noise":
+    if spec["init"] == "noise":
         return []
     real_side = sorted((k, v) for k, v in spec.items() if k in ("model", "iterations", "batch_real", "seed"))
-    features = _features({"seed": spec.get("seed", 0), "epochs": spec.get("init_epochs", 1)}) if init == "kcenter" else []
+    features = _features({"seed": spec["seed"], "epochs": spec["init_epochs"]}) if spec["init"] == "kcenter" else []
     return [f"dm real means {real_side}", *features]
 
 
@@ -206,10 +205,11 @@ def shared_work(spec: dict) -> frozenset[str]:
     (K-Center's feature network, DM's real class means): the runner starts no two cells that would
     compute the same at once (:func:`ddlib.executors.next_job`). A scheduling hint only: an unknown
     or malformed spec shares nothing."""
-    entry = SOURCES.entry(spec.get("kind")) if isinstance(spec, dict) and spec.get("kind") in SOURCES else None
-    shares = entry.meta.get("shares") if entry is not None else None
     try:
-        return frozenset(shares(spec)) if shares else frozenset()
+        entry = SOURCES.entry(spec["kind"]) if spec["kind"] in SOURCES else None
+        shares = entry.meta.get("shares") if entry is not None else None
+        # the defaults filled in: a spec that leaves a key out shares with one that gives its default
+        return frozenset(shares({**entry.defaults, **spec})) if shares else frozenset()
     except Exception:  # noqa: BLE001 - a hint: a spec the cell itself will reject shares nothing
         return frozenset()
 

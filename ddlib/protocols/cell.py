@@ -40,7 +40,7 @@ from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
 from ddlib.protocols import beyond
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
-from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, lock_busy, owner_tag
+from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
 from ddlib.engine.test_pass import test_trained
@@ -334,8 +334,6 @@ class Cell:
         group = config_hash([identities[lr] for lr in dict.fromkeys(lrs)])
         runs = list(zip(seeds, lrs))
         keys = [config_hash({**identities[lr], "seed": seed}) for seed, lr in runs]
-        if unless_busy and lock_busy(f"eval-{group}"):
-            return None
         cost = beyond.model_cost(self, model, model_kwargs, images, targets, eval_labels, recipe)
 
         def inputs(i: int) -> list:
@@ -346,7 +344,9 @@ class Cell:
             if self.progress_writer is not None:
                 self.progress_writer.waiting(role_of(lrs[0]), "waiting: another cell trains the same models (then reused)")
 
-        with self.guard(), file_lock(f"eval-{group}", on_wait=waiting):
+        with self.guard(), file_lock(f"eval-{group}", on_wait=waiting, wait=not unless_busy) as held:
+            if not held:
+                return None
             found: dict[int, TrainedModel] = {}
             scores: dict[int, tuple[dict, list | None]] = {}  # calibration and fairness, reliability sums
             for i, ((seed, lr), key) in enumerate(zip(runs, keys)):

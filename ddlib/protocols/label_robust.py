@@ -134,7 +134,6 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
         hard_only = ev.preset is None or ev.preset.label_type == "hard"
         # the random subset's hard-label accuracy is a score's input only where it is the "any" side
         rdm = ev.run("rdm_hard", "rdm", rdm_sets, hard, seeds, "random subset") if hard_only else None
-        real = real if real is not None else ev.run_real("real_hard", real_recipe, seeds)
         if hard_only:
             syn_any, rdm_any = syn, rdm  # one accuracy under the method's own (hard-label) evaluation
         else:
@@ -143,6 +142,7 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
             rdm_any = ev.run("rdm_any", "rdm", rdm_sets, own, seeds, "random subset")
         matched = matched_random(ev, distilled, rdm_sets, rdm_any, hard if hard_only else own, seeds) \
             if p["matched_compute"] else None
+        real = real if real is not None else ev.run_real("real_hard", real_recipe, seeds)  # now waiting for it
         rows = []
         for k, (s, f, sa, ra) in enumerate(zip(syn, real, syn_any, rdm_any)):
             h = metrics.hlr(f.accuracy, s.accuracy)

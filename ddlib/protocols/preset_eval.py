@@ -436,6 +436,12 @@ class SideTrainer:
         text = "; ".join(f"seed {s}: {lr:g} ({sources[s]})" for s, lr in lrs.items())
         tracker.set_tags(run_id, {f"ddlib.lr.{role}": text[:4900]})
 
+    # The sides table's rows, in this order whatever order they trained in (LRS trains the shared
+    # full-data reference first, or last when another cell trains it); other roles follow as trained.
+    SIDE_ORDER = ("syn_hard", "rdm_hard", "real_hard", "syn_any", "rdm_any", "rdm_matched")
+
     def sides(self) -> pd.DataFrame:
         """What every trained side used: set, labels, loss, augmentation, ZCA, model, recipe, lr and its source."""
-        return pd.DataFrame(copy.deepcopy(self.rows)).set_index("role") if self.rows else pd.DataFrame()
+        rank = {role: i for i, role in enumerate(self.SIDE_ORDER)}
+        rows = sorted(copy.deepcopy(self.rows), key=lambda row: rank.get(row["role"], len(rank)))
+        return pd.DataFrame(rows).set_index("role") if rows else pd.DataFrame()
