@@ -295,10 +295,9 @@ def test_the_local_pool_starts_a_cell_sharing_work_only_after_the_cell_computing
 def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):
     """On a Slurm or container share of a large node, os.cpu_count() is the node's: two workers would
     each run the node's cores in threads on the few granted (the suite saw a 6 s distillation take
-    90 s at twice the threads of its cores). The runner and the decoders read the CPU affinity."""
+    90 s at twice the threads of its cores). The runner reads the CPU affinity."""
     import os
 
-    from ddlib.data import decode
     from ddlib.engine import device
     from ddlib.executors import LocalExecutor
 
@@ -306,6 +305,5 @@ def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypat
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 4, 5, 6})
     assert device.usable_cores() == 4
     assert LocalExecutor(2).threads_per_cell() == 2 and LocalExecutor(8).threads_per_cell() == 1
-    assert decode._num_workers() == 4
     monkeypatch.delattr(os, "sched_getaffinity")  # macOS has none: the machine's count
     assert device.usable_cores() == 64

@@ -71,9 +71,7 @@ def _decode_chunk(paths: Sequence[str], channels: int | None) -> list:
 def _num_workers() -> int:
     # PIL releases the GIL only in the decoder proper; for 32x32 JPEGs ~60 % of each image's time is
     # Python-side header parsing under the GIL, so threads beyond the core count only add contention.
-    from ddlib.engine.device import usable_cores
-
-    return max(2, min(8, usable_cores()))
+    return max(2, min(8, os.cpu_count() or 1))
 
 
 def _decode_files(files: Sequence[str], channels: int | None) -> np.ndarray:

@@ -36,7 +36,6 @@ import numpy as np
 import torch
 
 from ddlib.data.datasets import Dataset, DatasetError, register_prefix
-from ddlib.engine.device import usable_cores
 
 __all__ = ["FileImages", "stream_imagefolder", "DECODE_LIMIT"]
 
@@ -77,7 +76,7 @@ class FileImages:
         self.channels, self.size, self.root, self.resize = channels, tuple(size), root, resize
         self.device = torch.device(device)
         self.decode_limit = decode_limit
-        self.workers = workers or max(1, min(8, usable_cores()))
+        self.workers = workers or max(1, min(8, os.cpu_count() or 1))
 
     # ------------------------------------------------------------------ tensor-like surface
 
