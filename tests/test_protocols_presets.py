@@ -238,8 +238,9 @@ def test_the_full_data_reference_trains_on_the_whole_training_set(mlflow_store):
 
 def test_the_full_data_reference_trains_first_unless_another_cell_trains_it(mlflow_store, monkeypatch):
     """Every cell of the data needs the full-data reference, the grid's longest training: the first
-    cell trains it before its own sides; a cell that finds another training it (its lock held) does
-    its own sides first and then waits, instead of idling from its start. Same numbers either way."""
+    cell trains it right after the distilled set's hard-label side (a broken set fails there first);
+    a cell that finds another training it (its lock held) does its own sides first and then waits,
+    instead of idling from its start. Same numbers either way."""
     from ddlib.protocols import cell as cell_module
 
     def order():
@@ -249,7 +250,7 @@ def test_the_full_data_reference_trains_first_unless_another_cell_trains_it(mlfl
 
     _run(label_robust, **TINY, seeds=[0], lr_policy="fixed")
     first, accuracies = order()
-    assert first == ["real_hard", "syn_hard", "rdm_hard"]
+    assert first == ["syn_hard", "real_hard", "rdm_hard"]
     real_lock = cell_module.file_lock
     with real_lock("taken") as held, real_lock("taken", wait=False) as also:  # flock: a second open file is refused
         assert held and not also

@@ -429,7 +429,7 @@ def test_a_cell_writes_the_model_it_trains_where_the_worker_says(mlflow_store, t
     cell.close()
     record = json.loads(progress_file.read_text())
     assert {k: record[k] for k in ("cell", "role", "seeds", "lrs", "epoch", "epochs")} == {
-        "cell": "random-ipc1-convnet", "role": "real_hard", "seeds": [0], "lrs": [0.01], "epoch": 1, "epochs": 1}
+        "cell": "random-ipc1-convnet", "role": "rdm_hard", "seeds": [0], "lrs": [0.01], "epoch": 2, "epochs": 2}
     # what it trained, per role (the dry run's count of models and image-epochs): 10 images x 2 epochs,
     # and the reference on the 200 real images for 1 epoch
     run = tracking.client().get_run(cell.run_id)

@@ -13,8 +13,9 @@ and ``soft_label.py``):
   is chosen on the validation split: its lr is never searched), hard labels, ``real_recipe``, no
   augmentation (DD-Ranking's fixed ``REAL_DATA_TRAINING_CONFIG``). It depends only on the dataset,
   model and recipe: identical in every cell that shares them, whatever the preset. The first cell
-  that needs it trains it before its own sides; a cell that finds another training it does its own
-  sides first, then waits for it (the order changes no number).
+  that needs it trains it right after the distilled set's hard-label side (where a broken set
+  fails); a cell that finds another training it does its own sides first, then waits for it (the
+  order changes no number).
 * **"Any" side**: the distilled set (acc_syn_any) and the random subset (acc_rdm_any) under the
   method's own evaluation (its labels, loss, teachers, augmentation, ZCA). For a hard-label preset,
   and without a preset, it *is* the hard-label side: HLR and IOR come from one accuracy, as in
@@ -126,11 +127,11 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
         real_recipe = Recipe.from_dict(p["real_recipe"], base=recipe)
         syn_sets = {s: distilled for s in seeds}
         rdm_sets = ev.random_subsets(distilled.ipc, seeds)
-        # The full-data reference, shared by every cell of the data: trained first by the first cell
-        # that needs it; a cell that finds another training it does its own sides first, then waits.
-        real = ev.run_real("real_hard", real_recipe, seeds, unless_busy=True)
         hard = ev.hard_setting(recipe)
-        syn = ev.run("syn_hard", "syn", syn_sets, hard, seeds, "distilled")
+        syn = ev.run("syn_hard", "syn", syn_sets, hard, seeds, "distilled")  # first: a broken set fails here
+        # The full-data reference, shared by every cell of the data: next, by the first cell that needs
+        # it; a cell that finds another training it does its own sides first, then waits for it.
+        real = ev.run_real("real_hard", real_recipe, seeds, unless_busy=True)
         hard_only = ev.preset is None or ev.preset.label_type == "hard"
         # the random subset's hard-label accuracy is a score's input only where it is the "any" side
         rdm = ev.run("rdm_hard", "rdm", rdm_sets, hard, seeds, "random subset") if hard_only else None

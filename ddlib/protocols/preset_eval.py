@@ -437,7 +437,7 @@ class SideTrainer:
         tracker.set_tags(run_id, {f"ddlib.lr.{role}": text[:4900]})
 
     # The sides table's rows, in this order whatever order they trained in (LRS trains the shared
-    # full-data reference first, or last when another cell trains it); other roles follow as trained.
+    # full-data reference second, or last when another cell trains it); other roles follow as trained.
     SIDE_ORDER = ("syn_hard", "rdm_hard", "real_hard", "syn_any", "rdm_any", "rdm_matched")
 
     def sides(self) -> pd.DataFrame:
