@@ -79,12 +79,12 @@ def _random(req: SetRequest, *, seed: int = 0) -> DistilledSet:
     return random_subset(req.dataset, req.ipc, seed=seed)
 
 
-# kcenter 2: DC-Bench's k-means selection with fp32 features (keys before it were unchanged).
 def _features(spec: dict) -> list[str]:
     """K-Center's feature network (:func:`ddlib.methods.select._feature_network`), cached per seed."""
     return [f"features model={spec.get('model') or ''} epochs={spec['epochs']} seed={spec['seed']}"]
 
 
+# kcenter 2: DC-Bench's k-means selection with fp32 features (keys before it were unchanged).
 @SOURCES.register("kcenter", builtin=True, revision=2, shares=_features)
 def _kcenter(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1, n_init: int = 10) -> DistilledSet:
     from ddlib.methods.select import kcenter_subset
