@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from ddlib.data.datasets import Dataset
 from ddlib.engine.device import generator, resolve_device
+from ddlib.engine.stacked import stochastic_layers
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import create_model
 from ddlib.methods.select import cache_path, cache_store, kcenter_subset, kernel_identity, random_subset
@@ -125,8 +126,7 @@ REAL_MEANS_MAX_BYTES = 64 * 2**20  # larger runs compute them every time instead
 
 def _draws_in_forward(model: str, dataset: Dataset) -> bool:
     """Whether the network's forward pass in train mode draws random numbers (dropout, drop path)."""
-    net = create_model(model, dataset.channels, dataset.num_classes, dataset.image_size)
-    return any("drop" in type(m).__name__.lower() for m in net.modules())
+    return bool(stochastic_layers(create_model(model, dataset.channels, dataset.num_classes, dataset.image_size)))
 
 
 def _real_means_path(dataset: Dataset, model: str, iterations: int, batch_real: int, g: torch.Generator,
