@@ -12,8 +12,10 @@ not on the synthetic images, so its class means are cached per machine under
 ``$DDLIB_CACHE/features`` (keyed by the data, network, real batch, iterations, the generator's
 state, torch's version, the CPU model and instruction set, GPUs, device and thread count): DM from real
 and from K-Center images, or at another IPC, with the same seed reuses them, bit for bit (the demo's
-four such cells embed the real batches once). Noise starts draw from the generator first, so theirs
-differ. Networks with dropout (whose real pass draws from the global generator) are never cached,
+four such cells embed the real batches once). Noise starts draw their noise from a generator of their
+own (seed + :data:`NOISE_SEED_OFFSET`), so their real side is the same and shared too (before revision 2
+of the ``dm`` source they drew it from the real side's generator first: every IPC had other real
+batches, the same draws as no other run, and the real embeddings were computed again). Networks with dropout (whose real pass draws from the global generator) are never cached,
 and neither are means over 64 MB (CIFAR-10 at 20,000 iterations: 1.6 GB).
 """
 
@@ -33,6 +35,7 @@ from ddlib.engine.test_pass import Normalize, as_pixels
 __all__ = ["distribution_matching"]
 
 INITS = ("real", "kcenter", "noise")
+NOISE_SEED_OFFSET = 2_000_003  # a noise start of seed s draws its images from a generator seeded with s + this
 
 
 def distribution_matching(
@@ -65,7 +68,7 @@ def distribution_matching(
         start = kcenter_subset(dataset, ipc, seed, device=dev, epochs=init_epochs)
     else:
         start = random_subset(dataset, ipc, seed)
-        start.images = torch.randn(start.images.shape, generator=g) * 0.2 + 0.5
+        start.images = torch.randn(start.images.shape, generator=generator(seed + NOISE_SEED_OFFSET)) * 0.2 + 0.5
     syn = normalize(start.images.to(dev)).detach().requires_grad_(True)
     optimizer = torch.optim.SGD([syn], lr=lr_img, momentum=momentum)
 

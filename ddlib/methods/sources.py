@@ -122,16 +122,17 @@ def _el2n(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20
 
 
 def _dm_shares(spec: dict) -> list[str]:
-    """DM's real class means (cached per seed: :mod:`ddlib.methods.dm`; noise starts draw per IPC
-    first, so they share nothing) and, from K-Center images, K-Center's feature network."""
-    if spec["init"] == "noise":
-        return []
+    """DM's real class means (cached per seed, whatever the start and IPC: :mod:`ddlib.methods.dm`)
+    and, from K-Center images, K-Center's feature network."""
     real_side = sorted((k, v) for k, v in spec.items() if k in ("model", "iterations", "batch_real", "seed"))
     features = _features({"seed": spec["seed"], "epochs": spec["init_epochs"]}) if spec["init"] == "kcenter" else []
     return [f"dm real means {real_side}", *features]
 
 
-@SOURCES.register("dm", builtin=True, runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [],
+# dm 2: noise starts draw their noise from a generator of their own, so their real batches are those of
+# DM from real images (shared, paired); their sets changed. Sets from real or K-Center images are as before
+# (their cells are recomputed once: the revision is the kind's).
+@SOURCES.register("dm", builtin=True, revision=2, runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [],
                   shares=_dm_shares)
 def _dm(req: SetRequest, *, iterations: int = 200, lr_img: float = 1.0, momentum: float = 0.5, batch_real: int = 64,
         model: str = "convnet", init: str = "real", init_epochs: int = 1, seed: int = 0) -> DistilledSet:
