@@ -388,3 +388,26 @@ def test_a_method_with_two_rows_is_two_bars_and_two_names():
     fig = ddranking.plot_scores(board, "lrs")
     bars = [patch.get_height() for patch in fig.axes[0].patches]
     assert sorted(bars) == [20.0, 27.0, 30.0]
+
+
+def test_inside_one_read_a_board_is_built_once_per_weight_and_each_caller_gets_its_own_copy(monkeypatch):
+    """The summary asks for the LRS board at each sweep weight twice (sweep table, rank stability):
+    inside one_read each (board, weight) reads MLflow once; outside, every call reads again."""
+    from ddlib.report import ddranking
+    from ddlib.report.boards import build_board, one_read
+
+    built = []
+
+    def fake_lrs(experiment="label_robust", w=0.5):
+        built.append(w)
+        return pd.DataFrame({**{c: ["x"] for c in (*ddranking.ROW_PARAMS, "revision")}, "lrs_mean": [w]})
+
+    monkeypatch.setattr(ddranking, "lrs_leaderboard", fake_lrs)
+    with one_read():
+        first = build_board("lrs", w=0.3)
+        first["added"] = 1  # a caller's column stays its own
+        assert "added" not in build_board("lrs", w=0.3)
+        sweep = ddranking.weight_sweep("lrs")
+    assert built == [0.3, 0.1, 0.5, 0.7, 0.9] and list(sweep.columns)[-5:] == [f"lrs @ {v:g}" for v in ddranking.SWEEP]
+    build_board("lrs", w=0.3)
+    assert built[-1] == 0.3 and len(built) == 6

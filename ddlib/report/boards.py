@@ -6,14 +6,34 @@ against epsilon (``eps_curves``) and DC-Bench's ranking across architectures (``
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import pandas as pd
 
 from ddlib.protocols.spec import board_specs
+from ddlib.tracking import tracking_uri
 
-__all__ = ["Boards", "load_boards", "build_board"]
+__all__ = ["Boards", "load_boards", "build_board", "one_read"]
+
+_BUILT: dict | None = None  # inside one_read(): (board, weight, store) -> the board as built
+
+
+@contextlib.contextmanager
+def one_read() -> Iterator[None]:
+    """Inside it, each board is built once per score weight: a summary builds the LRS board at the five
+    sweep weights for its sweep table, again for the rank stability table, and at w = 0.5 for the board
+    itself (each build reads MLflow and bootstraps the ranks). A board built after the block is read
+    from MLflow afresh."""
+    global _BUILT
+    outer = _BUILT
+    _BUILT = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _BUILT = outer
 
 
 @dataclass
@@ -34,7 +54,13 @@ def build_board(name: str, **weights: float) -> pd.DataFrame:
     _, board = board_specs()[name]
     module, _, function = board.build.partition(":")
     build = getattr(importlib.import_module(module), function)
-    return build(**({board.weight: weights[board.weight]} if board.weight in weights else {}))
+    kwargs = {board.weight: weights[board.weight]} if board.weight in weights else {}
+    if _BUILT is None:
+        return build(**kwargs)
+    key = (name, tuple(kwargs.items()), tracking_uri())
+    if key not in _BUILT:
+        _BUILT[key] = build(**kwargs)
+    return _BUILT[key].copy()  # callers add columns to what they get
 
 
 def load_boards(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5) -> Boards:

@@ -64,8 +64,10 @@ SWEEP = (0.1, 0.3, 0.5, 0.7, 0.9)  # the weights of DD-Ranking's appendix
 
 def weight_sweep(score: str = "lrs", weights=SWEEP, experiment: str | None = None) -> pd.DataFrame:
     """The score (mean over seeds) for each weight: w for LRS, gamma for ARS, one column per weight."""
-    build = {"lrs": lambda v: lrs_leaderboard(experiment or "label_robust", w=v),
-             "ars": lambda v: ars_leaderboard(experiment or "augmentation_robust", gamma=v)}[score]
+    from ddlib.report.boards import build_board  # the board itself where no other experiment is named (one_read)
+
+    build = {"lrs": lambda v: lrs_leaderboard(experiment, w=v) if experiment else build_board("lrs", w=v),
+             "ars": lambda v: ars_leaderboard(experiment, gamma=v) if experiment else build_board("ars", gamma=v)}[score]
     table = None
     for v in weights:
         board = build(v)

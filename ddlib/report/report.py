@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ddlib.report import beard, dcbench, ddranking
-from ddlib.report.boards import load_boards
+from ddlib.report.boards import load_boards, one_read
 from ddlib.report.core import INTERVALS, format_leaderboard
 from ddlib.report.plots import eps_curve_figures, summary_figures
 from ddlib.report.stability import stability_table
@@ -28,6 +28,7 @@ class Section:
     caption: str = ""
 
 
+@one_read()
 def build_report(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5, plots: bool = True,
                  stability: bool = True) -> list[Section]:
     """The sections with data, in the order DD-Ranking, BEARD, DC-Bench; then the rank stability

@@ -19,7 +19,7 @@ import pandas as pd
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report import beard, card as cards, ddranking, viz
 from ddlib.report.plots import eps_curve_figures, ipc_points, radar_profile
-from ddlib.report.boards import load_boards
+from ddlib.report.boards import load_boards, one_read
 from ddlib.report.core import INTERVALS, display_format, format_leaderboard, rank_caption
 from ddlib.report.export import row_recipe
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
@@ -123,6 +123,7 @@ def _table_with_links(shown: pd.DataFrame, caption: str) -> str:
     return re.sub(r"<td>(cards/[A-Za-z0-9_.-]+\.html)</td>", r'<td><a href="\1">card</a></td>', text)
 
 
+@one_read()
 def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5,
                with_cards: bool = True, progress: bool = False) -> list[Page]:
     """Write the site under ``out``; returns its pages (empty where MLflow has no finished cells)."""
