@@ -28,6 +28,9 @@ def _run(module, **params):
 
 @pytest.mark.slow
 def test_lrs_and_soft_label_ars_on_dc_cifar10_ipc10(mlflow_store, shared_data, cifar10_jpeg_root, convnet_teacher_preset):
+    """LRS under DSA's preset and ARS under a soft-label preset, end to end on the DC CIFAR-10 (JPEG) IPC 10
+    set (50 training images per class, 300 test images). Why it takes about 25 s: a teacher, the sides of
+    both protocols and the full-data reference, on 32x32 images, at 2-15 epochs each."""
     # ConvNet student for both presets (SRe2L's own is ResNet-18-BN); nothing searched, to fit a CPU
     common = dict(dataset="cifar10", data_root=str(cifar10_jpeg_root), method="dc", ipc=10, seeds=[0], model="convnet",
                   source={"kind": "file", "path": str(shared_data / "distilled" / "dc_cifar10_convnet_ipc10.pt")},

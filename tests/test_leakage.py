@@ -148,7 +148,8 @@ def test_built_in_random_and_kcenter_sets_are_checked_and_clean(tmp_path, monkey
 @pytest.mark.filterwarnings("ignore:sanity.*near chance")
 def test_strict_reaches_the_notebook_kernel(digits, tmp_path, monkeypatch, capsys):
     """``ddlib score --strict`` runs the cell in a papermill kernel (the runner hands it DDLIB_STRICT=1):
-    the cell FAILS with the one-line refusal; a clean set scores as usual."""
+    the cell FAILS with the one-line refusal; a clean set scores as usual. Why it takes about 20 s: two
+    `ddlib score` runs, each in its own papermill kernel, the second scoring for real."""
     use_store(monkeypatch, tmp_path / "mlruns")
     images, labels, _ = leaky_set(digits)
     path = tmp_path / "picked.npz"

@@ -55,7 +55,8 @@ def npz_set(tmp_path) -> Path:
 @pytest.mark.slow
 def test_score_cli_and_python_api_give_the_same_numbers(npz_set, tmp_path, monkeypatch, capsys):
     """`ddlib score my_set.npz` prints a result; ddlib.score() on the same arrays, in another store (so it
-    trains everything again, in process), returns the same per-seed accuracies; a rerun reuses the cell."""
+    trains everything again, in process), returns the same per-seed accuracies; a rerun reuses the cell.
+    Why it takes about 20 s: the set is scored twice for real, once in a kernel and once in process."""
     monkeypatch.setenv("DDLIB_NUM_THREADS", "1")  # CPU results are bit-identical at one thread count
     cli_store = use_store(monkeypatch, tmp_path / "cli")
     assert cli_main(["score", str(npz_set), "--dataset", "digits", *FAST_ARGS]) == 0

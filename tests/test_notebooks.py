@@ -58,6 +58,9 @@ def test_protocol_notebook_parameters_match_the_protocol(protocol):
 
 @pytest.mark.slow
 def test_label_robust_notebook_runs_by_hand_then_summary_notebook(mlflow_store, tmp_path):
+    """The label_robust notebook run by hand under papermill ends its own run; the summary notebook then
+    shows and logs it. Why it takes about 20 s: two kernels' starts and imports (torch, MLflow) and a real
+    K-Center cell at 1-2 epochs."""
     out = tmp_path / "lr.ipynb"
     pm.execute_notebook(str(NOTEBOOKS / "label_robust.ipynb"), str(out), kernel_name="python3", progress_bar=False,
                         parameters={"method": "kcenter", "ipc": 1, "seeds": [0], "recipe": {"epochs": 2},

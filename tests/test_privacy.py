@@ -110,6 +110,9 @@ def test_bad_parameters_name_their_key():
 
 @pytest.mark.slow
 def test_the_privacy_protocol_runs_end_to_end_and_fills_its_board(mlflow_store, monkeypatch):
+    """`params/privacy_demo.yaml` through the CLI fills the privacy board and the report card, and trains
+    nothing twice. Why it takes about 20 s: a real grid of 2 cells and 2 seeds, whose twelve trainings
+    (the two sets', the random subset's, the shadows' and the full-data model's) are what the test counts."""
     from ddlib.cli import main as cli_main
     from ddlib.report import card as cards
     from ddlib.report.boards import load_boards

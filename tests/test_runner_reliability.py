@@ -302,6 +302,8 @@ def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_stor
 
 @pytest.mark.slow
 def test_cell_over_its_timeout_fails_with_the_partial_notebook(mlflow_store, tmp_path, probe_notebooks, monkeypatch):
+    """A cell over its timeout is stopped, marked FAILED with the reason, and keeps its partial notebook.
+    Why it takes about 20 s: the 15 s timeout itself (the probe cell sleeps 600 s) and the kernel's start."""
     monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
     monkeypatch.setenv("DDLIB_PROBE_SLEEP", "600")
     grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}}

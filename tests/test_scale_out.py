@@ -240,6 +240,9 @@ def test_grid_of_40_cells_with_4_workers_into_a_postgres_backed_server(postgres_
 
 @pytest.mark.slow
 def test_grid_of_40_cells_with_4_workers_into_sqlite(probe_notebooks, tmp_path):
+    """40 cells from 4 workers into one SQLite store: every per-seed metric arrives once, none lost to
+    SQLite's locking. Why it takes about half a minute: 40 probe notebooks (no torch, so each is mostly
+    its kernel and its MLflow writes); the concurrent writes are the point, and fewer cells rarely overlap."""
     store = tmp_path / "mlruns"
     out = run_cli(write(tmp_path / "grid40.yaml", GRID40), {**sqlite_env(store), "DDLIB_NOTEBOOKS": str(probe_notebooks)},
                   "--workers", "4")
@@ -265,7 +268,9 @@ def real_results(tmp_path_factory) -> dict[str, dict]:
 
 @pytest.mark.slow
 def test_same_params_and_seeds_give_the_same_accuracies_across_processes_and_stores(real_results, tmp_path):
-    """Another `ddlib run` process (and another worker count) into another store: the same bits."""
+    """Another `ddlib run` process (and another worker count) into another store: the same bits.
+    Why it takes about half a minute (and its fixture as long, once for the module): a `ddlib run`
+    process, its kernel's imports and both cells trained again, which is the check."""
     store = tmp_path / "mlruns"
     out = run_cli(write(tmp_path / "grid.yaml", REAL), {**sqlite_env(store), **ONE_THREAD}, "--workers", "1")
     assert "finished 2" in out, out
