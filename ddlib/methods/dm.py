@@ -11,12 +11,12 @@ The real side of an iteration (its fresh network's seed and its real batch) depe
 not on the synthetic images, so its class means are cached per machine under
 ``$DDLIB_CACHE/features`` (keyed by the data, network, real batch, iterations, the generator's
 state, torch's version, the CPU model and instruction set, GPUs, device and thread count): DM from real
-and from K-Center images, or at another IPC, with the same seed reuses them, bit for bit (the demo's
-four such cells embed the real batches once). Noise starts draw their noise from a generator of their
-own (seed + :data:`NOISE_SEED_OFFSET`), so their real side is the same and shared too (before revision 2
-of the ``dm`` source they drew it from the real side's generator first: every IPC had other real
-batches, the same draws as no other run, and the real embeddings were computed again). Networks with dropout (whose real pass draws from the global generator) are never cached,
-and neither are means over 64 MB (CIFAR-10 at 20,000 iterations: 1.6 GB).
+and from K-Center images or noise, or at another IPC, with the same seed reuses them, bit for bit (the
+demo's six DM cells embed the real batches once). Noise starts draw their noise from a generator of
+their own (seed + :data:`NOISE_SEED_OFFSET`), so their real side is DM's (before revision 2 of the
+``dm`` source they drew it from the real side's generator first: every IPC had other real batches, and
+the real embeddings were computed again). Networks with dropout (whose real pass draws from the global
+generator) are never cached, and neither are means over 64 MB (CIFAR-10 at 20,000 iterations: 1.6 GB).
 """
 
 from __future__ import annotations
