@@ -7,6 +7,7 @@ import pandas as pd
 from ddlib import metrics
 from ddlib.protocols import beyond
 from ddlib.protocols.cell import POOL_TAG
+from ddlib.report.boards import build_board
 from ddlib.report.core import KEY_COLUMNS, aggregate, per_seed_values
 from ddlib.tracking import TAG
 
@@ -64,8 +65,7 @@ SWEEP = (0.1, 0.3, 0.5, 0.7, 0.9)  # the weights of DD-Ranking's appendix
 
 def weight_sweep(score: str = "lrs", weights=SWEEP, experiment: str | None = None) -> pd.DataFrame:
     """The score (mean over seeds) for each weight: w for LRS, gamma for ARS, one column per weight."""
-    from ddlib.report.boards import build_board  # the board itself where no other experiment is named (one_read)
-
+    # the board itself (built once per weight inside boards.one_read) where no other experiment is named
     build = {"lrs": lambda v: lrs_leaderboard(experiment, w=v) if experiment else build_board("lrs", w=v),
              "ars": lambda v: ars_leaderboard(experiment, gamma=v) if experiment else build_board("ars", gamma=v)}[score]
     table = None
