@@ -563,16 +563,6 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def run_peer(spec: dict, spec_file: Path) -> dict:
     """One run of the wrapper in the peer's venv: its raw JSON, wall time and the load average around it."""
     spec_file.write_text(json.dumps(spec, indent=1))
@@ -673,15 +663,16 @@ def main(argv=None) -> int:
     import torch
 
     cfg["threads"] = torch.get_num_threads()
+    sys.path.insert(0, str(BENCH))
+    from machine import machine_info  # bench/machine.py, beside this script
     from ddlib.data.datasets import load_dataset, reduce_dataset
     from ddlib.data.loaders import cache_dir, extract_archive
 
     results: dict = {"benchmark": "vs_ddranking", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "ratio_defaults": None, "ratio_matched": None,
-                     "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                                 "cpu_model": cpu_model(), "cpus": os.cpu_count(), "torch_threads": cfg["threads"],
-                                 "cuda": torch.cuda.is_available(),
-                                 "load_average_start": [round(v, 2) for v in os.getloadavg()]},
+                     "machine": {**machine_info(cfg["device"]), "python": platform.python_version(),
+                                 "cpus": os.cpu_count(), "torch_threads": cfg["threads"],
+                                 "cuda": torch.cuda.is_available()},
                      "settings": cfg, "ours": {}, "peer": {}}
     t_all = time.perf_counter()
 
