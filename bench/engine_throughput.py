@@ -18,7 +18,6 @@ above the row's start, sampled every 5 ms. Runs on the CPU and, when present, on
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -30,6 +29,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.machine import write_results  # noqa: E402
 
 from ddlib.engine.train import Recipe, choose_mode, train_and_test  # noqa: E402
 
@@ -162,9 +163,7 @@ def main(argv=None) -> int:
         print(f"  {c['device']:<5} IPC {c['ipc']:>3} S {c['S']:>3}: {c['batched_over_sequential']:.2f}  "
               f"measured best {c['measured_best']:<10} rule picks {c['rule_picks']}")
     print(f"rule agrees with the measurement in {result['rule_agrees_with_measurement']} cases with S > 1")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_results(result, args.out)
     return 0
 
 

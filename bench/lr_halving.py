@@ -23,7 +23,6 @@ mode, machine and load average) and prints a summary. Not part of the test suite
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -34,6 +33,8 @@ from pathlib import Path
 os.environ.setdefault("TQDM_DISABLE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.machine import write_results  # noqa: E402
 SHARED = Path(os.environ.get("DDLIB_SHARED") or ROOT.parent / "shared") / "data"
 RESULTS = ROOT / "bench" / "results" / "lr_halving.json"
 SEARCHED = ("syn_hard", "rdm_hard")
@@ -133,9 +134,7 @@ def main(argv=None) -> int:
             print(f"{name}: halving picked the full search's lr in {result['same']} of {result['searches']} searches; "
                   f"cells {result['per_mode']}", flush=True)
     out["machine"]["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
-    print(f"wrote {args.out}")
+    write_results(out, args.out)
     return 0
 
 

@@ -52,3 +52,14 @@ def machine_info(device: str | torch.device | None = None) -> dict:
     if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
+
+
+def write_results(result: dict, path) -> None:
+    """Write a benchmark's JSON (``bench/results/`` is created on first use) and say where."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"wrote {path}")

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import machine_info  # noqa: E402  (bench/machine.py)
+from machine import machine_info, write_results  # noqa: E402  (bench/machine.py)
 
 from ddlib.beyond import TRAIN_FLOPS_PER_FORWARD, flops_per_image  # noqa: E402
 from ddlib.engine.device import bf16_supported, tune_cpu_allocator  # noqa: E402
@@ -168,9 +168,7 @@ def main(argv=None) -> int:
               f"{s['model_seconds']} s of training and testing ({100 * s['attained_fraction_of_peak']:.0f} % of the "
               f"{args.precision} peak; {s['least_model_seconds_at_peak']} s at the peak)")
     out["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
-    print(f"wrote {args.out}")
+    write_results(out, args.out)
     return 0
 
 

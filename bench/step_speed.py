@@ -18,7 +18,6 @@ of fp32 (``keeps_accuracy`` in the JSON). Machine, threads and load average are 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -30,6 +29,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.machine import write_results  # noqa: E402
 
 from ddlib.engine.device import bf16_supported, resolve_device  # noqa: E402
 from ddlib.engine.train import Recipe, train_and_test  # noqa: E402
@@ -165,9 +166,7 @@ def main(argv=None) -> int:
                     print(f"  {name:<20} delta {acc['delta_vs_fp32_points']:+.2f} points: "
                           f"{'keeps' if acc['keeps_accuracy'] else 'LOSES'} accuracy (tolerance {TOLERANCE_POINTS})")
     result["machine"]["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_results(result, args.out)
     return 0
 
 
