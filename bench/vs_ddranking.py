@@ -671,7 +671,6 @@ def main(argv=None) -> int:
     results: dict = {"benchmark": "vs_ddranking", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "ratio_defaults": None, "ratio_matched": None,
                      "machine": {**machine_info(cfg["device"]), "python": platform.python_version(),
-                                 "cpus": os.cpu_count(), "torch_threads": cfg["threads"],
                                  "cuda": torch.cuda.is_available()},
                      "settings": cfg, "ours": {}, "peer": {}}
     t_all = time.perf_counter()
