@@ -29,6 +29,9 @@ the status is still 1):
   against sequential; on CUDA the ratio must be at least 1.1 (the engine's rule batches there), and
   whether it reaches ``--min-speedup`` (10: the issue's target) is reported, not required (an H200
   gave 1.83-2.36x: the batched step is bound by the GPU's memory traffic, see bench/README.md).
+* ``batched_compile``: ``bench/batched_compile.py``, the recipe's ``compile`` in the batched mode
+  against the eager stack and the sequential mode (bf16); the compiled losses must stay within 1e-5
+  of the eager ones (fp32), the speed is reported.
 
 Writes ``bench/results/gpu_check.json`` (after every check, so a crash leaves what ran) with the
 machine record (``bench/machine.py``, GPU name included) and the precision settings.
@@ -448,9 +451,38 @@ def check_engine_throughput(ctx: Context) -> dict:
     return numbers
 
 
+def check_batched_compile(ctx: Context) -> dict:
+    """bench/batched_compile.py: the recipe's ``compile`` in the batched mode (the vmapped step through
+    Inductor) against the eager stack and the sequential mode, bf16, S = 25 at IPC 10 (quick: S = 3);
+    fails where the compiled stack's per-epoch losses leave the eager ones (fp32) by more than 1e-5,
+    reports the speed (an H200 gave 2.2-2.8x the eager batched step)."""
+    out = ctx.work / "batched_compile.json"
+    cmd = [sys.executable, str(ROOT / "bench" / "batched_compile.py"), "--device", str(ctx.device), "--variants",
+           "sequential:0:bf16", "batched:0:bf16", "batched:1:bf16", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ctx.env(), capture_output=True, text=True)
+    (ctx.work / "batched_compile.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise CheckFailed(f"batched_compile.py exited {proc.returncode}:\n" + "\n".join(
+            (proc.stdout + proc.stderr).strip().splitlines()[-25:]))
+    result = json.loads(out.read_text())
+    failed = [r for r in result["rows"] if "error" in r]
+    _require(not failed, f"{len(failed)} row(s) failed: {failed[:1]}")
+    rows = {(r["mode"], r["compiled"]): r for r in result["rows"]}
+    gap = result["agreement"].get("max_loss_gap")
+    _require(gap is not None and gap <= 1e-5, f"compiled batched losses {gap} from eager (tolerance 1e-5): "
+             f"{result['agreement']}")
+    ips = {k: r["images_per_second"] for k, r in rows.items()}
+    numbers = {"S": rows[("batched", True)]["S"], "loss_gap": gap,
+               "compiled/eager": round(ips[("batched", True)] / ips[("batched", False)], 2),
+               "compiled/sequential": round(ips[("batched", True)] / ips[("sequential", False)], 2),
+               "compile_s": rows[("batched", True)]["first_call_extra_seconds"]}
+    ctx.record["batched_compile"] = {**numbers, "rows": result["rows"], "agreement": result["agreement"]}
+    return numbers
+
+
 CHECKS = [("environment", check_environment)] + [(f"cell:{p}", _cell_check(p)) for p in CELLS] + [
     ("summary", check_summary), ("gpus", check_gpus), ("batched", check_batched), ("oom_halving", check_oom_halving),
-    ("engine_throughput", check_engine_throughput)]
+    ("engine_throughput", check_engine_throughput), ("batched_compile", check_batched_compile)]
 
 
 # --------------------------------------------------------------------------- running them

@@ -52,7 +52,7 @@ class Recipe:
     # "auto": bf16 where the device computes it natively, else fp32 (resolve it before keying).
     precision: str = "auto"  # "auto" (bf16 where native, else fp32); "fp32"; "bf16" autocast
     channels_last: bool = False  # channels-last memory format for the model and its inputs
-    compile: bool = False  # torch.compile the model (forward and backward); sequential mode only
+    compile: bool = False  # torch.compile the training forward (and backward); both modes
 
     def __post_init__(self):
         problems = []

@@ -12,6 +12,13 @@ that every model keeps an ordinary torch optimizer (its own momentum, its own le
 scheduler, exactly the update of the sequential path) and the trained models are ordinary modules.
 The *buffers* (BatchNorm running statistics) live in one stacked tensor per name, and each model
 holds views of its slice: the vmapped forward updates every model's own statistics in place.
+
+``compile=True`` (the recipe's ``compile``) puts the training forward through ``torch.compile``
+(Inductor, static shapes): it fuses the dozen memory-bound elementwise passes (normalisation, ReLU,
+pooling, autocast's casts) that bound the eager batched step on a GPU. Measured on an H200
+(``bench/batched_compile.py``, 25 ConvNet-3 models at IPC 10, bf16): 124,000-160,000 images/s
+against 57,000 eager, after 14-33 s of compiling per shape; per-epoch losses within 2.4e-7 of eager
+(fp32, CUDA and CPU). Test passes (:meth:`forward_shared`) stay eager: one pass per model.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 from torch.func import functional_call, vmap
+
+from ddlib.engine.device import compile_cache_dir
 
 __all__ = ["StackedModels", "stochastic_layers"]
 
@@ -60,7 +69,7 @@ class StackedModels:
     :meth:`release` when done, so each model owns its buffers again (and not views of the stack).
     """
 
-    def __init__(self, models: Sequence[nn.Module]):
+    def __init__(self, models: Sequence[nn.Module], compile: bool = False):
         if not models:
             raise ValueError("StackedModels needs at least one model")
         self.models = list(models)
@@ -87,6 +96,10 @@ class StackedModels:
                     module.register_forward_pre_hook(_float_input)
         self._each = vmap(self._call, in_dims=(0, 0, 0))
         self._shared = vmap(self._call, in_dims=(0, 0, None))
+        self._train_forward = self._each
+        if compile:
+            compile_cache_dir()  # kernels cached per instruction set (a stale one trained to NaN)
+            self._train_forward = torch.compile(self._each, dynamic=False)
 
     def __len__(self) -> int:
         return len(self.models)
@@ -110,7 +123,7 @@ class StackedModels:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] != len(self.models):
             raise ValueError(f"{len(self.models)} models but a stack of {x.shape[0]} batches")
-        return self._each(self.stacked_params(), self.buffers, x)
+        return self._train_forward(self.stacked_params(), self.buffers, x)
 
     def forward_shared(self, x: torch.Tensor) -> torch.Tensor:
         """All models on the same batch ``x`` (B x ...): S x B x K logits. BatchNorm on CUDA cannot

@@ -20,7 +20,8 @@ so momentum restarts; both modes honour it), ``cosine``, ``cosine_half``, ``none
 
 Faster steps (:class:`Recipe` switches): ``precision`` (``bf16`` autocast, or the default
 ``auto``: bf16 where the device computes it natively, else fp32), ``channels_last`` and
-``compile`` (``torch.compile`` of the model, so of its forward and backward). Test passes run in inference mode on a test set
+``compile`` (``torch.compile`` of the training forward, so of its backward: each model's in the
+sequential mode, the stack's vmapped one in the batched mode). Test passes run in inference mode on a test set
 converted and normalised once (cached per test tensor, so once per cell), in the largest batches
 that fit on a GPU.
 
@@ -158,7 +159,7 @@ def choose_mode(requested: str | bool | None, device: torch.device, runs: int, *
     """Which mode trains ``runs`` models of one call (the rule, from ``bench/engine_throughput.py``):
 
     * ``sequential`` whenever the batched mode cannot run the job: an ``objective`` (adversarial
-      training needs the model itself), ``compile`` / ``channels_last`` (sequential switches),
+      training needs the model itself), ``channels_last`` (a sequential switch),
       ``grad_clip`` (a per-model gradient norm), or a model with dropout (``train_and_test``
       checks: vmap cannot draw it per model);
     * otherwise, automatically: ``batched`` on CUDA for two models or more (a 3-layer ConvNet step
@@ -174,7 +175,7 @@ def choose_mode(requested: str | bool | None, device: torch.device, runs: int, *
         return "sequential"
     if requested not in (None, "auto", True, "batched"):
         raise ValueError(f"batched must be None/'auto', True/'batched' or False/'sequential', got {requested!r}")
-    if objective or (recipe is not None and (recipe.compile or recipe.channels_last or recipe.grad_clip is not None)):
+    if objective or (recipe is not None and (recipe.channels_last or recipe.grad_clip is not None)):
         return "sequential"
     if requested in (True, "batched"):
         return "batched"
@@ -347,7 +348,7 @@ class _Stack:
 
     def __init__(self, loop: _Loop, runs: list[tuple[int, float]]):
         self.runs, self.seeds = runs, list(dict.fromkeys(seed for seed, _ in runs))  # distinct, in order
-        self.stack = StackedModels([loop.new_model(seed) for seed, _ in runs])
+        self.stack = StackedModels([loop.new_model(seed) for seed, _ in runs], compile=loop.recipe.compile)
         by_lr: dict[float, list[nn.Parameter]] = {}
         for model, (_, lr) in zip(self.stack.models, runs):
             by_lr.setdefault(lr, []).extend(model.parameters())
