@@ -52,7 +52,7 @@ def _cmd_summary(args) -> int:
     from ddlib.report import log_summary
     from ddlib.report.report import build_report, shown
 
-    sections = build_report(w=args.w, gamma=args.gamma, alpha=args.alpha)
+    sections = build_report(w=args.w, gamma=args.gamma, alpha=args.alpha, plots=not args.no_log)  # figures go to the log
     if not sections:
         print("no finished runs yet: run `python -m ddlib run params/demo.yaml`")
         return 1

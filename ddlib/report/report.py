@@ -33,7 +33,8 @@ def build_report(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5, plots: 
                  stability: bool = True) -> list[Section]:
     """The sections with data, in the order DD-Ranking, BEARD, DC-Bench; then the rank stability
     (Kendall tau across seeds, architectures and weights) and the plots (radar, accuracy against IPC,
-    training loss, confusion matrices), where there is data for them."""
+    training loss, confusion matrices), where there is data for them. ``plots=False``: no figure is
+    drawn (``summary --no-log`` prints tables only)."""
     boards = load_boards(w, gamma, alpha)
     sections = []
     for name, weight in (("lrs", f"w = {w}"), ("ars", f"gamma = {gamma}")):
@@ -42,7 +43,7 @@ def build_report(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5, plots: 
             title = {"lrs": "Label-Robust Score", "ars": "Augmentation-Robust Score"}[name]
             sections.append(Section(f"DD-Ranking: {title} ({weight}); accuracies and differences in %, scores 0-100",
                                     {name: board, f"{name}_sweep": ddranking.weight_sweep(name)},
-                                    {name: ddranking.plot_scores(board, name)}))
+                                    {name: ddranking.plot_scores(board, name)} if plots else {}))
     from ddlib.report.published import published_table
 
     published = published_table()
@@ -56,7 +57,8 @@ def build_report(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5, plots: 
         if not curves.empty:
             tables["beard_eps_curves"] = curves
         sections.append(Section(f"BEARD: RR, AE, CREI (alpha = {alpha}) and RCR, 0-100; accuracies in %, times in s",
-                                tables, {"beard_eps_curves": beard.plot_eps_curves(curves), **eps_curve_figures(curves)}))
+                                tables, {"beard_eps_curves": beard.plot_eps_curves(curves), **eps_curve_figures(curves)}
+                                if plots else {}))
     for title, name, extra in (
             ("DC-Bench: accuracy (%) under each augmentation", "augmentation", None),
             ("DC-Bench: accuracy (%) against images per class", "compression", "compression"),
@@ -68,7 +70,8 @@ def build_report(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5, plots: 
         section = Section(title, {name: board})
         if extra == "compression":
             section.tables["synthesis_vs_selection"] = dcbench.synthesis_vs_selection(board)
-            section.figures["compression"] = dcbench.plot_compression(board)
+            if plots:
+                section.figures["compression"] = dcbench.plot_compression(board)
         elif extra == "transfer":
             section.tables["transfer_tau"] = boards["transfer_tau"]
         sections.append(section)
