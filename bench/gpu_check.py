@@ -419,18 +419,24 @@ def _real_oom(ctx: Context) -> dict:
             "accuracy": accuracy, "accuracy_batch_1024": reference}
 
 
+def _bench_script(ctx: Context, name: str, *args: str) -> dict:
+    """Run ``bench/<name>.py args --out <work>/<name>.json`` on the check's environment, keep its output
+    in ``<name>.log`` and return its JSON; a non-zero exit fails the check with the output's tail."""
+    out = ctx.work / f"{name}.json"
+    cmd = [sys.executable, str(ROOT / "bench" / f"{name}.py"), *args, "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ctx.env(), capture_output=True, text=True)
+    (ctx.work / f"{name}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise CheckFailed(f"{name}.py exited {proc.returncode}:\n" + "\n".join(
+            (proc.stdout + proc.stderr).strip().splitlines()[-25:]))
+    return json.loads(out.read_text())
+
+
 def check_engine_throughput(ctx: Context) -> dict:
     """bench/engine_throughput.py at S = 25, IPC 10 (quick: S = 5 and few images) on the device."""
     models = 5 if ctx.quick else 25
-    out = ctx.work / "engine_throughput.json"
-    cmd = [sys.executable, str(ROOT / "bench" / "engine_throughput.py"), "--devices", str(ctx.device), "--ipc", "10",
-           "--models", str(models), "--images-per-row", str(ctx.throughput_images), "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=ctx.env(), capture_output=True, text=True)
-    (ctx.work / "engine_throughput.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise CheckFailed(f"engine_throughput.py exited {proc.returncode}:\n" + "\n".join(
-            (proc.stdout + proc.stderr).strip().splitlines()[-25:]))
-    result = json.loads(out.read_text())
+    result = _bench_script(ctx, "engine_throughput", "--devices", str(ctx.device), "--ipc", "10", "--models",
+                           str(models), "--images-per-row", str(ctx.throughput_images))
     rows = {r["mode"]: r for r in result["rows"] if r["S"] == models}
     _require(rows["batched"]["ran_as"] == "batched" and rows["sequential"]["ran_as"] == "sequential",
              f"ran as {rows['batched']['ran_as']} / {rows['sequential']['ran_as']}")
@@ -456,15 +462,8 @@ def check_batched_compile(ctx: Context) -> dict:
     Inductor) against the eager stack and the sequential mode, bf16, S = 25 at IPC 10 (quick: S = 3);
     fails where the compiled stack's per-epoch losses leave the eager ones (fp32) by more than 1e-5,
     reports the speed (an H200 gave 2.2-2.8x the eager batched step)."""
-    out = ctx.work / "batched_compile.json"
-    cmd = [sys.executable, str(ROOT / "bench" / "batched_compile.py"), "--device", str(ctx.device), "--variants",
-           "sequential:0:bf16", "batched:0:bf16", "batched:1:bf16", "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=ctx.env(), capture_output=True, text=True)
-    (ctx.work / "batched_compile.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise CheckFailed(f"batched_compile.py exited {proc.returncode}:\n" + "\n".join(
-            (proc.stdout + proc.stderr).strip().splitlines()[-25:]))
-    result = json.loads(out.read_text())
+    result = _bench_script(ctx, "batched_compile", "--device", str(ctx.device), "--variants", "sequential:0:bf16",
+                           "batched:0:bf16", "batched:1:bf16")
     failed = [r for r in result["rows"] if "error" in r]
     _require(not failed, f"{len(failed)} row(s) failed: {failed[:1]}")
     rows = {(r["mode"], r["compiled"]): r for r in result["rows"]}
