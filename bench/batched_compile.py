@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,39 +25,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.engine_throughput import data  # noqa: E402
+from bench.batched_profile import timed, train  # noqa: E402
 from bench.machine import machine_info, write_results  # noqa: E402
-from ddlib.engine.train import Recipe, train_and_test  # noqa: E402
-
-FLOP_PER_IMAGE_STEP = 3 * 101.49e6
-
-
-def once(device, ipc, S, mode, precision, epochs, compiled=False):
-    images, labels, test, test_labels = data(ipc, device)
-    recipe = Recipe(epochs=epochs, batch_size=256, precision=precision, compile=compiled)
-    t = time.perf_counter()
-    results = train_and_test("convnet", images, labels, test, test_labels, num_classes=10, mean=(0.5,) * 3,
-                             std=(0.25,) * 3, recipe=recipe, seeds=list(range(S)), device=device,
-                             batched=mode == "batched")
-    return results, time.perf_counter() - t
-
-
-def timed(device, ipc, S, mode, precision, epochs, compiled):
-    _, first = once(device, ipc, S, mode, precision, 1, compiled)  # compile + warm-up
-    _, one_more = once(device, ipc, S, mode, precision, 1, compiled)
-    results, _ = once(device, ipc, S, mode, precision, epochs, compiled)
-    seconds = sum(r.train_seconds for r in results)
-    ips = S * epochs * 10 * ipc / seconds
-    return {"mode": mode, "compiled": compiled, "precision": precision, "S": S, "epochs": epochs,
-            "ran_as": results[0].mode, "images_per_second": round(ips, 1),
-            "tflops": round(ips * FLOP_PER_IMAGE_STEP / 1e12, 2),
-            "first_call_extra_seconds": round(first - one_more, 2)}
 
 
 def agreement(device, ipc, S, epochs) -> dict:
     """fp32: each model's per-epoch training loss, compiled against eager."""
-    eager, _ = once(device, ipc, S, "batched", "fp32", epochs)
-    comp, _ = once(device, ipc, S, "batched", "fp32", epochs, True)
+    eager, _ = train(device, ipc, S, "batched", "fp32", epochs)
+    comp, _ = train(device, ipc, S, "batched", "fp32", epochs, True)
     gaps = [max(abs(a - b) for a, b in zip(e.epoch_losses, c.epoch_losses)) for e, c in zip(eager, comp)]
     return {"epochs": epochs, "S": S, "max_loss_gap": max(gaps), "final_losses_eager": [e.epoch_losses[-1] for e in eager][:5],
             "final_losses_compiled": [c.epoch_losses[-1] for c in comp][:5]}
@@ -94,7 +68,7 @@ def main(argv=None) -> int:
         s = int(size[0]) if size else S if mode == "batched" else max(1, S // 5)
         ep = epochs if mode == "batched" else max(2, epochs // 5)
         try:
-            row = timed(device, ipc, s, mode, precision, ep, compiled)
+            row = timed(device, ipc, s, mode, precision, ep, compiled=compiled)
         except Exception as exc:  # an experiment: record what broke and go on
             row = {"mode": mode, "compiled": compiled, "precision": precision, "error": repr(exc)[:400]}
             print(f"{mode:<11}{str(compiled):<9}{precision:<6} FAILED {row['error']}", flush=True)

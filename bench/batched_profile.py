@@ -32,24 +32,32 @@ from ddlib.engine.train import Recipe, train_and_test  # noqa: E402
 FLOP_PER_IMAGE_STEP = 3 * 101.49e6  # ConvNet-3 at 32x32: forward (FlopCounterMode), x3 forward+backward
 
 
-def timed(device, ipc, S, mode, precision, epochs, benchmark=False) -> dict:
-    torch.backends.cudnn.benchmark = benchmark
+def train(device, ipc, S, mode, precision, epochs, compiled=False):
+    """One ``train_and_test`` call on the workload: its results and wall seconds (``compiled``: the
+    recipe's ``compile``)."""
     images, labels, test, test_labels = data(ipc, device)
-    recipe = Recipe(epochs=epochs, batch_size=256, precision=precision)
+    recipe = Recipe(epochs=epochs, batch_size=256, precision=precision, compile=compiled)
+    start = time.perf_counter()
+    results = train_and_test("convnet", images, labels, test, test_labels, num_classes=10, mean=(0.5,) * 3,
+                             std=(0.25,) * 3, recipe=recipe, seeds=list(range(S)), device=device,
+                             batched=mode == "batched")
+    return results, time.perf_counter() - start
 
-    def once(e):
-        r = Recipe(**{**recipe.__dict__, "epochs": e})
-        return train_and_test("convnet", images, labels, test, test_labels, num_classes=10, mean=(0.5,) * 3,
-                              std=(0.25,) * 3, recipe=r, seeds=list(range(S)), device=device, batched=mode == "batched")
 
-    once(1)  # warm-up: kernel selection, allocator
-    results = once(epochs)
-    seconds = sum(r.train_seconds for r in results)
-    ips = S * epochs * len(images) / seconds
-    torch.backends.cudnn.benchmark = False
-    return {"mode": mode, "precision": precision, "cudnn_benchmark": benchmark, "S": S, "ipc": ipc, "epochs": epochs,
-            "ran_as": results[0].mode, "images_per_second": round(ips, 1),
-            "tflops": round(ips * FLOP_PER_IMAGE_STEP / 1e12, 2)}
+def timed(device, ipc, S, mode, precision, epochs, benchmark=False, compiled=False) -> dict:
+    """images/s of ``epochs`` after two 1-epoch calls (kernel selection, allocator, a compile: the
+    first call's extra seconds over the second are the compile's)."""
+    torch.backends.cudnn.benchmark = benchmark
+    try:
+        _, first = train(device, ipc, S, mode, precision, 1, compiled)
+        _, again = train(device, ipc, S, mode, precision, 1, compiled)
+        results, _ = train(device, ipc, S, mode, precision, epochs, compiled)
+    finally:
+        torch.backends.cudnn.benchmark = False
+    ips = S * epochs * 10 * ipc / sum(r.train_seconds for r in results)
+    return {"mode": mode, "compiled": compiled, "precision": precision, "cudnn_benchmark": benchmark, "S": S,
+            "ipc": ipc, "epochs": epochs, "ran_as": results[0].mode, "images_per_second": round(ips, 1),
+            "tflops": round(ips * FLOP_PER_IMAGE_STEP / 1e12, 2), "first_call_extra_seconds": round(first - again, 2)}
 
 
 def profile(device, ipc, S, precision, epochs) -> dict:
