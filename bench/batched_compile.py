@@ -25,7 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.batched_profile import timed, train  # noqa: E402
+from bench.batched_profile import timed, train, workload, workload_arguments  # noqa: E402
 from bench.machine import machine_info, write_results  # noqa: E402
 
 
@@ -40,22 +40,14 @@ def agreement(device, ipc, S, epochs) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--models", type=int, default=25)
-    ap.add_argument("--ipc", type=int, default=10)
-    ap.add_argument("--images", type=int, default=50000, help="training images per timed row")
+    workload_arguments(ap, "batched_compile")
     ap.add_argument("--variants", nargs="+", metavar="MODE:COMPILED:PREC[:S]",
                     help="rows to time, e.g. batched:1:bf16 sequential:0:fp32 batched:1:bf16:50 (default: six)")
     ap.add_argument("--no-agreement", action="store_true")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "batched_compile.json")
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device: batched_compile skipped")
+    device, S, ipc, epochs = workload(args, "batched_compile", cpu_images=120)
+    if device is None:
         return 0
-    S, ipc = (args.models, args.ipc) if device.type == "cuda" else (3, 2)
-    per_row = args.images if device.type == "cuda" else 120
-    epochs = max(2, round(per_row / (S * 10 * ipc)))
     out = {"benchmark": "batched_compile", "machine": machine_info(), "torch": torch.__version__,
            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "rows": []}
     print(f"{'mode':<11}{'compiled':<9}{'prec':<6}{'images/s':>10}{'TFLOP/s':>9}{'compile s':>10}", flush=True)

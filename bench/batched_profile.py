@@ -83,21 +83,34 @@ def profile(device, ipc, S, precision, epochs) -> dict:
             "device_busy_seconds": round(busy, 3), "top": table}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def workload_arguments(ap: argparse.ArgumentParser, name: str) -> None:
+    """The workload's options (also bench/batched_compile.py's)."""
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--models", type=int, default=25)
     ap.add_argument("--ipc", type=int, default=10)
-    ap.add_argument("--images", type=int, default=50000, help="training images per timed variant")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "batched_profile.json")
-    args = ap.parse_args(argv)
+    ap.add_argument("--images", type=int, default=50000, help="training images per timed row")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"{name}.json")
+
+
+def workload(args, name: str, cpu_images: int):
+    """(device, S, IPC, epochs) from the options: on the CPU a tiny self-test (S = 3, IPC 2,
+    ``cpu_images`` per row); (None, ...) with one skip line where CUDA is asked for and absent."""
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device: batched_profile skipped")
-        return 0
+        print(f"no CUDA device: {name} skipped")
+        return None, 0, 0, 0
     S, ipc = (args.models, args.ipc) if device.type == "cuda" else (3, 2)
-    per_row = args.images if device.type == "cuda" else 300
-    epochs = max(2, round(per_row / (S * 10 * ipc)))
+    per_row = args.images if device.type == "cuda" else cpu_images
+    return device, S, ipc, max(2, round(per_row / (S * 10 * ipc)))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    workload_arguments(ap, "batched_profile")
+    args = ap.parse_args(argv)
+    device, S, ipc, epochs = workload(args, "batched_profile", cpu_images=300)
+    if device is None:
+        return 0
     variants = [("sequential", "bf16", False), ("batched", "bf16", False), ("batched", "fp32", False),
                 ("sequential", "fp32", False), ("batched", "bf16", True), ("sequential", "bf16", True)]
     out = {"benchmark": "batched_profile", "device": torch.cuda.get_device_name(device) if device.type == "cuda"
