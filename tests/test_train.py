@@ -335,6 +335,32 @@ def test_compiled_kernels_are_cached_per_instruction_set(monkeypatch, tmp_path):
     assert device_mod.compile_cache_dir() == str(tmp_path / "mine")
 
 
+def test_a_cell_compiles_as_in_a_fresh_process(mlflow_store, monkeypatch):
+    """Dynamo compiles a frame once per input shape, up to ``recompile_limit`` shapes per process, and
+    then runs it eagerly: in a warm kernel a cell after others would train eagerly what a fresh process
+    compiles (numbers 1e-7 apart, not the same bits). Opening a cell forgets what was compiled before."""
+    from torch._dynamo import config
+    from torch._dynamo.utils import counters
+
+    from ddlib.engine.device import forget_compiled
+    from ddlib.protocols import cell as cell_module, label_robust
+
+    limit = config.recompile_limit
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="eager", dynamic=False)
+    counters.clear()
+    for n in range(1, limit + 3):
+        compiled(torch.ones(n))
+    assert counters["frames"]["ok"] == limit  # the shapes past the limit ran eagerly
+    calls = []
+    monkeypatch.setattr(cell_module, "forget_compiled", lambda: (calls.append(1), forget_compiled()))
+    cell = label_robust.open_cell(dataset="digits", method="random", ipc=1, seeds=[0], lr_policy="fixed")
+    cell.close()
+    assert calls == [1]
+    counters.clear()
+    compiled(torch.ones(limit + 3))
+    assert counters["frames"]["ok"] == 1  # compiled again, as in a fresh process
+
+
 def test_the_test_set_is_prepared_once_for_many_trainings(digits):
     seen = []
 

@@ -34,7 +34,7 @@ import torch
 import ddlib
 from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.data.digest import tensor_digest
-from ddlib.engine.device import configure_threads, resolve_device, run_precision
+from ddlib.engine.device import configure_threads, forget_compiled, resolve_device, run_precision
 from ddlib.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
 from ddlib.protocols import beyond
@@ -127,6 +127,7 @@ class Cell:
         set (DD-Ranking's full-data reference trains on it, the ZCA is fitted on it). The pool's
         identity is tagged (:data:`POOL_TAG`)."""
         configure_threads()
+        forget_compiled()  # a cell compiles as in a fresh process (recompile_limit counts per process)
         init_store()
         tracker = Tracker(experiment or protocol)
         device = resolve_device(params.get("device", "auto"))
