@@ -122,6 +122,13 @@ def peer(peer_available, cifar_subset):
 
 
 def test_zca_whitening_is_ddrankings_on_the_same_real_images(peer, cifar_subset):
+    """On the same 5,000 + 1,000 CIFAR-10 (JPEG) images, ddlib's ZCA gives DD-Ranking's whitened training
+    and test images (get_dataset with use_zca), and its inverse gives the pixels back. Why it takes about
+    16 s (and its setup about 22 s): most of the call is fit_zca's float64 SVD of the 3072 x 3072 pixel
+    covariance; the setup is the module's one peer subprocess (torch and ddranking imports, then the
+    peer's own ZCA fit, the same SVD), shared by every case. The SVD's cost is set by CIFAR-10's
+    32 x 32 x 3 pixels, not by the number of images, and the peer whitens only CIFAR-10, so no smaller
+    input tests its whitening."""
     # DD-Ranking get_dataset(use_zca=True): kornia ZCAWhitening(eps=0.1) fitted on ToTensor() pixels
     # of the whole training set, applied to training and test images. ddlib's one ZCA (Cell.zca) is
     # fit_zca on the training set; a preset feeds it pixels in place of the normalisation.

@@ -86,7 +86,11 @@ def test_the_first_failure_stops_the_run_with_its_traceback(gpu_check, tmp_path,
 @pytest.mark.slow
 def test_the_cpu_self_test_passes(tmp_path):
     """Part of ``--device cpu --quick`` (the whole self-test takes about 5 minutes on 2 cores): the
-    environment record, one cell through the runner, the batched mode and the OOM halving."""
+    environment record, one cell through the runner, the batched mode and the OOM halving. Why it takes
+    about 36 s: the script's own interpreter (torch's import), then its cell check, a `ddlib run` process
+    with its worker, a papermill kernel and a new store for the augmentation cell's 3 models (about half),
+    the batched check's 5 seeds of 30 epochs trained twice as tests/test_batched.py does (about a
+    quarter), and the OOM check's ConvNet test passes (about a tenth); this is the script users run."""
     out = tmp_path / "gpu_check.json"
     only = ["environment", "cell:augmentation", "batched", "oom_halving"]
     done = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--quick", "--out", str(out), "--only", *only],

@@ -286,7 +286,11 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_ui_prints_its_address_once_it_answers_and_sigterm_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
     """`ddlib ui` says where the UI is only once /health answers, and a SIGTERM to the ddlib process
-    alone (not its group) stops MLflow's UI with its uvicorn and job workers: the port is free again."""
+    alone (not its group) stops MLflow's UI with its uvicorn and job workers: the port is free again.
+    Why it takes about 20 s: `python -m ddlib ui` creates the new store (MLflow's schema migrations),
+    then MLflow's UI process starts (its imports, uvicorn and job workers) until /health answers, most
+    of the time; after the SIGTERM, the whole tree's graceful stop takes several seconds. A real process
+    tree is the point: only it shows a worker left listening."""
     import psutil
 
     use_store(monkeypatch, tmp_path / "store")

@@ -545,6 +545,11 @@ def test_a_grid_names_checkpoints_relative_to_where_it_runs(tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_the_notebook_attacks_a_checkpoint_in_beard_compat_space(mlflow_store, tmp_path):
+    """The adversarial notebook under papermill loads a BEARD-style checkpoint and attacks it in
+    beard_compat space: one FINISHED cell, tagged so. Why it takes about 9 s: mostly the notebook's
+    kernel, its start and imports (torch, ddlib, MLflow) and the store's creation, before a clean test
+    pass and FGSM on 50 images; first a ConvNet of 30 epochs on 100 digits for the checkpoint (a
+    second or two). The notebook is what is tested: its parameters cell must carry source and space."""
     import papermill as pm
 
     notebooks = Path(__file__).resolve().parents[1] / "notebooks"

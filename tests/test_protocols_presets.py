@@ -533,6 +533,12 @@ print(json.dumps({"per_seed": result.per_seed.to_dict("list"), "lr": result.side
 
 @pytest.mark.slow  # two fresh interpreters (imports, store creation): about 30 s on an idle 2-core CPU
 def test_same_config_and_seed_give_the_same_scores_in_two_processes_with_fresh_stores(tmp_path):
+    """A DSA-preset cell run in two fresh processes, each into its own new store, trains everything twice
+    and gives the same per-seed scores and chosen lrs. Why it takes about 18 s: each process imports
+    torch, ddlib and MLflow (a few seconds), creates its new SQLite store (MLflow's schema migrations,
+    the largest part of each process) and only then trains the cell's 7 tiny models (a few seconds); a new
+    process and an empty store are the point: in one process or one store the second run could reuse
+    the first's models or random state."""
     params = {**TINY, "seeds": [0], "preset": "dsa"}  # a searched lr, DSA draws, a random subset, a teacher-free cell
     outputs = []
     for attempt in ("first", "second"):  # a new, empty store each time: nothing can be reused

@@ -324,6 +324,11 @@ def _mlflow_ui():
 
 
 def test_mlflow_ui_shows_cells_and_the_lrs_column(store, browser, artifacts):
+    """MLflow's own UI on the module's store lists the label-robust cells and the lrs_mean column, as a
+    training (not GenAI) experiment. Why it takes about 15 s: an `mlflow server` started for the test
+    (its imports and uvicorn worker until /health answers: about half) and MLflow's React UI loaded and
+    rendered in headless Chromium until the cells and the column show (the other half); only the UI
+    itself, served and rendered, shows what a user sees."""
     from ddlib.report.ui import ui_urls
 
     with _mlflow_ui() as base:
@@ -344,7 +349,10 @@ def test_mlflow_ui_shows_cells_and_the_lrs_column(store, browser, artifacts):
 
 def test_mlflow_ui_shows_the_datasets_of_a_run(store, browser, artifacts):
     """Issue 27.6: a cell's run page lists the datasets its evaluations trained and were tested on
-    (mlflow.data inputs: the distilled set, the random subsets, the full training set, the test set)."""
+    (mlflow.data inputs: the distilled set, the random subsets, the full training set, the test set).
+    Why it takes about 20 s: as the test above, an `mlflow server` started for the test (about half),
+    then the run page rendered by MLflow's React UI in headless Chromium and a full-page screenshot;
+    the datasets' names and digests are read from the rendered page, as a user sees them."""
     experiment = tracking.client().get_experiment_by_name("label_robust")
     (run,) = tracking.client().search_runs([experiment.experiment_id], "attributes.run_name = 'dm-ipc2-convnet'")
     assert {i.tags[0].value for i in run.inputs.dataset_inputs} == {"distilled", "random", "train", "test"}

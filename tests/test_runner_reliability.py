@@ -189,7 +189,10 @@ def test_gpus_option_parsing():
 @pytest.mark.slow
 def test_gpus_give_each_worker_its_own_device(mlflow_store, tmp_path, probe_notebooks, monkeypatch):
     """--gpus 0,1: worker i's kernels see only device i (CUDA_VISIBLE_DEVICES), so two workers do
-    not share GPU 0 (on a CPU machine the kernels then simply find no CUDA device)."""
+    not share GPU 0 (on a CPU machine the kernels then simply find no CUDA device). Why it takes about
+    21 s: a fresh store, then the four probe cells one after another in one spawned worker (run_grid's
+    default workers=1; the CLI starts one per GPU), each a kernel's start and its 3 s sleep (12 s in
+    all); the device is read from what each cell's own kernel saw, so each cell needs a real kernel."""
     monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
     monkeypatch.setenv("DDLIB_PROBE_SLEEP", "3")
     grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2, 3, 4]}}
@@ -342,7 +345,10 @@ def test_ctrl_c_stops_the_grid_in_one_line_naming_sigint(when, mlflow_store, tmp
     """Ctrl-C (SIGINT to the runner's whole process group, as a terminal sends it) while the pool's
     workers import, or while cells run: one line naming SIGINT, no traceback from a worker, no
     "Kernel died" from papermill, exit status 130, and the running cells KILLED with SIGINT in their
-    error tag (the runner used to forward SIGTERM and name that)."""
+    error tag (the runner used to forward SIGTERM and name that). Why "cells running" takes about 15 s:
+    a fresh store, the runner's own start, its two spawned workers' imports and their two probe kernels
+    must all be up before the SIGINT can land on running cells (their 120 s sleep is never waited for),
+    then the stop takes a few seconds; "workers starting" (about 6 s) stops right after the runner's start."""
     path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2]}})
     tracking.init_store()
     probe = {"DDLIB_NOTEBOOKS": str(probe_notebooks), "DDLIB_PROBE_SLEEP": "120"}
@@ -401,7 +407,10 @@ def test_the_runner_shows_each_running_cells_model_epoch_and_eta(mlflow_store, t
                                                                   capsys):
     """Under the grid's bar, a line per running cell: the model it trains (role, seed, lr), the epoch
     and the ETA, read from the progress file its kernel writes (the probe writes one as
-    Cell.train_eval does); the worker mirrors it to the run's ``ddlib.progress`` tag."""
+    Cell.train_eval does); the worker mirrors it to the run's ``ddlib.progress`` tag. Why it takes
+    about 11 s: a fresh store, the spawned worker's imports and the probe kernel's start, then the cell's
+    4 s sleep, which keeps it running while the console (every 0.5 s) and the worker's tag (every 1 s)
+    read its progress file; a cell that ended at once would show neither."""
     monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
     monkeypatch.setenv("DDLIB_PROBE_PROGRESS", "random-ipc1-convnet")
     monkeypatch.setenv("DDLIB_PROBE_SLEEP", "4")

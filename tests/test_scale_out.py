@@ -184,7 +184,10 @@ def test_a_database_password_never_reaches_the_server_command_line(tmp_path):
 
 def test_ddlib_server_binds_loopback_and_sigterm_stops_the_whole_server(tmp_path):
     """`python -m ddlib server` with no --host listens on 127.0.0.1 only, and SIGTERM to it stops
-    MLflow's server and its uvicorn workers too (before, they kept listening, orphaned)."""
+    MLflow's server and its uvicorn workers too (before, they kept listening, orphaned). Why it takes
+    about 15 s: mostly the server's start (`ddlib server`, then `mlflow server` creating its new SQLite
+    database and starting its uvicorn worker) until it answers, then a few seconds for the whole tree to
+    stop; the addresses listened on and the orphans are only seen on a real process tree."""
     import psutil
 
     port = free_port()

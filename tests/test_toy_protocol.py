@@ -35,6 +35,12 @@ def test_a_toy_protocol_is_found_from_its_own_folder(toy):
 
 @pytest.mark.slow
 def test_a_toy_protocol_runs_end_to_end_and_fills_its_board(toy, mlflow_store, monkeypatch):
+    """`ddlib run` on the toy's params file runs its two cells through papermill, and its board, the
+    report card and rank stability come from its spec. Why it takes about 12 s: a fresh store, the
+    runner's spawned worker and two papermill kernels (random and K-Center at IPC 2), each importing
+    torch, ddlib and MLflow, which is most of the time, before the cells' tiny trainings (2 seeds of 3
+    epochs on 20 digits each); the runner, the notebook and the store are what a protocol added from
+    outside must pass through."""
     from ddlib.cli import main as cli_main
     from ddlib.report import card as cards
     from ddlib.report.boards import load_boards
