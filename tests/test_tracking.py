@@ -146,3 +146,47 @@ def test_a_store_creation_interrupted_midway_leaves_no_broken_store(mlflow_store
     tracker = tracking.Tracker("after")
     tracker.end_run(tracker.start_run("works"))
     assert [r.info.status for r in tracking.client().search_runs([tracker.experiment_id])] == ["FINISHED"]
+
+
+def _sqlite_layout(path) -> dict:
+    """What makes two SQLite stores the same database: every table's and index's SQL, the schema
+    revision, the file's persistent pragmas and the rows of every table but experiments' times."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        schema = sorted(db.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"))
+        pragmas = {p: db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("journal_mode", "page_size", "auto_vacuum",
+                                                                     "user_version", "encoding")}
+        revision = db.execute("SELECT version_num FROM alembic_version").fetchall()
+        experiments = db.execute("SELECT experiment_id, name, lifecycle_stage FROM experiments").fetchall()
+    return {"schema": schema, "pragmas": pragmas, "revision": revision, "experiments": experiments}
+
+
+def test_a_new_sqlite_store_is_mlflows_own_database_from_the_migrated_copy(tmp_path, monkeypatch):
+    """init_store starts a new SQLite store from MLflow's empty tables migrated once per machine and
+    MLflow version ($DDLIB_CACHE/mlflow-tables): the same database MLflow's own creation gives (schema,
+    revision, pragmas, the Default experiment), without running the migrations again."""
+    import mlflow.store.db.utils as db_utils
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("DDLIB_CACHE", str(tmp_path / "cache"))
+    own = tmp_path / "own" / "mlflow.db"
+    own.parent.mkdir()
+    MlflowClient(f"sqlite:///{own}").search_experiments(max_results=1)  # MLflow's own creation
+
+    def store(name):
+        monkeypatch.setenv("DDLIB_MLRUNS", str(tmp_path / name))
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / name / 'mlflow.db'}")
+        monkeypatch.setattr(tracking, "_CLIENTS", {})
+        tracking.init_store()
+        Tracker("x").start_run("a run", params={"p": 1})
+        return tmp_path / name / "mlflow.db"
+
+    first = store("first")  # migrates the tables once, into the cache
+    assert len(list((tmp_path / "cache" / "mlflow-tables").glob("mlflow-*.db"))) == 1
+    monkeypatch.setattr(db_utils, "_upgrade_db", lambda engine: pytest.fail("migrated a new store again"))
+    second = store("second")
+    assert _sqlite_layout(first) == _sqlite_layout(second)
+    expected = _sqlite_layout(own)
+    expected["experiments"] = [*expected["experiments"], (1, "x", "active")]
+    assert _sqlite_layout(second) == expected
