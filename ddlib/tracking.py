@@ -165,34 +165,21 @@ def _create_database(path: Path) -> None:
             return
         new = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.new")  # MLflow caches engines by URI
         try:
+            _copy_migrated_tables(new)
             MlflowClient(tracking_uri=f"sqlite:///{new}").search_experiments(max_results=1)
             os.replace(new, path)
         finally:
             new.unlink(missing_ok=True)
 
 
-def init_store() -> str:
-    """Create the database (schema migrations) once, under a lock; call before starting workers."""
-    mlruns_dir().mkdir(parents=True, exist_ok=True)
-    with file_lock("store-init"):
-        _seed_sqlite_store(tracking_uri())
-        client().search_experiments(max_results=1)
-    return tracking_uri()
-
-
-def _seed_sqlite_store(uri: str) -> None:
-    """Start a new SQLite store as a copy of MLflow's empty tables, migrated once per machine and
-    MLflow version (``$DDLIB_CACHE/mlflow-tables/``), instead of migrating each new database: MLflow
-    runs its ~50 schema migrations on every new file (0.8-0.9 s on a 2-core EPYC, paid by the demo's
+def _copy_migrated_tables(new: Path) -> None:
+    """Start a new database as a copy of MLflow's empty tables, migrated once per machine and MLflow
+    version (``$DDLIB_CACHE/mlflow-tables/``), instead of migrating each new file: MLflow runs its
+    ~50 schema migrations on every new database (0.6-0.9 s on a 2-core EPYC, paid by the demo's
     runner before any cell starts and by each of the test suite's new stores). The copy is the very
     file MLflow's ``_initialize_tables`` writes; MLflow then checks its schema and adds the Default
-    experiment as for any new store. Anything unexpected (another MLflow layout) leaves the store
-    to MLflow."""
-    if not uri.startswith("sqlite:///"):
-        return
-    path = Path(uri[len("sqlite:///"):]).expanduser()
-    if path.exists():
-        return
+    experiment as for any new store. Anything unexpected (another MLflow layout) leaves the
+    migrations to MLflow."""
     try:
         import alembic
         import mlflow
@@ -210,12 +197,17 @@ def _seed_sqlite_store(uri: str) -> None:
             finally:
                 engine.dispose()
             os.replace(tmp, tables)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        shutil.copyfile(tables, tmp)
-        os.replace(tmp, path)
+        shutil.copyfile(tables, new)
     except Exception:  # noqa: BLE001 - MLflow creates and migrates the tables itself, as without the copy
-        return
+        new.unlink(missing_ok=True)
+
+
+def init_store() -> str:
+    """Create the database (schema migrations) once, under a lock; call before starting workers."""
+    mlruns_dir().mkdir(parents=True, exist_ok=True)
+    with file_lock("store-init"):
+        client().search_experiments(max_results=1)
+    return tracking_uri()
 
 
 def store_environment() -> dict[str, str]:
