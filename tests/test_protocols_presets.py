@@ -531,7 +531,7 @@ print(json.dumps({"per_seed": result.per_seed.to_dict("list"), "lr": result.side
 """
 
 
-@pytest.mark.slow  # two fresh interpreters (imports, store creation): about 30 s on an idle 2-core CPU
+@pytest.mark.slow  # two fresh interpreters (imports, store creation): about 18 s on a 2-core CPU
 def test_same_config_and_seed_give_the_same_scores_in_two_processes_with_fresh_stores(tmp_path):
     """A DSA-preset cell run in two fresh processes, each into its own new store, trains everything twice
     and gives the same per-seed scores and chosen lrs. Why it takes about 18 s: each process imports

@@ -323,46 +323,51 @@ def _mlflow_ui():
             server.wait(timeout=10)
 
 
-def test_mlflow_ui_shows_cells_and_the_lrs_column(store, browser, artifacts):
+@pytest.fixture(scope="module")
+def mlflow_ui(store):
+    """One ``mlflow server`` on the module's store for both UI tests (its start is about half of each)."""
+    with _mlflow_ui() as base:
+        yield base
+
+
+def test_mlflow_ui_shows_cells_and_the_lrs_column(mlflow_ui, browser, artifacts):
     """MLflow's own UI on the module's store lists the label-robust cells and the lrs_mean column, as a
-    training (not GenAI) experiment. Why it takes about 15 s: an `mlflow server` started for the test
-    (its imports and uvicorn worker until /health answers: about half) and MLflow's React UI loaded and
-    rendered in headless Chromium until the cells and the column show (the other half); only the UI
-    itself, served and rendered, shows what a user sees."""
+    training (not GenAI) experiment. Why it takes about 7 s (and the module's `mlflow server`, started in
+    its setup, about as long: its imports and uvicorn worker until /health answers): MLflow's React UI
+    loaded and rendered in headless Chromium until the cells and the column show; only the UI itself,
+    served and rendered, shows what a user sees."""
     from ddlib.report.ui import ui_urls
 
-    with _mlflow_ui() as base:
-        url = ui_urls(base)["label_robust"]
-        cells = ["random-ipc2-convnet", "kcenter-ipc2-convnet", "dm-ipc2-convnet"]
-        shown = " && ".join(f"document.body.innerText.includes('{c}')" for c in [*cells, "lrs_mean"])
-        browser.open(url, shown, timeout=120)
-        browser.screenshot(artifacts / "mlflow-ui-label_robust.png", full_page=False)
-        text = browser.evaluate("document.body.innerText")
-        assert "Model training" in text and "Runs" in text and "Token Usage" not in text  # training runs, not GenAI
-        experiment = tracking.client().get_experiment_by_name("label_robust")
-        assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-        # the README's search: cells by tag and param
-        found = tracking.client().search_runs([experiment.experiment_id],
-                                              "tags.protocol = 'label_robust' and params.ipc = '2'")
-        assert sorted(r.info.run_name for r in found) == sorted(cells)
+    url = ui_urls(mlflow_ui)["label_robust"]
+    cells = ["random-ipc2-convnet", "kcenter-ipc2-convnet", "dm-ipc2-convnet"]
+    shown = " && ".join(f"document.body.innerText.includes('{c}')" for c in [*cells, "lrs_mean"])
+    browser.open(url, shown, timeout=120)
+    browser.screenshot(artifacts / "mlflow-ui-label_robust.png", full_page=False)
+    text = browser.evaluate("document.body.innerText")
+    assert "Model training" in text and "Runs" in text and "Token Usage" not in text  # training runs, not GenAI
+    experiment = tracking.client().get_experiment_by_name("label_robust")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    # the README's search: cells by tag and param
+    found = tracking.client().search_runs([experiment.experiment_id],
+                                          "tags.protocol = 'label_robust' and params.ipc = '2'")
+    assert sorted(r.info.run_name for r in found) == sorted(cells)
 
 
-def test_mlflow_ui_shows_the_datasets_of_a_run(store, browser, artifacts):
+def test_mlflow_ui_shows_the_datasets_of_a_run(mlflow_ui, browser, artifacts):
     """Issue 27.6: a cell's run page lists the datasets its evaluations trained and were tested on
     (mlflow.data inputs: the distilled set, the random subsets, the full training set, the test set).
-    Why it takes about 20 s: as the test above, an `mlflow server` started for the test (about half),
-    then the run page rendered by MLflow's React UI in headless Chromium and a full-page screenshot;
-    the datasets' names and digests are read from the rendered page, as a user sees them."""
+    Why it takes about 6 s: the run page rendered by MLflow's React UI (on the module's server) in
+    headless Chromium and a full-page screenshot; the datasets' names and digests are read from the
+    rendered page, as a user sees them."""
     experiment = tracking.client().get_experiment_by_name("label_robust")
     (run,) = tracking.client().search_runs([experiment.experiment_id], "attributes.run_name = 'dm-ipc2-convnet'")
     assert {i.tags[0].value for i in run.inputs.dataset_inputs} == {"distilled", "random", "train", "test"}
     digests = {i.dataset.digest: i.dataset.name for i in run.inputs.dataset_inputs}
     shown = r"/Datasets\ndigits [a-z0-9 ]+ \([0-9a-f]{24}\)/"  # the run page: its first dataset (name, digest)
-    with _mlflow_ui() as base:
-        browser.open(f"{base}/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}",
-                     f"{shown}.test(document.body.innerText)", timeout=120)
-        browser.screenshot(artifacts / "mlflow-ui-run-datasets.png", full_page=True)
-        text = browser.evaluate("document.body.innerText")
+    browser.open(f"{mlflow_ui}/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}",
+                 f"{shown}.test(document.body.innerText)", timeout=120)
+    browser.screenshot(artifacts / "mlflow-ui-run-datasets.png", full_page=True)
+    text = browser.evaluate("document.body.innerText")
     name, digest = re.search(r"Datasets\n(digits [a-z0-9 ]+) \(([0-9a-f]{24})\)", text).groups()
     assert digests[digest] == name and f"+{len(run.inputs.dataset_inputs) - 1}" in text  # the others behind "+n"
 
