@@ -165,21 +165,29 @@ def _create_database(path: Path) -> None:
             return
         new = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.new")  # MLflow caches engines by URI
         try:
-            _copy_migrated_tables(new)
-            MlflowClient(tracking_uri=f"sqlite:///{new}").search_experiments(max_results=1)
+            tables = _copy_migrated_tables(new)
+            try:
+                MlflowClient(tracking_uri=f"sqlite:///{new}").search_experiments(max_results=1)
+            except Exception:
+                if tables is None:
+                    raise
+                tables.unlink(missing_ok=True)  # a copy MLflow refuses (another build, same version): drop it
+                new.unlink(missing_ok=True)
+                new = new.with_name(f"{new.name}.plain")
+                MlflowClient(tracking_uri=f"sqlite:///{new}").search_experiments(max_results=1)
             os.replace(new, path)
         finally:
             new.unlink(missing_ok=True)
 
 
-def _copy_migrated_tables(new: Path) -> None:
+def _copy_migrated_tables(new: Path) -> Path | None:
     """Start a new database as a copy of MLflow's empty tables, migrated once per machine and MLflow
     version (``$DDLIB_CACHE/mlflow-tables/``), instead of migrating each new file: MLflow runs its
     ~50 schema migrations on every new database (0.6-0.9 s on a 2-core EPYC, paid by the demo's
     runner before any cell starts and by each of the test suite's new stores). The copy is the very
     file MLflow's ``_initialize_tables`` writes; MLflow then checks its schema and adds the Default
-    experiment as for any new store. Anything unexpected (another MLflow layout) leaves the
-    migrations to MLflow."""
+    experiment as for any new store. Returns the copied file, or None where anything went wrong
+    (another MLflow layout, an unwritable cache): MLflow then migrates ``new`` itself."""
     try:
         import alembic
         import mlflow
@@ -190,16 +198,21 @@ def _copy_migrated_tables(new: Path) -> None:
         tables = cache / f"mlflow-{mlflow.__version__}-alembic-{alembic.__version__}-sqlalchemy-{sqlalchemy.__version__}.db"
         if not tables.is_file():
             cache.mkdir(parents=True, exist_ok=True)
-            tmp = tables.with_suffix(f".{os.getpid()}.tmp")
-            engine = sqlalchemy.create_engine(f"sqlite:///{tmp}")
+            tmp = tables.with_name(f".{tables.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
             try:
-                _initialize_tables(engine)
-            finally:
-                engine.dispose()
-            os.replace(tmp, tables)
+                engine = sqlalchemy.create_engine(f"sqlite:///{tmp}")
+                try:
+                    _initialize_tables(engine)
+                finally:
+                    engine.dispose()
+                os.replace(tmp, tables)
+            finally:  # interrupted or failed midway: no half-migrated file left in the cache
+                tmp.unlink(missing_ok=True)
         shutil.copyfile(tables, new)
+        return tables
     except Exception:  # noqa: BLE001 - MLflow creates and migrates the tables itself, as without the copy
         new.unlink(missing_ok=True)
+        return None
 
 
 def init_store() -> str:

@@ -138,7 +138,7 @@ def test_a_store_creation_interrupted_midway_leaves_no_broken_store(mlflow_store
             command.stamp(config, done, purge=True)  # ... but not recorded: Ctrl-C arrived in between
         raise KeyboardInterrupt
 
-    monkeypatch.setenv("DDLIB_CACHE", str(mlflow_store.parent / "cache"))  # no migrated tables to copy yet
+    monkeypatch.setattr(tracking, "_copy_migrated_tables", lambda new: None)  # MLflow migrates the store itself
     monkeypatch.setattr(db_utils, "_upgrade_db", upgrade_halfway)
     with pytest.raises(KeyboardInterrupt):
         tracking.client()
@@ -195,3 +195,40 @@ def test_a_new_sqlite_store_is_mlflows_own_database_from_the_migrated_copy(tmp_p
     expected = _sqlite_layout(own)
     expected["experiments"] = [*expected["experiments"], (1, "x", "active")]
     assert _sqlite_layout(second) == expected
+
+
+def test_an_interrupted_migration_of_the_copied_tables_leaves_nothing_half_made(mlflow_store, tmp_path, monkeypatch):
+    """A Ctrl-C while the tables for new stores are migrated leaves neither those tables nor a
+    temporary file in the cache, and no store; the next command migrates them whole and uses them."""
+    from mlflow.store.db import utils as db_utils
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DDLIB_CACHE", str(cache))
+    real_upgrade = db_utils._upgrade_db
+
+    def interrupted(engine):
+        real_upgrade(engine)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(db_utils, "_upgrade_db", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tracking.client()
+    assert not list(cache.rglob("*")) or not list((cache / "mlflow-tables").iterdir())
+    assert not (mlflow_store / "mlflow.db").exists()
+    monkeypatch.setattr(db_utils, "_upgrade_db", real_upgrade)
+    monkeypatch.setattr(tracking, "_CLIENTS", {})
+    tracking.Tracker("after").start_run("works")
+    assert len(list((cache / "mlflow-tables").iterdir())) == 1 and (mlflow_store / "mlflow.db").is_file()
+
+
+def test_copied_tables_mlflow_refuses_are_dropped_and_the_store_made_as_mlflow_makes_it(mlflow_store, tmp_path,
+                                                                                      monkeypatch):
+    """Tables in the cache that MLflow does not accept (another build with the same version string, a
+    damaged file) cost one ordinary migration: the store is made, the bad copy deleted."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DDLIB_CACHE", str(cache))
+    tracking._copy_migrated_tables(tmp_path / "probe.db")  # makes the cached tables
+    (tables,) = (cache / "mlflow-tables").iterdir()
+    tables.write_bytes(b"not a database")
+    tracking.Tracker("x").start_run("works")
+    assert (mlflow_store / "mlflow.db").is_file() and not tables.exists()

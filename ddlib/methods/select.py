@@ -171,11 +171,12 @@ def training_identity(dataset: Dataset, model: str, recipe: Recipe, dev: torch.d
 def kernel_identity(dev: torch.device) -> dict:
     """What a cached result's bits depend on besides its inputs (a home folder may be shared by
     machines): :func:`ddlib.engine.device.machine_identity` (torch, CPU model and instruction set, GPUs,
-    cuDNN), the device kind and, on the CPU, the thread count (CPU results are bit-identical only
-    for one thread count)."""
+    cuDNN), the device kind, on a GPU its model (a machine may hold two kinds) and, on the CPU, the
+    thread count (CPU results are bit-identical only for one thread count)."""
     from ddlib.engine.device import machine_identity
 
-    return {**machine_identity(), "device": dev.type, **({"threads": torch.get_num_threads()} if dev.type == "cpu" else {})}
+    return {**machine_identity(), "device": dev.type, **({"threads": torch.get_num_threads()} if dev.type == "cpu" else {}),
+            **({"device_name": torch.cuda.get_device_name(dev)} if dev.type == "cuda" else {})}
 
 
 def feature_recipe(epochs: int) -> Recipe:

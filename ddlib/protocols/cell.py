@@ -172,15 +172,16 @@ class Cell:
         ZCA-whitened and whitens every training, validation and test tensor of a preset with ``zca:
         true``. Fitted once per machine: the fit (13-14 s for CIFAR-10 on 2 cores, an SVD of the
         3072 x 3072 covariance) is cached under ``$DDLIB_CACHE/features`` by the training images'
-        content, the chunk size and the machine (:func:`ddlib.methods.select.kernel_identity`), so the
+        content, the fit's code revision and chunk size and the machine
+        (:func:`ddlib.methods.select.kernel_identity`), so the
         cells of a grid load the very tensors a fit gives instead of fitting again."""
         from ddlib.engine.augment import ZCA, ZCA_NAME, fit_zca
-        from ddlib.engine.augment.zca import FIT_BATCH
+        from ddlib.engine.augment.zca import FIT_BATCH, FIT_REVISION
         from ddlib.methods.select import cache_path, cache_store, kernel_identity
 
         if "zca" not in self.cache:
             ds = self.unsplit if self.unsplit is not None else self.dataset
-            identity = {"zca": ZCA_NAME, "data": tensor_digest(ds.train_images), "batch": FIT_BATCH,
+            identity = {"zca": ZCA_NAME, "revision": FIT_REVISION, "data": tensor_digest(ds.train_images), "batch": FIT_BATCH,
                         **kernel_identity(self.device)}
             path = cache_path(ds, "zca", identity)
             zca = None

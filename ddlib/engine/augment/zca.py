@@ -16,6 +16,7 @@ import torch.nn as nn
 
 ZCA_NAME = "zca(eps=0.1, fitted on [0, 1] pixels of the whole training set)"  # the preprocess name runs are keyed by
 FIT_BATCH = 5000  # images per chunk of the mean and covariance sums (their float order: part of a cached fit's key)
+FIT_REVISION = 1  # raise when the fit's arithmetic changes: cached fits of older code are then not reused
 
 
 class ZCA(nn.Module):
