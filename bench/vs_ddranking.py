@@ -52,6 +52,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ddlib.cache import cache_dir
+
 os.environ.setdefault("TQDM_DISABLE", "1")  # before anything imports tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,8 +62,7 @@ SHARED = Path(os.environ.get("DDLIB_SHARED") or ROOT.parent / "shared") / "data"
 ARCHIVE = SHARED / "cifar10-jpeg.tar.gz"
 DC_FILE = SHARED / "distilled" / "dc_cifar10_convnet_ipc10.pt"
 # One peer venv per machine (~6 GB), shared by this script and the conformance tests (tests/peer.py).
-PEER_VENV = Path(os.environ.get("DDLIB_PEER_VENV")
-                 or Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser() / "venv-ddranking")
+PEER_VENV = Path(os.environ.get("DDLIB_PEER_VENV") or cache_dir() / "venv-ddranking")
 WRAPPER = BENCH / "ddranking_wrapper.py"
 RESULTS = BENCH / "results" / "vs_ddranking.json"
 
@@ -666,7 +667,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(BENCH))
     from machine import machine_info  # bench/machine.py, beside this script
     from ddlib.data.datasets import load_dataset, reduce_dataset
-    from ddlib.data.loaders import cache_dir, extract_archive
+    from ddlib.data.loaders import extract_archive
 
     results: dict = {"benchmark": "vs_ddranking", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "ratio_defaults": None, "ratio_matched": None,

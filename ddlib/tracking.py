@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 
 import ddlib
+from ddlib.cache import cache_dir
 
 __all__ = [
     "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "client", "Tracker", "runs",
@@ -194,7 +195,7 @@ def _copy_migrated_tables(new: Path) -> Path | None:
         import sqlalchemy
         from mlflow.store.db.utils import _initialize_tables
 
-        cache = Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser() / "mlflow-tables"
+        cache = cache_dir() / "mlflow-tables"
         tables = cache / f"mlflow-{mlflow.__version__}-alembic-{alembic.__version__}-sqlalchemy-{sqlalchemy.__version__}.db"
         if not tables.is_file():
             cache.mkdir(parents=True, exist_ok=True)

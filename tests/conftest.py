@@ -74,10 +74,10 @@ def cifar10_jpeg_root(shared_data: Path) -> Path:
     archive = shared_data / "cifar10-jpeg.tar.gz"
     if not archive.is_file():
         pytest.skip(f"{archive} not present")
+    from ddlib.cache import cache_dir
     from ddlib.data.loaders import extract_archive
 
-    cache = Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser()
-    return extract_archive(archive, cache / "cifar10-jpeg")
+    return extract_archive(archive, cache_dir() / "cifar10-jpeg")
 
 
 # --------------------------------------------------------------------------- threads

@@ -78,14 +78,13 @@ def cifar_subset(peer_available, shared_data_or_none, tmp_path_factory):
     """A class-stratified CIFAR-10 (JPEG) subset, and the same images in torchvision's layout for the peer."""
     if shared_data_or_none is None or not (shared_data_or_none / "cifar10-jpeg.tar.gz").is_file():
         return None
-    import os
 
     from bench.vs_ddranking import write_torchvision_cifar10
     from ddlib.data.datasets import load_dataset, reduce_dataset
+    from ddlib.cache import cache_dir
     from ddlib.data.loaders import extract_archive
 
-    cache = __import__("pathlib").Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser()
-    root = extract_archive(shared_data_or_none / "cifar10-jpeg.tar.gz", cache / "cifar10-jpeg")
+    root = extract_archive(shared_data_or_none / "cifar10-jpeg.tar.gz", cache_dir() / "cifar10-jpeg")
     ds = reduce_dataset(load_dataset("cifar10", root), ZCA_TRAIN_PER_CLASS, ZCA_TEST, seed=0)
     folder = write_torchvision_cifar10(ds, tmp_path_factory.mktemp("peer-cifar") / "cifar10")
     return ds, folder

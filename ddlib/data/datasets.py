@@ -18,6 +18,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ddlib.cache import cache_dir
+
 __all__ = [
     "Dataset",
     "DatasetError",
@@ -142,13 +144,6 @@ def resolve_root(name: str, root: str | os.PathLike | None) -> Path | None:
         env = os.environ.get("DDLIB_DATA")
         root = env if env else None
     return Path(root).expanduser() if root is not None else None
-
-
-def cache_dir() -> Path:
-    """Where decoded arrays and extracted archives go: ``$DDLIB_CACHE``, else ``~/.cache/ddlib`` (never
-    the user's data folder, which may be read-only or shared)."""
-    env = os.environ.get("DDLIB_CACHE")
-    return Path(env if env else "~/.cache/ddlib").expanduser()
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool = False) -> Dataset:

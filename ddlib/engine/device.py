@@ -6,10 +6,11 @@ import ctypes
 import os
 import random
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
+
+from ddlib.cache import cache_dir
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -130,8 +131,7 @@ def compile_cache_dir() -> str:
     import hashlib
 
     key = hashlib.sha256(repr(sorted(machine_identity().items())).encode()).hexdigest()[:16]
-    root = Path(os.environ.get("DDLIB_CACHE") or "~/.cache/ddlib").expanduser()
-    folder = str(root / "inductor" / key)
+    folder = str(cache_dir() / "inductor" / key)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
     _COMPILE_CACHE.append(folder)
     return folder
