@@ -53,9 +53,12 @@ ui: $(STAMP)
 server: $(STAMP)
 	$(PY) -m ddlib server --port $(PORT) $(if $(BACKEND),--backend-store-uri '$(BACKEND)') $(if $(ARTIFACTS),--artifacts-destination '$(ARTIFACTS)')
 
-# One pytest-xdist worker per core (at most 4: each runs notebooks and grids of its own); a test module
-# stays on one worker (--dist loadfile) and tests/conftest.py sends the slowest modules out first.
-TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))')
+# One pytest-xdist worker per core plus one (at most 4: each runs notebooks and grids of its own): the
+# tests wait on kernels, subprocesses and timeouts part of the time, and a third worker on two cores
+# fills that wait (forced AVX2, 2-core EPYCs: Zen 4 20 min 17 s -> 17 min 46 s, Zen 5 14:47 -> 13:33;
+# bench/README.md). A test module stays on one worker (--dist loadfile) and tests/conftest.py sends
+# the slowest modules out first.
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(4, 1 + (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)))')
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 

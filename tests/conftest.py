@@ -16,8 +16,8 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # --------------------------------------------------------------------------- parallel test workers (pytest-xdist)
 
-# `make test` runs the suite in one pytest-xdist worker per core it may use, at most 4 (`-n N --dist loadfile`: a test
-# module stays on one worker, so its module fixtures are built once). The cores are shared out
+# `make test` runs the suite in one pytest-xdist worker per core it may use plus one, at most 4 (`-n N
+# --dist loadfile`: a test module stays on one worker, so its module fixtures are built once). The cores are shared out
 # like the runner's workers share them: torch in two processes with two OpenMP threads each on two
 # cores spins in each other's way (a DM distillation took 14x its time so). Set before torch is
 # imported, and inherited by the notebooks and `ddlib run` processes the tests start; a test that
