@@ -165,13 +165,22 @@ def artifacts(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture
-def browser(tmp_path):
-    """A headless Chromium (tests/browser.py); skipped where none is installed."""
-    from browser import Browser, chromium_path
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Chromium's path; the test (and whatever fixture asks for this first) is skipped where none is installed."""
+    from browser import chromium_path
 
-    if chromium_path() is None:
+    path = chromium_path()
+    if path is None:
         pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    return path
+
+
+@pytest.fixture
+def browser(tmp_path, chromium):
+    """A headless Chromium (tests/browser.py); skipped where none is installed."""
+    from browser import Browser
+
     session = Browser(tmp_path / "chromium-profile")
     yield session
     session.close()

@@ -78,10 +78,9 @@ def cifar_subset(peer_available, shared_data_or_none, tmp_path_factory):
     """A class-stratified CIFAR-10 (JPEG) subset, and the same images in torchvision's layout for the peer."""
     if shared_data_or_none is None or not (shared_data_or_none / "cifar10-jpeg.tar.gz").is_file():
         return None
-
     from bench.vs_ddranking import write_torchvision_cifar10
-    from ddlib.data.datasets import load_dataset, reduce_dataset
     from ddlib.cache import cache_dir
+    from ddlib.data.datasets import load_dataset, reduce_dataset
     from ddlib.data.loaders import extract_archive
 
     root = extract_archive(shared_data_or_none / "cifar10-jpeg.tar.gz", cache_dir() / "cifar10-jpeg")

@@ -324,13 +324,9 @@ def _mlflow_ui():
 
 
 @pytest.fixture(scope="module")
-def mlflow_ui(store):
+def mlflow_ui(store, chromium):
     """One ``mlflow server`` on the module's store for both UI tests (its start is about half of each);
     not started where the tests would skip for want of Chromium."""
-    from browser import chromium_path
-
-    if chromium_path() is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
     with _mlflow_ui() as base:
         yield base
 
