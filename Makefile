@@ -33,9 +33,10 @@ $(STAMP): pyproject.toml requirements-lock.txt
 	  echo "pip check: no broken requirements but torchattacks' requests pin"
 	touch $(STAMP)
 
+# the summary (ddlib summary) runs in the grid's process once every cell finished: a second process
+# would import the stack again (5 s of a 2-minute demo)
 demo: $(STAMP)
-	$(PY) -m ddlib run $(PARAMS) --workers $(WORKERS)
-	$(PY) -m ddlib summary
+	$(PY) -m ddlib run $(PARAMS) --workers $(WORKERS) --summary
 
 run: $(STAMP)
 	$(PY) -m ddlib run $(PARAMS) --workers $(WORKERS)

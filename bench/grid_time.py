@@ -1,5 +1,8 @@
 """Wall time of a params grid end to end, and where it went. Writes bench/results/grid_<name>.json.
 
+Times what `make demo` runs (``python -m ddlib run PARAMS --workers N --summary``: the grid, then the
+summary printed and logged in the same process), on a scratch store unless ``--store`` names one.
+
     python bench/grid_time.py params/beard_cpu.yaml              # in a scratch MLflow store
     python bench/grid_time.py params/demo.yaml --workers 2
     python bench/grid_time.py params/beard_cpu.yaml --store /tmp/s --report-only   # a store already run
@@ -15,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -81,26 +85,32 @@ def main() -> None:
             from machine import machine_info  # bench/machine.py, beside this script
 
             result["machine_info"] = machine_info("cpu")
+            # what `make demo` runs: the grid, then (every cell finished) the summary, printed and logged, in
+            # the same process. The grid's part is the runner's own timer ("finished ... (X s)").
+            command = [sys.executable, "-m", "ddlib", "run", args.params, "--workers", str(args.workers), "--summary"]
+            result["command"] = " ".join(["python", *command[1:]])
+            result["load_before"] = os.getloadavg()
             start, cpu = time.perf_counter(), _children_cpu()
-            subprocess.run([sys.executable, "-m", "ddlib", "run", args.params, "--workers", str(args.workers)],
-                           cwd=ROOT, env=_store_env(store), check=False)
-            result["grid_seconds"] = time.perf_counter() - start
-            result["grid_cpu_seconds"] = _children_cpu() - cpu  # every process of the grid (load-independent-ish)
-            start, cpu = time.perf_counter(), _children_cpu()
-            shown = subprocess.run([sys.executable, "-m", "ddlib", "summary", "--no-log"], cwd=ROOT,
-                                   env=_store_env(store), capture_output=True, text=True)
-            result["summary_seconds"] = time.perf_counter() - start
-            result["summary_cpu_seconds"] = _children_cpu() - cpu
+            shown = subprocess.run(command, cwd=ROOT, env=_store_env(store), stdout=subprocess.PIPE, text=True, check=False)
+            result["run_and_summary_seconds"] = time.perf_counter() - start
+            result["run_and_summary_cpu_seconds"] = _children_cpu() - cpu  # every process of it (load-independent-ish)
+            result["exit_status"] = shown.returncode
+            finished = re.search(r"^finished .*\(([0-9.]+) s\)$", shown.stdout, re.M)
+            if finished:
+                result["grid_seconds"] = float(finished[1])
+                result["summary_seconds"] = result["run_and_summary_seconds"] - result["grid_seconds"]
             result["summary"] = shown.stdout
             result["load_after"] = os.getloadavg()
         result.update(report(store, experiment))
     out = ROOT / "bench" / "results" / f"grid_{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
-    if "grid_seconds" in result:
-        print(f"{args.params}: {result['grid_seconds']:.0f} s for the grid ({result['grid_cpu_seconds']:.0f} CPU-s), "
-              f"{result['summary_seconds']:.0f} s summary ({result['summary_cpu_seconds']:.0f} CPU-s); "
-              f"load after {result['load_after'][0]:.1f}")
+    if "run_and_summary_seconds" in result:
+        print(f"{result['command']}: {result['run_and_summary_seconds']:.1f} s "
+              f"({result['run_and_summary_cpu_seconds']:.0f} CPU-s, exit status {result['exit_status']}), of which the grid "
+              f"{result.get('grid_seconds', float('nan')):.1f} s and the rest (the summary, the interpreter's start and "
+              f"exit) {result.get('summary_seconds', float('nan')):.1f} s; load {result['load_before'][0]:.1f} -> "
+              f"{result['load_after'][0]:.1f}")
     for cell in result["cells"]:
         print(f"  cell {cell['name']:<32} {cell['status']:<9} {cell['wall_seconds'] or float('nan'):8.1f} s")
     for model in result["models"]:

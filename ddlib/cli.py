@@ -45,7 +45,11 @@ def _cmd_run(args) -> int:
         print(f"warning: {name}: {flag}", file=sys.stderr)
     for name, error in report.failed:
         print(f"FAILED {name}: {error}", file=sys.stderr)
-    return 0 if report.ok else 1
+    if not report.ok:
+        return 1
+    if args.summary:  # `make demo`: the summary in this process, whose imports are paid (a second process: 5 s more)
+        return _cmd_summary(args.summary_args)
+    return 0
 
 
 def _cmd_summary(args) -> int:
@@ -187,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--dry-run", action="store_true",
                      help="check params, data and files; list every cell, what it reuses and its time; run nothing")
     run.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    run.add_argument("--summary", action="store_true",
+                     help="when every cell finished, print and log the summary (as `ddlib summary` would) in this process")
     _add_scale_arguments(run)
     run.set_defaults(func=_cmd_run)
     summ = sub.add_parser("summary", help="print the leaderboard and log it (CSV, HTML, PNG) to MLflow")
@@ -212,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     register(sub)  # score, runs, export, ui
     _add_server_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "run":
+        args.summary_args = summ.parse_args([])  # `run --summary`: the summary with its own defaults
     if args.command not in ("server", "ui"):  # every other command reads or writes the store
         from ddlib.tracking import unreachable_server
 

@@ -103,7 +103,7 @@ def test_repository_params_files_are_valid(shared_data_or_none):
 
 
 @pytest.mark.slow
-def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, capsys):
+def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, tmp_path, capsys):
     """A grid with a good and a broken cell: the good one FINISHES, the broken one FAILS with its error,
     and a rerun skips the finished cell. Why it takes half a minute: two real notebook kernels (the
     failure must come through papermill as users see it) and the rerun's."""
@@ -140,9 +140,10 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
     again = run_grid(path, workers=1, progress=False)
     assert again.skipped == ["random-ipc1-convnet"] and again.finished == [] and len(again.failed) == 1
 
-    # the CLI exits non-zero and lists the failure
-    assert cli_main(["run", str(path)]) == 1
-    assert "FAILED broken-ipc1-convnet" in capsys.readouterr().err
+    # the CLI exits non-zero and lists the failure; `--summary` (make demo) prints none after a failure
+    assert cli_main(["run", str(path), "--summary"]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED broken-ipc1-convnet" in captured.err and "[lrs]" not in captured.out
 
     board = report.lrs_leaderboard()
     assert list(board["method"]) == ["random"]
@@ -151,6 +152,13 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, ca
     assert cli_main(["summary"]) == 0
     out = capsys.readouterr().out
     assert "random" in out and "python -m ddlib ui" in out
+    # a grid whose cells all finished: `run --summary` prints the same leaderboard, in the runner's process
+    finished_only = tmp_path / "finished_only.yaml"
+    finished_only.write_text(yaml.safe_dump({**TINY, "grid": {"method": ["random"], "ipc": [1]}}))
+    assert cli_main(["run", str(finished_only), "--summary"]) == 0
+    again_out = capsys.readouterr().out
+    assert again_out.startswith("finished 0, skipped 1 already finished, failed 0")
+    assert out.split("saved ")[0] in again_out  # the leaderboard as `ddlib summary` printed it
 
 
 def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path):
