@@ -225,6 +225,25 @@ def test_confusion_matrix_is_logged_at_evaluation_time(store):
     assert len(evals.loss_curves(cells, "syn_hard")) == 3
 
 
+def test_artifacts_of_a_local_store_are_read_in_place_as_mlflow_downloads_them(store, tmp_path, monkeypatch):
+    """``artifact_bytes`` reads a local store's files where they lie: the bytes MLflow's download gives,
+    None for a file the run does not have; an artifact URI not on this disk goes through MLflow."""
+    from ddlib.report import evals
+
+    lrs = load_boards()["lrs"]
+    run = evals.evaluation_runs(lrs["runs"].iloc[0].split(), "syn_hard")[0]
+    client = tracking.client()
+    downloaded = Path(client.download_artifacts(run.info.run_id, "confusion.json", str(tmp_path))).read_bytes()
+    assert evals.artifact_bytes(run, "confusion.json") == downloaded == evals.artifact_bytes(run.info.run_id, "confusion.json")
+    assert evals.artifact_bytes(run, "no/such.json") is None
+    assert evals._local_folder(run.info.artifact_uri) is not None
+    for elsewhere in ("mlflow-artifacts:/1/abc/artifacts", "s3://bucket/x", "file:///no/such/folder", None):
+        assert evals._local_folder(elsewhere) is None
+    monkeypatch.setattr(evals, "_local_folder", lambda uri: None)  # as on a tracking server: MLflow downloads
+    assert evals.artifact_bytes(run, "confusion.json") == downloaded
+    assert evals.artifact_bytes(run, "no/such.json") is None
+
+
 @pytest.fixture(scope="module")
 def site(store, tmp_path_factory) -> Path:
     """The leaderboard site of the module's store, written by the CLI."""

@@ -15,6 +15,8 @@ import json
 import tempfile
 from pathlib import Path
 from typing import Iterable
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from ddlib.protocols.cell import CONFUSION_ARTIFACT
 from ddlib.protocols.teachers import _quiet_downloads
@@ -57,7 +59,7 @@ def confusion_counts(cells: Iterable[str], role: str) -> tuple[list[list[int]] |
     (None, [], 0) where none was recorded."""
     total, classes, models = None, [], 0
     for run in evaluation_runs(cells, role):
-        data = artifact_bytes(run.info.run_id, CONFUSION_ARTIFACT)
+        data = artifact_bytes(run, CONFUSION_ARTIFACT)
         if data is None:
             continue
         record = json.loads(data)
@@ -67,11 +69,27 @@ def confusion_counts(cells: Iterable[str], role: str) -> tuple[list[list[int]] |
     return total, classes, models
 
 
-def artifact_bytes(run_id: str, path: str) -> bytes | None:
-    """An artifact's content, or None where the run has none at ``path``."""
+def artifact_bytes(run, path: str) -> bytes | None:
+    """An artifact's content, or None where the run has none at ``path``. ``run``: an MLflow run or
+    its id. Artifacts on this machine's disk (a local store) are read in place: MLflow's listing and
+    download look the run up twice per file (a summary reads one confusion matrix per model)."""
     mlflow_client = client()
+    info = (mlflow_client.get_run(run) if isinstance(run, str) else run).info
+    folder_here = _local_folder(info.artifact_uri)
+    if folder_here is not None:
+        file = folder_here / path
+        return file.read_bytes() if file.is_file() else None
     folder, _, name = path.rpartition("/")
-    if name not in {Path(a.path).name for a in mlflow_client.list_artifacts(run_id, folder or None)}:
+    if name not in {Path(a.path).name for a in mlflow_client.list_artifacts(info.run_id, folder or None)}:
         return None
     with tempfile.TemporaryDirectory(prefix="ddlib-artifact-") as tmp, _quiet_downloads():
-        return Path(mlflow_client.download_artifacts(run_id, path, tmp)).read_bytes()
+        return Path(mlflow_client.download_artifacts(info.run_id, path, tmp)).read_bytes()
+
+
+def _local_folder(artifact_uri: str | None) -> Path | None:
+    """The folder an artifact URI names on this machine (a plain path or ``file:``), else None."""
+    parsed = urlparse(artifact_uri or "")
+    if parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost") or not parsed.path:
+        return None
+    folder = Path(url2pathname(parsed.path))
+    return folder if folder.is_dir() else None
