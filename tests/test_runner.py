@@ -300,6 +300,39 @@ def test_the_local_pool_starts_a_cell_sharing_work_only_after_the_cell_computing
     assert ran["kcenter-10"][0] >= ran["kcenter-1"][1] and ran["random-1"][0] < ran["kcenter-10"][0]
 
 
+def _kernel_probe_cell(job, watch_parent=False):
+    """A cell that checks, in its pool worker, that the worker's kernel is up before any cell ran in it
+    and has imported what it was prestarted with (``colorsys``: nothing a kernel imports by itself)."""
+    from ddlib import kernels
+    from ddlib.executors import CellOutcome
+
+    km = kernels._state["km"]
+    if km is None or not kernels._alive(km) or kernels.cells_in_kernel() != 0:
+        return CellOutcome(job.name, "failed", error=f"no prestarted kernel ({kernels._state})")
+    kernels._run(km, "import sys\nassert 'colorsys' in sys.modules and sys.modules['colorsys'].__name__ == 'colorsys'\n")
+    return CellOutcome(job.name, "finished")
+
+
+def test_a_started_pool_starts_each_workers_kernel_before_its_first_cell(tmp_path, monkeypatch):
+    """``LocalExecutor.start`` (the runner calls it for a new store, whose cells all run) starts the
+    workers at once, and each its notebook kernel with the grid's modules imported, while the runner
+    creates the store; ``run`` then gives the cells to those workers. A worker started late
+    would have no kernel yet when its cell arrives."""
+    from ddlib import executors
+
+    monkeypatch.setattr(executors, "execute_cell", _kernel_probe_cell)
+    pool = executors.LocalExecutor(2)
+    pool.start(executors.Prestart(str(tmp_path), {"DDLIB_NUM_THREADS": "1"}, ("colorsys",)))
+    outcomes = []
+    jobs = [executors.CellJob("label_robust", "e", f"cell-{i}", {}, {}, {}, "", "") for i in range(2)]
+    pool.run(jobs, lambda job, outcome: outcomes.append((outcome.name, outcome.status, outcome.error)))
+    assert sorted(outcomes) == [("cell-0", "finished", None), ("cell-1", "finished", None)]
+    unused = executors.LocalExecutor(1)  # started, then not needed (another runner took the cells): it exits
+    unused.start(executors.Prestart(str(tmp_path), {"DDLIB_NUM_THREADS": "1"}, ("colorsys",)))
+    unused.close()
+    assert unused._pool is None
+
+
 def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):
     """On a Slurm or container share of a large node, os.cpu_count() is the node's: two workers would
     each run the node's cores in threads on the few granted (the suite saw a 6 s distillation take
