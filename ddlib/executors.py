@@ -19,6 +19,8 @@ The runner marks what a killed worker could not (see :func:`ddlib.tracking.owner
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import os
 import shutil
@@ -161,6 +163,7 @@ def _init_pool_worker(gpu_slots, prestart: Prestart | None = None) -> None:
     for signum in STOP_SIGNALS:
         signal.signal(signum, _on_stop_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    atexit.register(gc.freeze)  # the runner waits for its workers' exit: no last collection of their stack (ddlib.cli)
     gpu = gpu_slots.get() if gpu_slots is not None else None
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
