@@ -38,8 +38,8 @@ from typing import Callable, Sequence
 from ddlib import kernels, progress
 from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag
 
-__all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "Prestart", "RayExecutor", "execute_cell",
-           "next_job", "RAY_INSTALL_HINT"]
+__all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell", "next_job",
+           "RAY_INSTALL_HINT"]
 
 # ipykernel 7 warns on every start that its local TCP transport is unencrypted; the kernels of a
 # batch run talk only to this process over loopback, and a shutdown logs a spurious
@@ -138,28 +138,16 @@ def interrupted(signum: int) -> str:
 
 
 def _on_stop_signal(signum, frame) -> None:
-    if _CURRENT is None:  # between cells, or starting its kernel: the kept kernel (own session) goes too
-        _kill_children()
+    if _CURRENT is None:
         os._exit(128 + signum)
     _CURRENT.stop(interrupted(signum), signum)
 
 
-@dataclass(frozen=True)
-class Prestart:
-    """What a pool worker's kernel is started for before its first cell: the notebook folder, the cells'
-    environment (the store, the thread count) and the modules every cell of the grid imports."""
-    cwd: str
-    env: dict
-    modules: tuple[str, ...]
-
-
-def _init_pool_worker(gpu_slots, prestart: Prestart | None = None) -> None:
+def _init_pool_worker(gpu_slots) -> None:
     """Pool worker start: SIGINT (Ctrl-C reaches the runner's whole process group) and SIGTERM
     (which the runner forwards) stop the worker's cell, naming the signal; they were blocked while
     the worker started (:meth:`LocalExecutor.run`), so a Ctrl-C during its imports is no traceback.
-    With ``--gpus`` each worker takes one device, which its kernels alone see. With ``prestart`` the
-    worker starts its notebook kernel now (:func:`ddlib.kernels.prestart`); if that fails, its first
-    cell starts one as usual."""
+    With ``--gpus`` each worker takes one device, which its kernels alone see."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, _on_stop_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
@@ -167,15 +155,6 @@ def _init_pool_worker(gpu_slots, prestart: Prestart | None = None) -> None:
     gpu = gpu_slots.get() if gpu_slots is not None else None
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    if prestart is not None:
-        try:
-            kernels.prestart(prestart.cwd, prestart.env, KERNEL_ARGUMENTS, list(prestart.modules))
-        except Exception:  # noqa: BLE001 - only a head start: the first cell starts a kernel itself
-            kernels.release_kernel()
-
-
-def _started() -> None:
-    """A task that only makes the pool start a worker (ProcessPoolExecutor starts them on submit)."""
 
 
 def _monitor(watch: _Watch, tracker: Tracker, run_id: str, deadline: float | None, timeout: float | None,
@@ -311,39 +290,6 @@ class LocalExecutor:
     def __init__(self, workers: int, gpus: Sequence[str] | None = None):
         self.workers = max(1, workers)
         self.gpus = list(gpus) if gpus else None
-        self._pool: ProcessPoolExecutor | None = None
-
-    def _new_pool(self, prestart: Prestart | None = None) -> ProcessPoolExecutor:
-        context = get_context("spawn")
-        slots = None
-        if self.gpus:
-            slots = context.Queue()
-            for i in range(self.workers):
-                slots.put(self.gpus[i % len(self.gpus)])
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_init_pool_worker,
-                                   initargs=(slots, prestart))
-
-    def start(self, prestart: Prestart) -> None:
-        """Start the workers now, each starting its kernel for ``prestart``, before :meth:`run` is
-        given the cells: the runner calls it where every cell will run (a new store) and it has its
-        own work to do meanwhile (creating the store). :meth:`run` then uses these workers."""
-        self._pool = self._new_pool(prestart)
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # as in run(): workers start blocked
-        try:
-            for _ in range(self.workers):  # one worker per submit while none is idle
-                self._pool.submit(_started)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-
-    def close(self, signum: int | None = None) -> None:
-        """Let go of workers :meth:`start` started that :meth:`run` will not use: they finish starting
-        and exit (or, with ``signum``, are stopped with it at once)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            if signum is None:
-                pool.shutdown(wait=True)
-            else:
-                _terminate(pool, signum)
 
     def threads_per_cell(self) -> int:
         from ddlib.engine.device import usable_cores
@@ -351,7 +297,14 @@ class LocalExecutor:
         return max(1, usable_cores() // self.workers)
 
     def run(self, jobs: Sequence[CellJob], on_outcome: OnOutcome) -> None:
-        pool, self._pool = self._pool or self._new_pool(), None
+        context = get_context("spawn")
+        slots = None
+        if self.gpus:
+            slots = context.Queue()
+            for i in range(self.workers):
+                slots.put(self.gpus[i % len(self.gpus)])
+        pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_init_pool_worker,
+                                   initargs=(slots,))
         pending, running, done = list(jobs), {}, set()
 
         def start_next() -> None:

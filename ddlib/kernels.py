@@ -17,7 +17,7 @@ import atexit
 import json
 import os
 
-__all__ = ["WARM_KERNEL_ENV", "warm_kernels_enabled", "kernel_for", "prestart", "cells_in_kernel", "release_kernel"]
+__all__ = ["WARM_KERNEL_ENV", "warm_kernels_enabled", "kernel_for", "cells_in_kernel", "release_kernel"]
 
 WARM_KERNEL_ENV = "DDLIB_WARM_KERNEL"
 START_TIMEOUT = 60.0
@@ -86,19 +86,6 @@ def kernel_for(cwd: str, env: dict, cell_env: dict, extra_arguments: list[str]):
         atexit.register(release_kernel)
         _state["atexit"] = True
     return km
-
-
-def prestart(cwd: str, env: dict, extra_arguments: list[str], modules: list[str]) -> None:
-    """Start this worker's kernel before its first cell arrives and import ``modules`` in it, while the
-    runner still prepares the grid (a new store: :meth:`ddlib.executors.LocalExecutor.start`). The first
-    cell then finds the kernel started for it, counts it fresh (no cell ran in it) and clears it as
-    any kept kernel (``%reset -f``): what stays is imported modules, as after a warm cell."""
-    os.environ.update(env)  # what execute_cell sets before it starts a kernel
-    km = kernel_for(cwd, env, env, extra_arguments)
-    if km is None:
-        return
-    _run(km, "".join(f"import {name}\n" for name in modules))
-    _state["cells"] = 0  # its first cell is its first
 
 
 def cells_in_kernel() -> int:

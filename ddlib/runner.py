@@ -41,16 +41,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ddlib.executors import (CellJob, CellOutcome, ExecutorError, LocalExecutor, Prestart, RayExecutor, interrupted,
-                             short_error, stop_signal)
-from ddlib.kernels import warm_kernels_enabled
+from ddlib.executors import (CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor, interrupted, short_error,
+                             stop_signal)
 from ddlib import progress as cell_progress
 from ddlib.console import CellLines, progress_files, progress_tags
 from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.protocols.cell import cell_tags, run_name
 from ddlib.protocols.leakage import LEAKAGE_TAG, STRICT_ENV, test_leaked
 from ddlib.tracking import (TAG, Tracker, config_hash, default_tags, init_store, is_server_uri, project_folder,
-                            owner_is_gone, store_environment, store_is_new, tracking_uri)
+                            owner_is_gone, store_environment, tracking_uri)
 from ddlib.shown import shown
 from ddlib.yamlfile import YamlFileError, load_yaml
 
@@ -351,54 +350,6 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
                 "MLFLOW_TRACKING_URI=http://127.0.0.1:5000")
     workers = workers or (len(gpu_ids) if gpu_ids else 1)
     report = RunReport()
-    from ddlib.protocols.spec import notebook_folder
-
-    notebook = str((notebook_folder(spec.protocol) or notebooks_dir()) / PROTOCOLS[spec.protocol][0])
-    progress_dir = tempfile.mkdtemp(prefix="ddlib-progress-") if executor == "local" and progress and not dry_run else None
-    early = None
-    if executor == "local" and not dry_run and cells and warm_kernels_enabled() and store_is_new():
-        # A new store holds no finished cell, so every cell runs: the workers start their kernels now,
-        # while this process creates the store (the demo's first training 3 s sooner, bench/README.md).
-        early = LocalExecutor(min(workers, len(cells)), gpu_ids)
-        early.start(Prestart(str(Path(notebook).parent), _cell_env(early, strict, progress_dir),
-                             prestart_modules(spec.protocol)))
-    try:
-        return _run_cells(spec, cells, report, workers, dry_run, progress, executor, address, gpu_ids, timeout, strict,
-                          force, started, notebook, progress_dir, early)
-    except BaseException as stop:
-        if early is not None:
-            early.close(stop_signal(stop))
-        raise
-    finally:
-        if progress_dir:
-            shutil.rmtree(progress_dir, ignore_errors=True)
-
-
-def prestart_modules(protocol: str) -> tuple[str, ...]:
-    """What every cell's kernel imports (a prestarted kernel imports it first): the protocol's module and
-    the report helpers its notebook imports, torchvision (the set's image grid) and torch._dynamo (which
-    torch's optimizers import on first use)."""
-    return (protocol_module(protocol).__name__, "ddlib.report.viz", "torchvision.utils", "torch._dynamo")
-
-
-def _cell_env(runner, strict: bool, progress_dir: str | None) -> dict:
-    """The environment of every cell's worker and kernel: the store, the thread count, the progress folder."""
-    # Threads per cell: the cores shared out between the workers, unless DDLIB_NUM_THREADS fixes it
-    # (CPU results are bit-identical only for the same thread count). MLflow prints a "View run ...
-    # at" line per finished run on a server: not into every notebook.
-    threads = os.environ.get("DDLIB_NUM_THREADS") or str(runner.threads_per_cell())
-    env = {**store_environment(), "DDLIB_NUM_THREADS": threads, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
-           **({STRICT_ENV: "1"} if strict else {})}
-    if progress_dir:
-        env[cell_progress.DIR_ENV] = progress_dir
-    return env
-
-
-def _run_cells(spec: GridSpec, cells: list[dict], report: RunReport, workers: int, dry_run: bool, progress: bool,
-               executor: str, address: str | None, gpu_ids: list[str] | None, timeout: float | None, strict: bool,
-               force: bool, started: float, notebook: str, progress_dir: str | None,
-               early: LocalExecutor | None) -> RunReport:
-    """:func:`run_grid` once the grid is checked: the store, the cells to run, the executor."""
     init_store()  # create the database once, before any worker touches it
     tracker = Tracker(spec.experiment)
     report.reaped = reap_stale_runs(tracker)
@@ -421,9 +372,6 @@ def _run_cells(spec: GridSpec, cells: list[dict], report: RunReport, workers: in
     if dry_run:
         report.finished = [name for name, _, _ in todo]
         return report
-    if early is not None and early.workers != min(workers, len(todo)):  # another runner took cells meanwhile
-        early.close()
-        early = None
     if not todo:
         report.seconds = time.perf_counter() - started
         return report
@@ -431,9 +379,20 @@ def _run_cells(spec: GridSpec, cells: list[dict], report: RunReport, workers: in
     if executor == "ray":
         runner = RayExecutor(address, min(workers, len(todo)), spec.cpus_per_cell, spec.gpus_per_cell)
     else:
-        runner = early or LocalExecutor(min(workers, len(todo)), gpu_ids)
+        runner = LocalExecutor(min(workers, len(todo)), gpu_ids)
     runner_id = uuid.uuid4().hex[:12]
-    env = _cell_env(runner, strict, progress_dir)
+    # Threads per cell: the cores shared out between the workers, unless DDLIB_NUM_THREADS fixes it
+    # (CPU results are bit-identical only for the same thread count). MLflow prints a "View run ...
+    # at" line per finished run on a server: not into every notebook.
+    threads = os.environ.get("DDLIB_NUM_THREADS") or str(runner.threads_per_cell())
+    env = {**store_environment(), "DDLIB_NUM_THREADS": threads, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+           **({STRICT_ENV: "1"} if strict else {})}
+    progress_dir = tempfile.mkdtemp(prefix="ddlib-progress-") if executor == "local" and progress else None
+    if progress_dir:
+        env[cell_progress.DIR_ENV] = progress_dir
+    from ddlib.protocols.spec import notebook_folder
+
+    notebook = str((notebook_folder(spec.protocol) or notebooks_dir()) / PROTOCOLS[spec.protocol][0])
     jobs = [CellJob(spec.protocol, spec.experiment, name, params, {**default_tags(spec.protocol), **tags}, env,
                     notebook, runner_id, timeout, force, cell_shares(params)) for name, params, tags in todo]
     bar = tqdm(total=len(jobs), desc=f"{spec.protocol} ({len(report.skipped)} skipped)", disable=not progress)
@@ -467,6 +426,8 @@ def _run_cells(spec: GridSpec, cells: list[dict], report: RunReport, workers: in
     finally:
         lines.close()
         bar.close()
+        if progress_dir:
+            shutil.rmtree(progress_dir, ignore_errors=True)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     _settle(tracker, runner_id, "FAILED", "its worker process died")

@@ -39,7 +39,7 @@ from ddlib.cache import cache_dir
 __all__ = [
     "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "client", "Tracker", "runs",
     "config_hash", "flatten", "default_tags", "git_commit", "code_version", "project_folder", "TAG", "is_server_uri", "owner_tag",
-    "owner_is_gone", "STALE_AFTER_SECONDS", "unreachable_server", "store_is_new",
+    "owner_is_gone", "STALE_AFTER_SECONDS", "unreachable_server",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -111,12 +111,6 @@ def tracking_uri() -> str:
 
 def artifact_root() -> Path:
     return mlruns_dir() / "artifacts"
-
-
-def store_is_new(uri: str | None = None) -> bool:
-    """Whether the store is a database file not created yet (it holds no run)."""
-    uri = uri or tracking_uri()
-    return uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists()
 
 
 def is_server_uri(uri: str | None = None) -> bool:

@@ -1,5 +1,6 @@
 """The batch runner end to end: papermill executions tracked in MLflow, skipping, failures."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -300,37 +301,41 @@ def test_the_local_pool_starts_a_cell_sharing_work_only_after_the_cell_computing
     assert ran["kcenter-10"][0] >= ran["kcenter-1"][1] and ran["random-1"][0] < ran["kcenter-10"][0]
 
 
-def _kernel_probe_cell(job, watch_parent=False):
-    """A cell that checks, in its pool worker, that the worker's kernel is up before any cell ran in it
-    and has imported what it was prestarted with (``colorsys``: nothing a kernel imports by itself)."""
-    from ddlib import kernels
-    from ddlib.executors import CellOutcome
+def _idle_worker_with_a_kept_kernel(pids) -> None:
+    """A pool worker between cells: its handlers set, its kept kernel started; then it waits."""
+    import time
 
-    km = kernels._state["km"]
-    if km is None or not kernels._alive(km) or kernels.cells_in_kernel() != 0:
-        return CellOutcome(job.name, "failed", error=f"no prestarted kernel ({kernels._state})")
-    kernels._run(km, "import sys\nassert 'colorsys' in sys.modules and sys.modules['colorsys'].__name__ == 'colorsys'\n")
-    return CellOutcome(job.name, "finished")
+    from ddlib import executors, kernels
+
+    executors._init_pool_worker(None)
+    km = kernels.kernel_for(os.getcwd(), {}, {}, executors.KERNEL_ARGUMENTS)
+    pids.put(km.provisioner.pid)
+    time.sleep(120)
 
 
-def test_a_started_pool_starts_each_workers_kernel_before_its_first_cell(tmp_path, monkeypatch):
-    """``LocalExecutor.start`` (the runner calls it for a new store, whose cells all run) starts the
-    workers at once, and each its notebook kernel with the grid's modules imported, while the runner
-    creates the store; ``run`` then gives the cells to those workers. A worker started late
-    would have no kernel yet when its cell arrives."""
-    from ddlib import executors
+def test_a_worker_stopped_between_cells_takes_its_kept_kernel_with_it():
+    """The kept kernel runs in a session of its own (a Ctrl-C to the runner's process group misses it):
+    a worker stopped while no cell runs exits at once, and its kernel, which watches its parent, ends
+    too: no kernel outlives the grid."""
+    import multiprocessing
+    import signal
+    import time
 
-    monkeypatch.setattr(executors, "execute_cell", _kernel_probe_cell)
-    pool = executors.LocalExecutor(2)
-    pool.start(executors.Prestart(str(tmp_path), {"DDLIB_NUM_THREADS": "1"}, ("colorsys",)))
-    outcomes = []
-    jobs = [executors.CellJob("label_robust", "e", f"cell-{i}", {}, {}, {}, "", "") for i in range(2)]
-    pool.run(jobs, lambda job, outcome: outcomes.append((outcome.name, outcome.status, outcome.error)))
-    assert sorted(outcomes) == [("cell-0", "finished", None), ("cell-1", "finished", None)]
-    unused = executors.LocalExecutor(1)  # started, then not needed (another runner took the cells): it exits
-    unused.start(executors.Prestart(str(tmp_path), {"DDLIB_NUM_THREADS": "1"}, ("colorsys",)))
-    unused.close()
-    assert unused._pool is None
+    import psutil
+
+    context = multiprocessing.get_context("spawn")
+    pids = context.Queue()
+    worker = context.Process(target=_idle_worker_with_a_kept_kernel, args=(pids,))
+    worker.start()
+    kernel = pids.get(timeout=120)
+    assert psutil.pid_exists(kernel)
+    os.kill(worker.pid, signal.SIGTERM)
+    worker.join(30)
+    assert worker.exitcode == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(kernel) and psutil.Process(kernel).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
 
 
 def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):
