@@ -332,10 +332,17 @@ def test_a_worker_stopped_between_cells_takes_its_kept_kernel_with_it():
     os.kill(worker.pid, signal.SIGTERM)
     worker.join(30)
     assert worker.exitcode == 128 + signal.SIGTERM
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
     deadline = time.monotonic() + 10
-    while psutil.pid_exists(kernel) and psutil.Process(kernel).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+    while not gone() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
+    assert gone()
 
 
 def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):
