@@ -406,6 +406,18 @@ def test_cuda_test_batches_halve_on_out_of_memory():
     assert tried == [64, 36]  # the CPU keeps the recipe's batch
 
 
+def test_a_cell_tests_in_the_batches_a_fresh_process_would(mlflow_store):
+    """A CUDA test batch halved on out-of-memory is remembered for the rest of the cell, not carried
+    into the next cell of a warm kernel (which a fresh process would start at the whole set)."""
+    from ddlib.engine import test_pass
+    from ddlib.protocols import label_robust
+
+    test_pass._EVAL_BATCH[("fake-model", 1)] = 250  # a halving in an earlier cell
+    cell = label_robust.open_cell(dataset="digits", method="random", ipc=1, seeds=[0], lr_policy="fixed")
+    cell.close()
+    assert test_pass._EVAL_BATCH == {}
+
+
 ALLOCATOR_PROBE = """
 import json, resource, sys
 import torch

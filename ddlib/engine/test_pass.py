@@ -19,7 +19,7 @@ import torch.nn as nn
 from ddlib.engine.device import autocast, resolve_device, synchronize
 
 __all__ = ["Normalize", "as_pixels", "model_accuracy", "model_confusion", "standard_layout", "PreparedTestSet",
-           "CALIBRATION_BINS", "test_trained"]
+           "CALIBRATION_BINS", "test_trained", "forget_test_batches"]
 
 
 class Normalize(nn.Module):
@@ -110,9 +110,16 @@ def standard_layout(t: torch.Tensor) -> torch.Tensor:
     return t.clone(memory_format=torch.contiguous_format)  # row-major strides, whatever t's were
 
 
+def forget_test_batches() -> None:
+    """Forget the CUDA test batches remembered after an out-of-memory halving. Called when a cell
+    opens: a cell in a warm kernel then tests in the batches a fresh process would (after another
+    cell's halving it would test in smaller batches, which on a GPU may pick other kernels)."""
+    _EVAL_BATCH.clear()
+
+
 def _largest_fitting(fn, n: int, batch: int, device: torch.device, memo_key) -> list:
     """``[fn(start, stop), ...]`` over ``range(n)`` in chunks. On CUDA the first chunk is the whole
-    range (or the size that fitted before), halved on out-of-memory and remembered."""
+    range (or the size that fitted before in this cell), halved on out-of-memory and remembered."""
     if device.type == "cuda":
         batch = _EVAL_BATCH.get(memo_key, max(n, 1))
     while True:

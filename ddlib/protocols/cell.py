@@ -43,7 +43,7 @@ from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params,
 from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
-from ddlib.engine.test_pass import test_trained
+from ddlib.engine.test_pass import forget_test_batches, test_trained
 from ddlib.progress import ProgressWriter, writer_from_env
 
 __all__ = ["Cell", "TrainedModel", "group_params", "cell_tags", "device_name"]
@@ -128,6 +128,7 @@ class Cell:
         identity is tagged (:data:`POOL_TAG`)."""
         configure_threads()
         forget_compiled()  # a cell compiles as in a fresh process (recompile_limit counts per process)
+        forget_test_batches()  # and tests in the batches a fresh process would (CUDA's halvings)
         init_store()
         tracker = Tracker(experiment or protocol)
         device = resolve_device(params.get("device", "auto"))
