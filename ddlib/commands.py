@@ -5,6 +5,7 @@ command line of :mod:`ddlib.cli`."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
@@ -256,19 +257,19 @@ def ui_argv(port: int = UI_PORT, host: str = UI_HOST) -> list[str]:
 
 def _cmd_ui(args) -> int:
     from ddlib.report.ui import ui_urls
-    from ddlib.server import ServerError, run_foreground
+    from ddlib.server import JOB_EXECUTION_ENV, ServerError, mlflow_server_env, run_foreground
     from ddlib.tracking import init_store
 
-    argv = ui_argv(args.port)
+    argv, env = ui_argv(args.port), mlflow_server_env()
     if args.print:
-        print(shlex.join(argv))
+        print(shlex.join(argv if JOB_EXECUTION_ENV in os.environ else ["env", f"{JOB_EXECUTION_ENV}=false", *argv]))
         return 0
     init_store()
     base = f"http://{UI_HOST}:{args.port}"
     pages = "".join(f"runs of {name}: {url}\n" for name, url in ui_urls(base).items())
     print(f"starting MLflow's UI on {base} ...", flush=True)
     try:
-        return run_foreground(argv, None, base, f"{pages}MLflow UI on {base} (Ctrl-C stops it)")
+        return run_foreground(argv, env, base, f"{pages}MLflow UI on {base} (Ctrl-C stops it)")
     except ServerError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 1

@@ -22,8 +22,8 @@ from typing import IO
 
 from ddlib.tracking import artifact_root, is_server_uri, tracking_uri
 
-__all__ = ["ServerError", "server_command", "start_server", "stop_server", "wait_healthy", "serve", "run_foreground",
-           "LOOPBACK"]
+__all__ = ["ServerError", "server_command", "mlflow_server_env", "JOB_EXECUTION_ENV", "start_server", "stop_server",
+           "wait_healthy", "serve", "run_foreground", "LOOPBACK"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -48,6 +48,19 @@ def _defaults(backend_store_uri: str | None, artifacts_destination: str | os.Pat
     return backend_store_uri, destination
 
 
+# MLflow's server runs "jobs" (GenAI prompt optimisation, scorers, trace rollups) in Huey consumer
+# processes it starts with the server unless this is false: 8 more processes, which took 31-33 CPU-s in
+# their first 20 s against 9.3-9.6 s without them, and /health 3-4 s later (2-core EPYC; bench/README.md).
+# ddlib uses none of these jobs; a user who does sets the variable to true and it is left as it is.
+JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+
+
+def mlflow_server_env(**extra: str) -> dict[str, str]:
+    """The environment of an MLflow server or UI ddlib starts: this process's, ``extra``, and MLflow's
+    job execution off unless the environment already says (:data:`JOB_EXECUTION_ENV`)."""
+    return {JOB_EXECUTION_ENV: "false", **os.environ, **extra}
+
+
 def server_command(backend_store_uri: str | None = None, artifacts_destination: str | os.PathLike | None = None,
                    host: str = LOOPBACK, port: int = 5000, workers: int | None = None) -> tuple[list[str], dict[str, str]]:
     """The ``mlflow server`` command line (this interpreter's MLflow) and its environment. The
@@ -58,7 +71,7 @@ def server_command(backend_store_uri: str | None = None, artifacts_destination: 
                "--host", host, "--port", str(port)]
     if workers is not None:
         command += ["--workers", str(workers)]
-    return command, {**os.environ, "MLFLOW_BACKEND_STORE_URI": backend}
+    return command, mlflow_server_env(MLFLOW_BACKEND_STORE_URI=backend)
 
 
 def wait_healthy(url: str, process: subprocess.Popen | None = None, timeout: float = 180.0) -> None:

@@ -286,17 +286,20 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_ui_prints_its_address_once_it_answers_and_sigterm_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
     """`ddlib ui` says where the UI is only once /health answers, and a SIGTERM to the ddlib process
-    alone (not its group) stops MLflow's UI with its uvicorn and job workers: the port is free again.
+    alone (not its group) stops MLflow's UI with its uvicorn workers: the port is free again. MLflow's
+    job workers (Huey consumers) are not started: ddlib turns MLflow's job execution off.
     Why it takes about 20 s: `python -m ddlib ui` creates the new store (MLflow's schema migrations),
-    then MLflow's UI process starts (its imports, uvicorn and job workers) until /health answers, most
+    then MLflow's UI process starts (its imports and uvicorn workers) until /health answers, most
     of the time; after the SIGTERM, the whole tree's graceful stop takes several seconds. A real process
     tree is the point: only it shows a worker left listening."""
     import psutil
 
     use_store(monkeypatch, tmp_path / "store")
+    monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
     assert cli_main(["ui", "--print"]) == 0
     command = capsys.readouterr().out
-    assert command.startswith(sys.executable) and "--host 127.0.0.1" in command and "mlflow ui" in command
+    assert command.startswith(f"env MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false {sys.executable}")
+    assert "--host 127.0.0.1" in command and "mlflow ui" in command
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "ddlib", "ui", "--port", str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -310,6 +313,7 @@ def test_ui_prints_its_address_once_it_answers_and_sigterm_leaves_nothing_behind
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status == 200
         tree = psutil.Process(proc.pid).children(recursive=True)
         assert tree  # MLflow's UI and its workers
+        assert not [p.cmdline() for p in tree if "huey" in " ".join(p.cmdline())]  # MLflow's job workers off
         proc.send_signal(signal.SIGTERM)  # the ddlib process only, as `kill <pid>` does
         assert proc.wait(timeout=60) == 0
         gone, alive = psutil.wait_procs(tree, timeout=30)

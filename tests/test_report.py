@@ -314,14 +314,17 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _mlflow_ui():
-    """An ``mlflow server`` on the test store; yields its base URL."""
+    """An ``mlflow server`` on the test store (in the environment ddlib gives its servers); yields its base URL."""
+    from ddlib.server import mlflow_server_env
+
     mlflow = Path(sys.executable).with_name("mlflow")
     if not mlflow.exists():
         mlflow = shutil.which("mlflow")
     port = _free_port()
     server = subprocess.Popen([str(mlflow), "server", "--backend-store-uri", tracking.tracking_uri(), "--host",
                                "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                              env=mlflow_server_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while True:

@@ -182,6 +182,17 @@ def test_a_database_password_never_reaches_the_server_command_line(tmp_path):
     assert env["MLFLOW_BACKEND_STORE_URI"] == uri
 
 
+def test_mlflows_job_execution_is_off_unless_the_environment_turns_it_on(tmp_path, monkeypatch):
+    """MLflow's server starts 8 Huey job consumers (GenAI jobs ddlib never submits) unless told not
+    to: about 22 CPU-s per server start on two cores. A user's own setting is kept."""
+    from ddlib.server import server_command
+
+    monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
+    assert server_command("sqlite:///x.db", tmp_path)[1]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "true")
+    assert server_command("sqlite:///x.db", tmp_path)[1]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"
+
+
 def test_ddlib_server_binds_loopback_and_sigterm_stops_the_whole_server(tmp_path):
     """`python -m ddlib server` with no --host listens on 127.0.0.1 only, and SIGTERM to it stops
     MLflow's server and its uvicorn workers too (before, they kept listening, orphaned). Why it takes
