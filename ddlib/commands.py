@@ -5,7 +5,6 @@ command line of :mod:`ddlib.cli`."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 
@@ -262,7 +261,7 @@ def _cmd_ui(args) -> int:
 
     argv, env = ui_argv(args.port), mlflow_server_env()
     if args.print:
-        print(shlex.join(argv if JOB_EXECUTION_ENV in os.environ else ["env", f"{JOB_EXECUTION_ENV}=false", *argv]))
+        print(shlex.join(["env", f"{JOB_EXECUTION_ENV}={env[JOB_EXECUTION_ENV]}", *argv]))  # as it would start
         return 0
     init_store()
     base = f"http://{UI_HOST}:{args.port}"
