@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ddlib import kernels, progress
-from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag
+from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag, release_store_locks
 
 __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell", "next_job",
            "RAY_INSTALL_HINT"]
@@ -334,6 +334,7 @@ class LocalExecutor:
                         outcome = CellOutcome(job.name, "failed", error=short_error(exc))
                     on_outcome(job, outcome)
         except BaseException as stop:
+            release_store_locks(stop)  # an interruption inside a store read: its lock would block the workers' writes
             _terminate(pool, stop_signal(stop))
             raise
         pool.shutdown(wait=True)
@@ -421,7 +422,8 @@ class RayExecutor:
                 except Exception as exc:  # noqa: BLE001 - the task's worker died or Ray failed it
                     outcome = CellOutcome(job.name, "failed", error=short_error(getattr(exc, "cause", None) or exc))
                 on_outcome(job, outcome)
-        except BaseException:
+        except BaseException as stop:
+            release_store_locks(stop)
             for ref in pending:
                 ray.cancel(ref, force=True)
             raise

@@ -49,7 +49,7 @@ from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.protocols.cell import cell_tags, run_name
 from ddlib.protocols.leakage import LEAKAGE_TAG, STRICT_ENV, test_leaked
 from ddlib.tracking import (TAG, Tracker, config_hash, default_tags, init_store, is_server_uri, project_folder,
-                            owner_is_gone, store_environment, tracking_uri)
+                            owner_is_gone, release_store_locks, store_environment, tracking_uri)
 from ddlib.shown import shown
 from ddlib.yamlfile import YamlFileError, load_yaml
 
@@ -419,6 +419,7 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     try:
         runner.run(jobs, record)
     except BaseException as stop:
+        release_store_locks(stop)  # before _settle writes (an interruption may land inside a store read)
         why = (interrupted(stop_signal(stop)) if isinstance(stop, KeyboardInterrupt)
                else f"the runner stopped ({short_error(stop)}); rerun the grid to redo it")
         _settle(tracker, runner_id, "KILLED", why)

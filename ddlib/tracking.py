@@ -39,7 +39,7 @@ from ddlib.cache import cache_dir
 __all__ = [
     "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "client", "Tracker", "runs",
     "config_hash", "flatten", "default_tags", "git_commit", "code_version", "project_folder", "TAG", "is_server_uri", "owner_tag",
-    "owner_is_gone", "STALE_AFTER_SECONDS", "unreachable_server",
+    "owner_is_gone", "STALE_AFTER_SECONDS", "unreachable_server", "release_store_locks",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -214,6 +214,24 @@ def _copy_migrated_tables(new: Path) -> Path | None:
     except Exception:  # noqa: BLE001 - MLflow creates and migrates the tables itself, as without the copy
         new.unlink(missing_ok=True)
         return None
+
+
+def release_store_locks(error: BaseException) -> None:
+    """Let go of what a store call that ``error`` interrupted still holds, before anything writes.
+
+    Ctrl-C or SIGTERM raised inside a query (the runner's handlers raise wherever its main thread is)
+    leaves that query's SQLite cursor referenced by the traceback's frames, and with it a read lock
+    on a local store that blocks every write: the runner's own marking of its cells KILLED and its
+    workers' (MLflow waits its 20 s busy timeout, then "database is locked"). Clears the locals of the
+    finished frames of ``error``'s traceback, and of the exceptions it interrupted; the traceback still
+    prints. Call it where an interruption is caught."""
+    import traceback
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error = error.__context__
 
 
 def init_store() -> str:

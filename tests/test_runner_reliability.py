@@ -303,6 +303,41 @@ def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_stor
 
 
 @pytest.mark.slow
+def test_an_interruption_inside_a_store_read_still_marks_the_running_cells_killed(mlflow_store, tmp_path,
+                                                                                 probe_notebooks, monkeypatch):
+    """SIGTERM (or Ctrl-C) raises wherever the runner's main thread is, also inside a query of the store
+    (here: the finished cell's sanity tag). The interrupted query's cursor, kept alive by the traceback,
+    held a read lock on the SQLite store: the runner's marking of its running cells KILLED waited
+    MLflow's 20 s busy timeout, then failed with "database is locked" instead of stopping the grid (the
+    SIGTERM resume test failed so once in the suite). Why it takes about 20 s: a grid of probe cells
+    in two spawned workers, stopped when the first cell finishes."""
+    from sqlalchemy.orm import loading
+
+    from ddlib import runner as runner_module
+
+    monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
+    monkeypatch.setenv("DDLIB_PROBE_SLEEP", "4")
+    real_instances = loading.instances
+
+    def read_interrupted(tracker, run_id):
+        def interrupt(*args, **kwargs):
+            raise runner_module.GridInterrupted("signal 15")
+
+        loading.instances = interrupt  # the rows of the query are being read when the signal lands
+        try:
+            return tracker.client.get_run(run_id)
+        finally:
+            loading.instances = real_instances
+
+    monkeypatch.setattr(runner_module, "_sanity_flag", read_interrupted)
+    grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2, 3]}}
+    with pytest.raises(runner_module.GridInterrupted):  # not MLflow's "database is locked"
+        run_grid(write_grid(tmp_path, grid), workers=2, progress=False)
+    assert not cell_runs(status="RUNNING")
+    assert "KILLED" in {r.info.status for r in cell_runs()}
+
+
+@pytest.mark.slow
 def test_cell_over_its_timeout_fails_with_the_partial_notebook(mlflow_store, tmp_path, probe_notebooks, monkeypatch):
     """A cell over its timeout is stopped, marked FAILED with the reason, and keeps its partial notebook.
     Why it takes about 20 s: the 15 s timeout itself (the probe cell sleeps 600 s) and the kernel's start."""
