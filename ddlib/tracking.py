@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -378,6 +379,12 @@ def default_tags(protocol: str, device: str | None = None) -> dict[str, str]:
     return tags
 
 
+_INPUT_ATTEMPTS = 3
+# A concurrent insert of the same dataset, as SQLite and PostgreSQL report it (through a server too).
+_UNIQUE_VIOLATION = re.compile(r"UNIQUE constraint failed: datasets\.|UniqueViolation|duplicate key value violates unique "
+                               r"constraint")
+
+
 class Tracker:
     """Writes runs of one experiment. All methods take explicit run ids."""
 
@@ -448,6 +455,22 @@ class Tracker:
 
     def log_artifact(self, run_id: str, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def log_inputs(self, run_id: str, datasets: list) -> None:
+        """Link ``datasets`` (``mlflow.data`` inputs) to a run. MLflow looks a dataset up by experiment,
+        name and digest and inserts it where absent, in one transaction: two cells logging the same
+        test set at once both insert it, and the second fails on the table's unique key (seen with Ray
+        cells writing to a tracking server). Its transaction wrote nothing, so it is tried again, and
+        then finds the first one's dataset."""
+        from mlflow.exceptions import MlflowException
+
+        for attempt in range(_INPUT_ATTEMPTS):
+            try:
+                return self.client.log_inputs(run_id, datasets=datasets)
+            except MlflowException as error:
+                if attempt + 1 == _INPUT_ATTEMPTS or not _UNIQUE_VIOLATION.search(str(error)):
+                    raise
+                time.sleep(0.1 * (attempt + 1))
 
     def log_dict(self, run_id: str, obj: dict, name: str) -> None:
         self.client.log_dict(run_id, obj, name)

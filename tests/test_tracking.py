@@ -232,3 +232,45 @@ def test_copied_tables_mlflow_refuses_are_dropped_and_the_store_made_as_mlflow_m
     tables.write_bytes(b"not a database")
     tracking.Tracker("x").start_run("works")
     assert (mlflow_store / "mlflow.db").is_file() and not tables.exists()
+
+
+def test_a_dataset_two_cells_insert_at_once_is_linked_on_a_second_try(mlflow_store, monkeypatch):
+    """MLflow inserts a dataset it did not find in the same transaction; a cell that loses that race to
+    another (the same test set, logged at once) gets the store's unique-key error, as a Ray cell did
+    through a tracking server. The insert is tried again and finds the other's dataset; any other
+    error is raised at once."""
+    import mlflow.data
+    import numpy as np
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.exceptions import MlflowException
+
+    tracker = Tracker("inputs")
+    run_id = tracker.start_run("cell")
+    dataset = mlflow.data.from_numpy(np.zeros((2, 2)), name="digits test")._to_mlflow_entity()
+    inputs = [DatasetInput(dataset, [InputTag("mlflow.data.context", "test")])]
+    other = Tracker("inputs")
+    real = tracker.client.log_inputs
+    calls = []
+
+    def loses_the_race(run, datasets):
+        calls.append(run)
+        if len(calls) == 1:  # the other cell commits the same dataset while this insert runs
+            real(other.start_run("other cell"), datasets=datasets)
+            raise MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, "
+                                  "datasets.name, datasets.digest")
+        return real(run, datasets=datasets)
+
+    monkeypatch.setattr(tracker.client, "log_inputs", loses_the_race)
+    tracker.log_inputs(run_id, inputs)
+    assert len(calls) == 2
+    assert [d.dataset.digest for d in tracker.client.get_run(run_id).inputs.dataset_inputs] == [dataset.digest]
+
+    def broken(run, datasets):
+        calls.append(run)
+        raise MlflowException("(sqlite3.OperationalError) no such table: datasets")
+
+    monkeypatch.setattr(tracker.client, "log_inputs", broken)
+    calls.clear()
+    with pytest.raises(MlflowException, match="no such table"):
+        tracker.log_inputs(run_id, inputs)
+    assert len(calls) == 1

@@ -119,7 +119,7 @@ def log_evaluation(cell, run_id: str, sums, inputs: list) -> None:
     if sums is not None:
         table = {"bins": beyond.reliability_table(sums), **beyond.calibration(sums)}
         cell.tracker.log_dict(run_id, table, RELIABILITY_ARTIFACT)
-    cell.tracker.client.log_inputs(run_id, datasets=inputs)
+    cell.tracker.log_inputs(run_id, inputs)
 
 
 def note(cell, role: str, seed: int, values: dict, sums, inputs: list) -> None:
@@ -157,7 +157,7 @@ def close(cell) -> None:
     cell.tracker.log_metrics(cell.run_id, summary)
     inputs = list(cell.cache.get("beyond_inputs", {}).values())
     if inputs:
-        cell.tracker.client.log_inputs(cell.run_id, datasets=inputs)
+        cell.tracker.log_inputs(cell.run_id, inputs)
     _reliability_png(cell, rows)
 
 
