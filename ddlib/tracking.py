@@ -218,16 +218,21 @@ def _copy_migrated_tables(new: Path) -> Path | None:
 
 
 def release_store_locks(error: BaseException) -> None:
-    """Let go of what a store call that ``error`` interrupted still holds, before anything writes.
+    """Let go of what a store call that an interruption cut short still holds, before anything writes.
 
-    Ctrl-C or SIGTERM raised inside a query (the runner's handlers raise wherever its main thread is)
-    leaves that query's SQLite cursor referenced by the traceback's frames, and with it a read lock
-    on a local store that blocks every write: the runner's own marking of its cells KILLED and its
-    workers' (MLflow waits its 20 s busy timeout, then "database is locked"). Clears the locals of the
-    finished frames of ``error``'s traceback, and of the exceptions it interrupted; the traceback still
-    prints. Call it where an interruption is caught."""
+    Ctrl-C or SIGTERM raised inside a query (they raise wherever the main thread is: the runner's
+    handlers, Python's for Ctrl-C, Jupyter's interrupt) leaves that query's SQLite cursor referenced by
+    the traceback's frames, and with it a read lock on a local store that blocks every write: the
+    runner's marking of its cells KILLED, its workers', a hand-run cell's FAILED, and every later write
+    of that notebook (MLflow waits its 20 s busy timeout, then "database is locked"). For a
+    ``KeyboardInterrupt`` (``GridInterrupted`` is one), clears the locals of the finished frames of its
+    traceback and of the exceptions it interrupted; the traceback still prints. Other errors keep their
+    frames (a post-mortem debugger reads them): their store calls closed their cursors as they unwound.
+    Call it where an interruption may be caught."""
     import traceback
 
+    if not isinstance(error, KeyboardInterrupt):
+        return
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))

@@ -274,3 +274,26 @@ def test_a_dataset_two_cells_insert_at_once_is_linked_on_a_second_try(mlflow_sto
     with pytest.raises(MlflowException, match="no such table"):
         tracker.log_inputs(run_id, inputs)
     assert len(calls) == 1
+
+
+def test_an_interrupt_inside_a_store_read_of_a_hand_run_cell_leaves_the_store_writable(mlflow_store, monkeypatch):
+    """Jupyter's interrupt (a KeyboardInterrupt) can land inside a query of the store. The cell run by hand
+    is marked FAILED and the notebook's later writes go through: the interrupted query's cursor, kept
+    alive by the traceback, held a read lock that made MLflow wait 20 s and fail ("database is locked")."""
+    from sqlalchemy.orm import loading
+
+    from ddlib.protocols import label_robust
+
+    cell = label_robust.open_cell(dataset="digits", method="random", ipc=1, seeds=[0], lr_policy="fixed")
+    real_instances = loading.instances
+
+    def interrupt(*args, **kwargs):
+        monkeypatch.setattr(loading, "instances", real_instances)  # one interrupt, as a signal gives
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with cell.guard():
+            monkeypatch.setattr(loading, "instances", interrupt)  # the rows are being read when it lands
+            cell.tracker.client.get_run(cell.run_id)
+    assert cell.tracker.client.get_run(cell.run_id).info.status == "FAILED"
+    cell.tracker.set_tags(cell.run_id, {"later": "write"})

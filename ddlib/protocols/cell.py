@@ -40,7 +40,7 @@ from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
 from ddlib.protocols import beyond
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
-from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag
+from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag, release_store_locks
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
 from ddlib.engine.test_pass import forget_test_batches, test_trained
@@ -211,6 +211,7 @@ class Cell:
         try:
             yield
         except BaseException as error:
+            release_store_locks(error)  # an interrupt inside a store read would lock the store for the writes below
             beyond.stop_system_metrics(self)
             if self.owns_run and not self.closed:
                 self.tracker.fail_run(self.run_id, error)
