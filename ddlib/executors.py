@@ -244,17 +244,20 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
             except BaseException as exc:  # noqa: BLE001 - any failure marks the run, never a result
                 error = exc
             watch.done.set()
-            if error is not None or watch.reason:
+            # read once: a stop signal arriving while the outcome is written (the notebook ended before it)
+            # must not turn a finished or interrupted cell into a "timed out" FAILED one halfway through
+            reason, signum = watch.reason, watch.signum
+            if error is not None or reason:
                 kernels.release_kernel()  # the next cell starts from a fresh kernel
-            if watch.reason and watch.reason.startswith("interrupted"):
-                tracker.kill_run(run_id, watch.reason)
+            if reason and reason.startswith("interrupted"):
+                tracker.kill_run(run_id, reason)
                 shutil.rmtree(tmp, ignore_errors=True)  # os._exit skips the context manager's cleanup
-                os._exit(128 + watch.signum if watch.signum else 1)
+                os._exit(128 + signum if signum else 1)
             if out.exists():
                 tracker.log_artifact(run_id, out, "notebook")
-            if watch.reason:  # timed out: the kernel was killed; the notebook holds what it did
-                tracker.fail_run(run_id, watch.reason)
-                return CellOutcome(job.name, "failed", run_id, watch.reason)
+            if reason:  # timed out: the kernel was killed; the notebook holds what it did
+                tracker.fail_run(run_id, reason)
+                return CellOutcome(job.name, "failed", run_id, reason)
             if error is not None:
                 message = short_error(error)
                 tracker.fail_run(run_id, message)
