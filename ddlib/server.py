@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from ddlib.tracking import artifact_root, is_server_uri, tracking_uri
+from ddlib.tracking import artifact_root, create_sqlite_store, is_server_uri, tracking_uri
 
 __all__ = ["ServerError", "server_command", "mlflow_server_env", "JOB_EXECUTION_ENV", "start_server", "stop_server",
            "wait_healthy", "serve", "run_foreground", "LOOPBACK"]
@@ -38,7 +38,10 @@ def _defaults(backend_store_uri: str | None, artifacts_destination: str | os.Pat
             raise ServerError(f"MLFLOW_TRACKING_URI points at a server ({tracking_uri()}); "
                               "give the server's own store with --backend-store-uri")
         backend_store_uri = tracking_uri()
-        Path(backend_store_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if backend_store_uri.startswith("sqlite:///") and "?" not in backend_store_uri:
+        # a new file is created and migrated whole before MLflow opens it: the server's own migration
+        # runs step by step, and a stop midway would leave a store no later command can open
+        create_sqlite_store(Path(backend_store_uri.removeprefix("sqlite:///")))
     if artifacts_destination is None:
         artifacts_destination = artifact_root()
     destination = str(artifacts_destination)

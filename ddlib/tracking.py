@@ -38,7 +38,7 @@ import ddlib
 from ddlib.cache import cache_dir
 
 __all__ = [
-    "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "client", "Tracker", "runs",
+    "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "create_sqlite_store", "client", "Tracker", "runs",
     "config_hash", "flatten", "default_tags", "git_commit", "code_version", "project_folder", "TAG", "is_server_uri", "owner_tag",
     "owner_is_gone", "STALE_AFTER_SECONDS", "unreachable_server", "release_store_locks",
 ]
@@ -148,15 +148,16 @@ def client():
     uri = tracking_uri()
     if uri not in _CLIENTS:
         if uri.startswith("sqlite:///"):
-            _create_database(Path(uri[len("sqlite:///"):]))
+            create_sqlite_store(Path(uri[len("sqlite:///"):]))
         _CLIENTS[uri] = MlflowClient(tracking_uri=uri)
     return _CLIENTS[uri]
 
 
-def _create_database(path: Path) -> None:
-    """A new SQLite store, migrated under another name and moved into place whole. MLflow migrates
-    a new database step by step, not in one transaction: a Ctrl-C midway left a store that every
-    later command failed on ("duplicate column name")."""
+def create_sqlite_store(path: Path) -> None:
+    """A new SQLite store, migrated under another name and moved into place whole (nothing where
+    ``path`` exists). MLflow migrates a new database step by step, not in one transaction: a Ctrl-C
+    midway left a store that every later command failed on ("duplicate column name"). Every ddlib
+    command that opens a local store creates it through here, ``ddlib server`` too."""
     if path.exists():
         return
     from mlflow import MlflowClient

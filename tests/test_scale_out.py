@@ -188,9 +188,27 @@ def test_mlflows_job_execution_is_off_unless_the_environment_turns_it_on(tmp_pat
     from ddlib.server import server_command
 
     monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
-    assert server_command("sqlite:///x.db", tmp_path)[1]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    store = f"sqlite:///{tmp_path / 'x.db'}"
+    assert server_command(store, tmp_path)[1]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
     monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "true")
-    assert server_command("sqlite:///x.db", tmp_path)[1]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"
+    assert server_command(store, tmp_path)[1]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"
+
+
+def test_a_new_sqlite_store_is_created_whole_before_the_server_opens_it(tmp_path):
+    """`mlflow server` migrates a new SQLite file step by step in place: a stop during its first start
+    left a store every later command failed on. ddlib creates and migrates the file under another name
+    and moves it into place (as `ddlib run` and `ddlib ui` do) before the server is started."""
+    import sqlite3
+
+    from ddlib.server import server_command
+
+    path = tmp_path / "new" / "server.db"
+    server_command(f"sqlite:///{path}", tmp_path / "artifacts")
+    assert path.is_file()
+    with sqlite3.connect(path) as db:  # MLflow's schema, with its migration revision recorded
+        assert db.execute("select count(*) from alembic_version").fetchone() == (1,)
+        assert db.execute("select name from experiments").fetchall() == [("Default",)]
+    assert not [p.name for p in path.parent.iterdir() if p.name.endswith((".new", ".plain"))]  # no half-made file
 
 
 def test_ddlib_server_binds_loopback_and_sigterm_stops_the_whole_server(tmp_path):
