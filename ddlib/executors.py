@@ -386,6 +386,16 @@ class RayExecutor:
     def threads_per_cell(self) -> int:
         return max(1, int(self.cpus_per_cell))
 
+    def cells_at_once(self, resources: dict, cells: int) -> int:
+        """Cells in flight: what the cluster's CPUs and GPUs hold now at ``cpus_per_cell`` and
+        ``gpus_per_cell`` (a local instance: ``workers``), at least ``workers`` (an autoscaling cluster
+        grows when asked). Cells are handed to Ray as slots free, not all at once, so that two cells
+        computing the same shared work (K-Center's feature network, the full-data reference) do not
+        start together on two nodes, each training it (``next_job``)."""
+        slots = [int(resources.get(kind, 0) // need) for kind, need in (("CPU", self.cpus_per_cell),
+                                                                         ("GPU", self.gpus_per_cell)) if need > 0]
+        return max(1, min(cells, max(self.workers, min(slots) if slots else cells)))
+
     @staticmethod
     def check_installed() -> None:
         try:
@@ -415,11 +425,21 @@ class RayExecutor:
                 signal.signal(signal.SIGTERM, handler)  # ray.init installs its own; the runner's marks cells KILLED
         task = ray.remote(execute_cell).options(num_cpus=self.cpus_per_cell, num_gpus=self.gpus_per_cell,
                                                 max_retries=0)
-        pending = {task.remote(job, False): job for job in jobs}
+        window = self.cells_at_once(ray.cluster_resources(), len(jobs))
+        waiting, pending, ended = list(jobs), {}, set()
+
+        def submit() -> None:  # as the local pool: one cell per free slot, chosen then (next_job)
+            while waiting and len(pending) < window:
+                job = waiting.pop(next_job(waiting, list(pending.values()), ended))
+                pending[task.remote(job, False)] = job
+
         try:
+            submit()
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
                 job = pending.pop(done[0])
+                ended.update(job.shares)
+                submit()
                 try:
                     outcome = ray.get(done[0])
                 except Exception as exc:  # noqa: BLE001 - the task's worker died or Ray failed it

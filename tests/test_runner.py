@@ -1,6 +1,7 @@
 """The batch runner end to end: papermill executions tracked in MLflow, skipping, failures."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,6 +263,37 @@ def test_the_pool_starts_no_two_cells_that_would_compute_the_same_at_once():
     # a cell whose shared work no other cell computes starts in grid order; if every cell waits, the first starts
     blocked = CellJob("label_robust", "e", "b", {}, {}, {}, "", "", shares=frozenset({"x"}))
     assert next_job([blocked, blocked], [blocked], set()) == 0 and next_job([blocked], [blocked], {"x"}) == 0
+
+
+def test_ray_hands_cells_over_as_slots_free_keeping_shared_work_apart(monkeypatch):
+    """Ray got every cell at once and ran them in grid order: K-Center at IPC 1 and 10 started together
+    and, on two nodes, both trained the feature network. Cells now go to Ray as its slots free, chosen
+    then as the local pool chooses (``next_job``); Ray itself is faked here (the real one: test_scale_out)."""
+    import types
+
+    from ddlib.executors import CellJob, CellOutcome, RayExecutor
+    from ddlib.runner import cell_shares
+
+    submitted, outcomes = [], []
+    task = types.SimpleNamespace(remote=lambda job, watch: submitted.append(job.name) or job.name)
+    fake = types.SimpleNamespace(
+        is_initialized=lambda: True, cluster_resources=lambda: {"CPU": 2.0},
+        remote=lambda fn: types.SimpleNamespace(options=lambda **kw: task),
+        wait=lambda refs, num_returns: (refs[:1], refs[1:]),  # the oldest cell in flight ends first
+        get=lambda ref: CellOutcome(ref, "finished"), cancel=lambda ref, force: None, shutdown=lambda: None)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    cells = expand(load_grid(Path(__file__).resolve().parents[1] / "params" / "demo.yaml"))
+    jobs = [CellJob("label_robust", "e", f"{c['method']}-{c['ipc']}", c, {}, {}, "", "", shares=cell_shares(c))
+            for c in cells]
+    RayExecutor("auto", workers=1).run(jobs, lambda job, outcome: outcomes.append(outcome.status))
+    assert submitted == ["random-1", "random-10", "kcenter-1", "dm-1", "kcenter-10", "dm-10", "dm_kcenter-10",
+                         "dm_noise-10", "dm_kcenter-1", "dm_noise-1"]  # the local pool's order (test above)
+    assert outcomes == ["finished"] * 10
+    ray = RayExecutor("auto", workers=1, cpus_per_cell=1, gpus_per_cell=1)
+    assert ray.cells_at_once({"CPU": 16.0, "GPU": 4.0}, 10) == 4  # the scarcer resource decides
+    assert RayExecutor("auto", workers=6).cells_at_once({"CPU": 2.0}, 10) == 6  # at least --workers
+    assert RayExecutor("auto", workers=1).cells_at_once({"CPU": 64.0}, 3) == 3  # never more than the cells
+    assert RayExecutor("auto", workers=1, cpus_per_cell=0).cells_at_once({}, 5) == 5  # asks for nothing: all
 
 
 def _stub_cell(job, watch_parent=False):
