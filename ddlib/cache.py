@@ -1,5 +1,5 @@
 """The one folder where ddlib keeps what it computes once per machine: decoded datasets, extracted
-archives, trained feature networks and DM means (``features/``), Inductor's kernels (``inductor/``),
+archives, trained feature networks, DM means and DM sets (``features/``), Inductor's kernels (``inductor/``),
 MLflow's migrated tables (``mlflow-tables/``) and the peer's virtual environment. ``$DDLIB_CACHE``,
 else ``~/.cache/ddlib``; never the user's data folder, which may be read-only or shared.
 

@@ -146,6 +146,54 @@ def test_dm_runs_with_one_seed_share_their_real_side_and_give_a_fresh_runs_image
     assert images("small", ipc=2, init="kcenter", init_epochs=1) == fresh and means("small") == []
 
 
+def test_a_dm_set_is_distilled_once_per_machine(digits, monkeypatch, tmp_path):
+    """A second cell, protocol or --force rerun asking for the same DM set reads it, bit for bit the
+    distilled one; another option, or a damaged entry, distils again."""
+    from ddlib.methods.dm import distribution_matching
+
+    monkeypatch.setenv("DDLIB_CACHE", str(tmp_path))
+
+    def dm(**kw):
+        return distribution_matching(digits, 2, iterations=10, batch_real=8, device="cpu", seed=3, **kw)
+
+    first, again = dm(), dm()
+    assert first.provenance.pop("from") == "distilled" and again.provenance.pop("from") == "cache"
+    assert torch.equal(first.images, again.images) and torch.equal(first.labels, again.labels)
+    assert first.provenance == again.provenance  # the final loss and every option
+    assert dm(lr_img=0.5).provenance["from"] == "distilled"
+    (entry,) = [p for p in (tmp_path / "features").glob("digits-dm-set-ipc2-*.pt")
+                if torch.load(p, weights_only=True)["provenance"]["lr_img"] == 1.0]
+    entry.write_bytes(b"not a torch file")
+    damaged = dm()
+    assert damaged.provenance["from"] == "distilled" and torch.equal(damaged.images, first.images)
+
+
+def test_a_label_robust_cell_scores_the_same_with_its_dm_set_read_from_the_cache(digits, mlflow_store, monkeypatch,
+                                                                                 tmp_path):
+    """DM reseeds the global generator every iteration; a cell that reads the set skips all that, and
+    must still train its models from the same draws (every training seeds itself)."""
+    from ddlib import tracking
+    from ddlib.protocols import label_robust
+
+    monkeypatch.setenv("DDLIB_CACHE", str(tmp_path / "cache"))
+    params = dict(dataset="digits", method="dm", source={"kind": "dm", "iterations": 10, "batch_real": 8}, ipc=2,
+                  model="convnet", recipe={"epochs": 20, "lr": 0.05}, real_recipe={"epochs": 1}, seeds=[0, 1],
+                  lr_policy="fixed")
+    results = []
+    for store in ("first", "second"):  # a store each: the second cell trains again, its DM set from the cache
+        monkeypatch.setenv("DDLIB_MLRUNS", str(tmp_path / store))
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / store / 'mlflow.db'}")
+        monkeypatch.setattr(tracking, "_CLIENTS", {})
+        cell = label_robust.open_cell(**params)
+        cell.progress = False
+        distilled = label_robust.obtain(cell)
+        results.append((distilled.provenance["from"], label_robust.evaluate(cell, distilled).per_seed))
+        cell.close()
+    assert [origin for origin, _ in results] == ["distilled", "cache"]
+    first, second = (table[["acc_syn_hard", "acc_rdm_hard", "acc_real_hard", "lrs"]] for _, table in results)
+    assert first["acc_syn_hard"].min() > 0.3 and first.equals(second)  # trained (not at chance), and bit for bit
+
+
 def test_dm_caches_no_real_means_for_a_network_that_draws_in_its_forward_pass():
     """A ViT's dropout draws from the global generator in the real pass too: skipping that pass on a
     cache hit would change the synthetic pass's draws, so such networks are never cached."""

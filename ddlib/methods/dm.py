@@ -17,6 +17,12 @@ their own (seed + :data:`NOISE_SEED_OFFSET`), so their real side is DM's (before
 ``dm`` source they drew it from the real side's generator first: every IPC had other real batches, and
 the real embeddings were computed again). Networks with dropout (whose real pass draws from the global
 generator) are never cached, and neither are means over 64 MB (CIFAR-10 at 20,000 iterations: 1.6 GB).
+
+The distilled set itself is cached the same way (``dm-set-ipc<N>``, keyed by the data, every option, the
+``dm`` and ``kcenter`` revisions and the machine): a second cell, protocol or ``--force`` rerun asking for
+the same DM set on the same machine reads it instead of distilling again (20,000 iterations on CIFAR-10
+are GPU-hours), bit for bit the set distilling gives; its provenance says ``from: cache``. Not for
+networks with dropout (above): skipping their distillation would leave the global generator elsewhere.
 """
 
 from __future__ import annotations
@@ -60,6 +66,20 @@ def distribution_matching(
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
     dev = resolve_device(device)
+    options = {"ipc": ipc, "iterations": iterations, "lr_img": lr_img, "momentum": momentum, "batch_real": batch_real,
+               "model": model, "init": init, "init_epochs": init_epochs, "seed": seed}
+    path = _set_path(dataset, options, dev) if not _draws_in_forward(model, dataset) else None
+    if path is not None and (stored := _load_set(path, dataset, ipc)) is not None:
+        return stored
+    out = _distil(dataset, dev, **options, progress=progress)
+    if path is not None:
+        cache_store(path, {"images": out.images, "labels": out.labels, "provenance": dict(out.provenance)})
+    out.provenance["from"] = "distilled"
+    return out
+
+
+def _distil(dataset: Dataset, dev: torch.device, *, ipc: int, iterations: int, lr_img: float, momentum: float,
+            batch_real: int, model: str, init: str, init_epochs: int, seed: int, progress: bool) -> DistilledSet:
     normalize = Normalize(dataset.mean, dataset.std).to(dev)
     g = generator(seed)
     if init == "real":
@@ -125,6 +145,35 @@ def distribution_matching(
 
 
 REAL_MEANS_MAX_BYTES = 64 * 2**20  # larger runs compute them every time instead of holding them
+
+
+def _set_path(dataset: Dataset, options: dict, dev: torch.device):
+    """Where a distilled set lives once made: keyed by the data, its normalisation, every option, the
+    revisions of the ``dm`` source (and of ``kcenter``, which a K-Center start runs) and the machine
+    (:func:`ddlib.methods.select.kernel_identity`), so that only a run that would make the very same
+    bits reads it."""
+    from ddlib.data.digest import tensor_digest
+    from ddlib.methods.sources import BUILTIN_REVISIONS
+
+    identity = {"data": tensor_digest(dataset.train_images, dataset.train_labels), "mean": list(map(float, dataset.mean)),
+                "std": list(map(float, dataset.std)), **options, **kernel_identity(dev),
+                "revisions": {kind: BUILTIN_REVISIONS.get(kind, 1) for kind in ("dm", "kcenter")}}
+    return cache_path(dataset, f"dm-set-ipc{options['ipc']}", identity)
+
+
+def _load_set(path, dataset: Dataset, ipc: int) -> DistilledSet | None:
+    if not path.is_file():
+        return None
+    try:
+        stored = torch.load(path, map_location="cpu", weights_only=True)
+        images, labels, provenance = stored["images"], stored["labels"], dict(stored["provenance"])
+    except Exception:  # noqa: BLE001 - a damaged cache entry: distil again
+        return None
+    if len(labels) != ipc * dataset.num_classes or images.shape[1:] != dataset.train_images.shape[1:]:
+        return None
+    return DistilledSet(images=images, labels=labels, num_classes=dataset.num_classes, method="dm",
+                        source=f"ddlib.methods.dm.distribution_matching on {dataset.name}",
+                        provenance={**provenance, "from": "cache"})
 
 
 def _draws_in_forward(model: str, dataset: Dataset) -> bool:
