@@ -35,6 +35,7 @@ from ddlib.engine.device import generator, resolve_device
 from ddlib.engine.stacked import stochastic_layers
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import create_model
+from ddlib.methods.revisions import SET_REVISIONS
 from ddlib.methods.select import cache_path, cache_store, kcenter_subset, kernel_identity, random_subset
 from ddlib.engine.test_pass import Normalize, as_pixels
 
@@ -153,11 +154,10 @@ def _set_path(dataset: Dataset, options: dict, dev: torch.device):
     (:func:`ddlib.methods.select.kernel_identity`), so that only a run that would make the very same
     bits reads it."""
     from ddlib.data.digest import tensor_digest
-    from ddlib.methods.sources import BUILTIN_REVISIONS
 
     identity = {"data": tensor_digest(dataset.train_images, dataset.train_labels), "mean": list(map(float, dataset.mean)),
                 "std": list(map(float, dataset.std)), **options, **kernel_identity(dev),
-                "revisions": {kind: BUILTIN_REVISIONS.get(kind, 1) for kind in ("dm", "kcenter")}}
+                "revisions": {kind: SET_REVISIONS.get(kind, 1) for kind in ("dm", "kcenter")}}
     return cache_path(dataset, f"dm-set-ipc{options['ipc']}", identity)
 
 

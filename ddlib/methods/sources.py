@@ -43,6 +43,7 @@ from pathlib import Path
 
 from ddlib.data.datasets import Dataset
 from ddlib.data.distilled import DistilledSet, DistilledSetError, load
+from ddlib.methods.revisions import SET_REVISIONS
 from ddlib.registry import Entry, Registry
 from ddlib.shown import shown
 
@@ -66,8 +67,8 @@ class SetRequest:
 
 # --------------------------------------------------------------------------- the kinds
 # Meta: builtin (the kind's name works without a spec), revision (what its sets are, in the config
-# key: bump it whenever the set it produces changes, so a rerun recomputes its cells instead of
-# skipping them; 1 adds nothing to the key), runs (other kinds a spec also runs, for their revisions),
+# key: bump it in ddlib.methods.revisions whenever the set it produces changes, so a rerun recomputes
+# its cells instead of skipping them; 1 adds nothing to the key), runs (other kinds a spec also runs, for their revisions),
 # needs (keys a spec must give), model (not a set but a trained model: the adversarial protocol attacks it),
 # shares (spec -> names of the cached work its sets at every IPC reuse: see shared_work).
 
@@ -84,8 +85,7 @@ def _features(spec: dict) -> list[str]:
     return [f"features model={spec.get('model') or ''} epochs={spec['epochs']} seed={spec['seed']}"]
 
 
-# kcenter 2: DC-Bench's k-means selection with fp32 features (keys before it were unchanged).
-@SOURCES.register("kcenter", builtin=True, revision=2, shares=_features)
+@SOURCES.register("kcenter", builtin=True, revision=SET_REVISIONS["kcenter"], shares=_features)
 def _kcenter(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1, n_init: int = 10) -> DistilledSet:
     from ddlib.methods.select import kcenter_subset
 
@@ -129,11 +129,8 @@ def _dm_shares(spec: dict) -> list[str]:
     return [f"dm real means {real_side}", *features]
 
 
-# dm 2: noise starts draw their noise from a generator of their own, so their real batches are those of
-# DM from real images (shared, paired); their sets changed. Sets from real or K-Center images are as before
-# (their cells are recomputed once: the revision is the kind's).
-@SOURCES.register("dm", builtin=True, revision=2, runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [],
-                  shares=_dm_shares)
+@SOURCES.register("dm", builtin=True, revision=SET_REVISIONS["dm"],
+                  runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [], shares=_dm_shares)
 def _dm(req: SetRequest, *, iterations: int = 200, lr_img: float = 1.0, momentum: float = 0.5, batch_real: int = 64,
         model: str = "convnet", init: str = "real", init_epochs: int = 1, seed: int = 0) -> DistilledSet:
     from ddlib.methods.dm import distribution_matching
