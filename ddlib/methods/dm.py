@@ -10,7 +10,7 @@ norm is per-sample, so the embeddings are the same).
 The real side of an iteration (its fresh network's seed and its real batch) depends on the seed,
 not on the synthetic images, so its class means are cached per machine under
 ``$DDLIB_CACHE/features`` (keyed by the data, network, real batch, iterations, the generator's
-state, torch's version, the CPU model and instruction set, GPUs, device and thread count): DM from real
+state, the ``dm`` revision, torch's version, the CPU model and instruction set, GPUs, device and thread count): DM from real
 and from K-Center images or noise, or at another IPC, with the same seed reuses them, bit for bit (the
 demo's six DM cells embed the real batches once). Noise starts draw their noise from a generator of
 their own (seed + :data:`NOISE_SEED_OFFSET`), so their real side is DM's (before revision 2 of the
@@ -185,14 +185,15 @@ def _real_means_path(dataset: Dataset, model: str, iterations: int, batch_real: 
                      dev: torch.device):
     """Where the real class means of a DM run live: keyed by the data, the network, the real batch,
     the iterations, the normalisation, the generator's state at the loop's start (which fixes every
-    iteration's network seed and real batch), and the machine (:func:`ddlib.methods.select.kernel_identity`)."""
+    iteration's network seed and real batch), the ``dm`` revision (means of older code are never read)
+    and the machine (:func:`ddlib.methods.select.kernel_identity`)."""
     import hashlib
 
     from ddlib.data.digest import tensor_digest
 
     identity = {"data": tensor_digest(dataset.train_images, dataset.train_labels), "model": model,
                 "iterations": iterations, "batch_real": batch_real, "mean": list(map(float, dataset.mean)),
-                "std": list(map(float, dataset.std)), **kernel_identity(dev),
+                "std": list(map(float, dataset.std)), **kernel_identity(dev), "revision": SET_REVISIONS.get("dm", 1),
                 "generator": hashlib.sha256(g.get_state().numpy().tobytes()).hexdigest()}
     return cache_path(dataset, "dm-real-means", identity)
 
