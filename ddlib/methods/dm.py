@@ -69,18 +69,21 @@ def distribution_matching(
     dev = resolve_device(device)
     options = {"ipc": ipc, "iterations": iterations, "lr_img": lr_img, "momentum": momentum, "batch_real": batch_real,
                "model": model, "init": init, "init_epochs": init_epochs, "seed": seed}
-    path = _set_path(dataset, options, dev) if not _draws_in_forward(model, dataset) else None
+    # the caches' common key (None: a network with dropout, never cached: module docstring)
+    identity = None if _draws_in_forward(model, dataset) else _identity(dataset, dev)
+    path = _set_path(dataset, options, identity) if identity is not None else None
     if path is not None and (stored := _load_set(path, dataset, ipc)) is not None:
         return stored
-    out = _distil(dataset, dev, **options, progress=progress)
+    out = _distil(dataset, dev, identity, **options, progress=progress)
     if path is not None:
         cache_store(path, {"images": out.images, "labels": out.labels, "provenance": dict(out.provenance)})
     out.provenance["from"] = "distilled"
     return out
 
 
-def _distil(dataset: Dataset, dev: torch.device, *, ipc: int, iterations: int, lr_img: float, momentum: float,
-            batch_real: int, model: str, init: str, init_epochs: int, seed: int, progress: bool) -> DistilledSet:
+def _distil(dataset: Dataset, dev: torch.device, identity: dict | None, *, ipc: int, iterations: int, lr_img: float,
+            momentum: float, batch_real: int, model: str, init: str, init_epochs: int, seed: int,
+            progress: bool) -> DistilledSet:
     normalize = Normalize(dataset.mean, dataset.std).to(dev)
     g = generator(seed)
     if init == "real":
@@ -98,7 +101,7 @@ def _distil(dataset: Dataset, dev: torch.device, *, ipc: int, iterations: int, l
     syn_by_class = [torch.nonzero(start.labels == c).flatten().to(dev) for c in range(dataset.num_classes)]
     channels, height, width = dataset.image_shape
     # the real batches' class means, cached per seed (module docstring); never for a network with dropout
-    cache = _real_means_path(dataset, model, iterations, batch_real, g, dev) if not _draws_in_forward(model, dataset) else None
+    cache = _real_means_path(dataset, identity, model, iterations, batch_real, g) if identity is not None else None
     cached = _load_real_means(cache, iterations, dataset.num_classes, dev) if cache is not None else None
     computed: list[torch.Tensor] | None = [] if cache is not None and cached is None else None  # on the device: no sync per step
     losses = []
@@ -148,17 +151,22 @@ def _distil(dataset: Dataset, dev: torch.device, *, ipc: int, iterations: int, l
 REAL_MEANS_MAX_BYTES = 64 * 2**20  # larger runs compute them every time instead of holding them
 
 
-def _set_path(dataset: Dataset, options: dict, dev: torch.device):
-    """Where a distilled set lives once made: keyed by the data, its normalisation, every option, the
-    revisions of the ``dm`` source (and of ``kcenter``, which a K-Center start runs) and the machine
-    (:func:`ddlib.methods.select.kernel_identity`), so that only a run that would make the very same
-    bits reads it."""
+def _identity(dataset: Dataset, dev: torch.device) -> dict:
+    """What every cached result of DM depends on besides its options: the data (its digest, computed
+    once per call), the normalisation, the ``dm`` revision (results of older code are never read) and
+    the machine (:func:`ddlib.methods.select.kernel_identity`)."""
     from ddlib.data.digest import tensor_digest
 
-    identity = {"data": tensor_digest(dataset.train_images, dataset.train_labels), "mean": list(map(float, dataset.mean)),
-                "std": list(map(float, dataset.std)), **options, **kernel_identity(dev),
-                "revisions": {kind: SET_REVISIONS.get(kind, 1) for kind in ("dm", "kcenter")}}
-    return cache_path(dataset, f"dm-set-ipc{options['ipc']}", identity)
+    return {"data": tensor_digest(dataset.train_images, dataset.train_labels), "mean": list(map(float, dataset.mean)),
+            "std": list(map(float, dataset.std)), **kernel_identity(dev), "revision": SET_REVISIONS.get("dm", 1)}
+
+
+def _set_path(dataset: Dataset, options: dict, identity: dict):
+    """Where a distilled set lives once made: keyed by :func:`_identity`, every option and the
+    ``kcenter`` revision (a K-Center start runs it), so that only a run that would make the very same
+    bits reads it."""
+    return cache_path(dataset, f"dm-set-ipc{options['ipc']}",
+                      {**identity, **options, "kcenter_revision": SET_REVISIONS.get("kcenter", 1)})
 
 
 def _load_set(path, dataset: Dataset, ipc: int) -> DistilledSet | None:
@@ -181,21 +189,16 @@ def _draws_in_forward(model: str, dataset: Dataset) -> bool:
     return bool(stochastic_layers(create_model(model, dataset.channels, dataset.num_classes, dataset.image_size)))
 
 
-def _real_means_path(dataset: Dataset, model: str, iterations: int, batch_real: int, g: torch.Generator,
-                     dev: torch.device):
-    """Where the real class means of a DM run live: keyed by the data, the network, the real batch,
-    the iterations, the normalisation, the generator's state at the loop's start (which fixes every
-    iteration's network seed and real batch), the ``dm`` revision (means of older code are never read)
-    and the machine (:func:`ddlib.methods.select.kernel_identity`)."""
+def _real_means_path(dataset: Dataset, identity: dict, model: str, iterations: int, batch_real: int,
+                     g: torch.Generator):
+    """Where the real class means of a DM run live: keyed by :func:`_identity`, the network, the real
+    batch, the iterations and the generator's state at the loop's start (which fixes every iteration's
+    network seed and real batch)."""
     import hashlib
 
-    from ddlib.data.digest import tensor_digest
-
-    identity = {"data": tensor_digest(dataset.train_images, dataset.train_labels), "model": model,
-                "iterations": iterations, "batch_real": batch_real, "mean": list(map(float, dataset.mean)),
-                "std": list(map(float, dataset.std)), **kernel_identity(dev), "revision": SET_REVISIONS.get("dm", 1),
-                "generator": hashlib.sha256(g.get_state().numpy().tobytes()).hexdigest()}
-    return cache_path(dataset, "dm-real-means", identity)
+    return cache_path(dataset, "dm-real-means", {**identity, "model": model, "iterations": iterations,
+                                                 "batch_real": batch_real,
+                                                 "generator": hashlib.sha256(g.get_state().numpy().tobytes()).hexdigest()})
 
 
 def _load_real_means(path, iterations: int, classes: int, dev: torch.device) -> torch.Tensor | None:
