@@ -461,8 +461,9 @@ def test_digits_are_scikit_learns_load_digits_bit_for_bit():
     bunch = load_digits()
     table = _digits_table()
     assert np.array_equal(table[:, :-1], bunch.data) and np.array_equal(table[:, -1].astype(int), bunch.target)
-    # and the layout: the channel axis's stride picks the conv kernel, so a reshaped (stride 64) copy
-    # trained other models from the same pixels (the batched-mode tolerance test caught it)
+    # and the layout: row-major, as every dataset's (ddlib.data.layout; NumPy's indexing gives stride 1
+    # on the channel axis, on which the convolutions round otherwise and run slower)
     from ddlib.data.datasets import load_dataset
 
-    assert load_dataset("digits").train_images.stride() == (64, 1, 8, 1)
+    digits = load_dataset("digits")
+    assert digits.train_images.stride() == (64, 64, 8, 1) and digits.test_images.stride() == (64, 64, 8, 1)

@@ -39,8 +39,9 @@ def test_the_keys_of_every_kind_are_its_parameters_and_match_the_hand_written_ta
         assert sources.source_keys(kind) == keys, kind
     assert sources.BUILTIN_SOURCES == {k: {"kind": k} for k in ("random", "kcenter", "kcenter_greedy", "herding",
                                                                           "forgetting", "el2n", "dm", "full")}
-    assert sources.MODEL_KINDS == ("checkpoint",) and sources.BUILTIN_REVISIONS == {"kcenter": 2, "dm": 2}
-    assert sources.builtin_revision({"kind": "dm", "init": "kcenter"}) == "dm revision 2, kcenter revision 2"
+    assert sources.MODEL_KINDS == ("checkpoint",) and sources.BUILTIN_REVISIONS == {"kcenter": 3, "dm": 3, "kcenter_greedy": 2,
+                                                                     "herding": 2, "forgetting": 2, "el2n": 2}
+    assert sources.builtin_revision({"kind": "dm", "init": "kcenter"}) == "dm revision 3, kcenter revision 3"
 
 
 def test_a_kind_s_defaults_are_those_of_the_code_it_runs():

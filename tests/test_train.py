@@ -474,22 +474,28 @@ def test_cpu_allocator_setting_is_checked(monkeypatch):
         device.tune_cpu_allocator()
 
 
-def test_bf16_work_gets_a_row_major_layout(digits, one_thread):
-    """Digits carry stride 1 on their 1-channel axis, on which oneDNN's bf16 convolution is ~4x
-    slower. bf16 trainings and test passes take a row-major copy (the same model as from row-major
-    data); fp32 keeps the layout its pinned numbers were measured with."""
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_layout_of_the_input_does_not_change_the_model(digits, one_thread, precision):
+    """A 1-channel tensor is "contiguous" with stride 1 or H*W on its channel axis, and PyTorch picks
+    the convolution kernel (so the rounding: other models, in fp32 too) and its speed from the strides.
+    The engine trains and tests on a row-major copy (ddlib.data.layout): the same model from either
+    layout. Datasets hold row-major tensors whatever the loader gave them."""
+    from ddlib.data.datasets import Dataset
     from ddlib.engine.train import standard_layout
 
-    assert digits.train_images.stride()[1] == 1  # the layout the loader keeps (tests/test_data.py)
-    row_major = standard_layout(digits.train_images)
-    assert row_major.stride() == (64, 64, 8, 1) and torch.equal(row_major, digits.train_images)
-    assert standard_layout(row_major) is row_major  # no copy where the strides are already row-major
+    assert digits.train_images.stride() == (64, 64, 8, 1)  # the loader's, made row-major (tests/test_data.py)
     subset = random_subset(digits, 5, seed=0)
-    copied = type(subset)(**{**vars(subset), "images": standard_layout(subset.images)})
-    recipe = Recipe(epochs=5, batch_size=25, precision="bf16")
-    (a,), (b,) = (_train(digits, s, [0], recipe=recipe, keep_models=True) for s in (subset, copied))
+    channel_stride_1 = torch.empty_strided(subset.images.shape, (64, 1, 8, 1)).copy_(subset.images)
+    assert channel_stride_1.stride()[1] == 1 and torch.equal(channel_stride_1, subset.images)
+    assert standard_layout(channel_stride_1).stride() == (64, 64, 8, 1)
+    assert standard_layout(subset.images) is subset.images  # no copy where the strides are already row-major
+    other = type(subset)(**{**vars(subset), "images": channel_stride_1})
+    recipe = Recipe(epochs=5, batch_size=25, precision=precision)
+    (a,), (b,) = (_train(digits, s, [0], recipe=recipe, keep_models=True) for s in (subset, other))
     assert a.epoch_losses == b.epoch_losses and a.test_accuracy == b.test_accuracy
     assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+    held = Dataset("x", channel_stride_1, subset.labels, channel_stride_1, subset.labels, tuple("0123456789"), (0.5,), (0.25,))
+    assert held.train_images.stride() == held.test_images.stride() == (64, 64, 8, 1)
 
 
 @pytest.mark.parametrize("batched", [False, True])

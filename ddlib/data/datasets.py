@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ddlib.cache import cache_dir
+from ddlib.data.layout import standard_layout
 
 __all__ = [
     "Dataset",
@@ -60,6 +61,10 @@ class Dataset:
     std: tuple[float, ...]
     source: str = ""  # where it was read from, for provenance
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):  # row-major tensors, whatever the loader's strides (ddlib.data.layout)
+        for name in ("train_images", "test_images"):
+            object.__setattr__(self, name, standard_layout(getattr(self, name)))
 
     @property
     def label(self) -> str:
@@ -262,8 +267,6 @@ def load_digits_dataset(root: Path | None = None, download: bool = False) -> Dat
     450 test). Pixels are the original 0-16 intensities divided by 16.
     """
     raw = _digits_table()
-    # N x 1 x 8 x 8 with the channel axis added last, as ever: its stride (1) decides which conv
-    # kernel (and so which float rounding) PyTorch picks for 1-channel batches; a reshape gives 64
     images = (raw[:, :-1].reshape(-1, 8, 8).astype(np.float32) / 16.0)[:, None]
     labels = raw[:, -1].astype(np.int64)
     train_idx, test_idx = stratified_split(labels, DIGITS_TEST_FRACTION, DIGITS_SPLIT_SEED)

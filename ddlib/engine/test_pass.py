@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
+from ddlib.data.layout import standard_layout
 from ddlib.engine.device import autocast, resolve_device, synchronize
 
 __all__ = ["Normalize", "as_pixels", "model_accuracy", "model_confusion", "standard_layout", "PreparedTestSet",
@@ -93,23 +94,6 @@ def _prepared(images: torch.Tensor, normalize: nn.Module, key, device: torch.dev
     return cache[full_key][0]
 
 
-def standard_layout(t: torch.Tensor) -> torch.Tensor:
-    """``t`` with the row-major strides of its shape: a copy only where they differ. A 1-channel
-    batch may carry stride 1 on its channel axis (contiguous all the same); oneDNN's bf16 convolution
-    takes a path about 4x slower on that layout (digits training 11.3 s against 3.0 s). Applied to
-    bf16 work only: fp32 keeps the layout its numbers were measured with (see docs/performance.md). Images
-    that are not a tensor (read from files on demand) pass through."""
-    if not isinstance(t, torch.Tensor):
-        return t
-    expected, step = [], 1
-    for size in reversed(t.shape):
-        expected.append(step)
-        step *= max(size, 1)
-    if t.stride() == tuple(reversed(expected)):
-        return t
-    return t.clone(memory_format=torch.contiguous_format)  # row-major strides, whatever t's were
-
-
 def forget_test_batches() -> None:
     """Forget the CUDA test batches remembered after an out-of-memory halving. Called when a cell
     opens: a cell in a warm kernel then tests in the batches a fresh process would (after another
@@ -166,7 +150,7 @@ def _test_counts(forward, x: torch.Tensor, labels: torch.Tensor, num_classes: in
 
     def chunk(i, j):
         with autocast(precision, device):
-            logits = forward(standard_layout(x[i:j]) if precision == "bf16" else x[i:j])
+            logits = forward(standard_layout(x[i:j]))
             predicted = logits.argmax(-1)
         pairs = labels[i:j] * num_classes + predicted
         models = 1 if pairs.dim() == 1 else pairs.shape[0]
@@ -202,7 +186,7 @@ def model_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
 
 def _hits(model, x, y, precision, device) -> torch.Tensor:
-    x = standard_layout(x) if precision == "bf16" else x
+    x = standard_layout(x)
     with autocast(precision, device):
         return (model(x).argmax(-1) == y).sum()
 

@@ -417,7 +417,7 @@ def train_and_test(
     normalize = Normalize(mean, std).to(dev) if preprocess is None else preprocess.to(dev)
     bar = tqdm(total=len(runs) * epochs_trained(recipe), desc=desc, disable=not progress, leave=False)
     images = train_images.to(dev)
-    loop = _Loop(images=standard_layout(images) if precision == "bf16" else images, targets=train_targets.to(dev),
+    loop = _Loop(images=standard_layout(images), targets=train_targets.to(dev),
                  normalize=normalize, augment=augment, loss=loss or cross_entropy_loss, objective=objective,
                  recipe=recipe, precision=precision, device=dev, architecture=architecture, bar=bar, desc=desc,
                  on_epoch=on_epoch, models=len(runs))

@@ -34,6 +34,7 @@ from ddlib.data.datasets import Dataset
 from ddlib.engine.device import generator, resolve_device
 from ddlib.engine.stacked import stochastic_layers
 from ddlib.data.distilled import DistilledSet
+from ddlib.data.layout import standard_layout
 from ddlib.models import create_model
 from ddlib.methods.revisions import SET_REVISIONS
 from ddlib.methods.select import cache_path, cache_store, kcenter_subset, kernel_identity, random_subset
@@ -93,10 +94,10 @@ def _distil(dataset: Dataset, dev: torch.device, identity: dict | None, *, ipc: 
     else:
         start = random_subset(dataset, ipc, seed)
         start.images = torch.randn(start.images.shape, generator=generator(seed + NOISE_SEED_OFFSET)) * 0.2 + 0.5
-    syn = normalize(start.images.to(dev)).detach().requires_grad_(True)
+    syn = normalize(standard_layout(start.images).to(dev)).detach().requires_grad_(True)  # ddlib.data.layout
     optimizer = torch.optim.SGD([syn], lr=lr_img, momentum=momentum)
 
-    real_images = dataset.train_images.to(dev)
+    real_images = standard_layout(dataset.train_images).to(dev)
     real_by_class = [torch.nonzero(dataset.train_labels == c).flatten() for c in range(dataset.num_classes)]
     syn_by_class = [torch.nonzero(start.labels == c).flatten().to(dev) for c in range(dataset.num_classes)]
     channels, height, width = dataset.image_shape

@@ -7,6 +7,9 @@ read. Bump a kind's revision whenever the sets it makes change; a kind absent he
 - dm 2: noise starts draw their noise from a generator of their own, so their real batches are those
   of DM from real images (shared, paired); their sets changed. Sets from real or K-Center images are
   as before (their cells are recomputed once: the revision is the kind's).
+- layout (kcenter 3, dm 3, kcenter_greedy, herding, forgetting, el2n 2): their networks see row-major
+  tensors (:mod:`ddlib.data.layout`); on 1-channel data such as digits, whose loader kept stride 1 on the
+  channel axis, the convolutions round otherwise and the sets changed (3-channel data: the same sets).
 """
 
-SET_REVISIONS = {"kcenter": 2, "dm": 2}
+SET_REVISIONS = {"kcenter": 3, "dm": 3, "kcenter_greedy": 2, "herding": 2, "forgetting": 2, "el2n": 2}

@@ -172,10 +172,12 @@ def kernel_identity(dev: torch.device) -> dict:
     """What a cached result's bits depend on besides its inputs (a home folder may be shared by
     machines): :func:`ddlib.engine.device.machine_identity` (torch, CPU model and instruction set, GPUs,
     cuDNN), the device kind, on a GPU its model (a machine may hold two kinds) and, on the CPU, the
-    thread count (CPU results are bit-identical only for one thread count)."""
+    thread count (CPU results are bit-identical only for one thread count); and the data's memory layout
+    (row-major since :mod:`ddlib.data.layout`: results cached before it are not read)."""
     from ddlib.engine.device import machine_identity
 
-    return {**machine_identity(), "device": dev.type, **({"threads": torch.get_num_threads()} if dev.type == "cpu" else {}),
+    return {**machine_identity(), "layout": "row-major", "device": dev.type,
+            **({"threads": torch.get_num_threads()} if dev.type == "cpu" else {}),
             **({"device_name": torch.cuda.get_device_name(dev)} if dev.type == "cuda" else {})}
 
 

@@ -92,21 +92,21 @@ def _kcenter(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int =
     return kcenter_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs, n_init=n_init)
 
 
-@SOURCES.register("kcenter_greedy", builtin=True, shares=_features)
+@SOURCES.register("kcenter_greedy", builtin=True, revision=SET_REVISIONS["kcenter_greedy"], shares=_features)
 def _kcenter_greedy(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1) -> DistilledSet:
     from ddlib.methods.select import kcenter_greedy_subset
 
     return kcenter_greedy_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
-@SOURCES.register("herding", builtin=True, shares=_features)
+@SOURCES.register("herding", builtin=True, revision=SET_REVISIONS["herding"], shares=_features)
 def _herding(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1) -> DistilledSet:
     from ddlib.methods.coresets import herding_subset
 
     return herding_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
-@SOURCES.register("forgetting", builtin=True,
+@SOURCES.register("forgetting", builtin=True, revision=SET_REVISIONS["forgetting"],
                   shares=lambda spec: [f"forgetting {sorted(spec.items())}"])
 def _forgetting(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20) -> DistilledSet:
     from ddlib.methods.coresets import forgetting_subset
@@ -114,7 +114,7 @@ def _forgetting(req: SetRequest, *, seed: int = 0, model: str = None, epochs: in
     return forgetting_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
-@SOURCES.register("el2n", builtin=True, shares=lambda spec: [f"el2n {sorted(spec.items())}"])
+@SOURCES.register("el2n", builtin=True, revision=SET_REVISIONS["el2n"], shares=lambda spec: [f"el2n {sorted(spec.items())}"])
 def _el2n(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20, models: int = 10) -> DistilledSet:
     from ddlib.methods.coresets import el2n_subset
 

@@ -86,7 +86,7 @@ from ddlib.engine.test_pass import as_pixels
 from ddlib.engine.recipe import Recipe
 from ddlib.models import list_models
 from ddlib.protocols.cell import Cell, TrainedModel, device_name, group_params
-from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, validate_set_params
 from ddlib.protocols.common import obtain as obtain_set
 from ddlib.protocols.dcbench import check_augment
@@ -108,7 +108,7 @@ MODES = ("untargeted", "targeted")
 BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 
 SPEC = ProtocolSpec(
-    name="adversarial", revision=4, order=30, title="BEARD: adversarial robustness (targeted and untargeted)",
+    name="adversarial", revision=5, order=30, title="BEARD: adversarial robustness (targeted and untargeted)",
     summary="models trained on the set (or released) attacked: robust accuracy, ASR, time per attack, RR, AE, CREI",
     params={
         **SET_PARAMS,
@@ -147,7 +147,8 @@ SPEC = ProtocolSpec(
              "3: each result records its timing process (AE/CREI NaN for a seed timed in several); RR, AE and CREI "
              "NaN with fewer than two attacks; RR variants rome and rome+; target kind next_mod10",
              "4: BEARD's schedule (its eva_utils.evaluate_synset, as DC's): Epoch + 1 epochs, lr x 0.1 with a new "
-             "optimizer after Epoch // 2 + 1 (scheduler: dc_step), the base of every recipe (BEARD_RECIPE)"),
+             "optimizer after Epoch // 2 + 1 (scheduler: dc_step), the base of every recipe (BEARD_RECIPE)",
+             f"5: {LAYOUT_REVISION}"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 SPACE_TAG = "ddlib.attack_space"

@@ -25,7 +25,7 @@ import pandas as pd
 
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, augment_label, best_by_mean,
                                      check_augment, check_recipe_params, setting_recipe, mean_std_table,
@@ -34,7 +34,7 @@ from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, augm
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationResult"]
 
 SPEC = ProtocolSpec(
-    name="augmentation", revision=4, order=40, title="DC-Bench: accuracy without and with augmentation",
+    name="augmentation", revision=5, order=40, title="DC-Bench: accuracy without and with augmentation",
     summary="a set's accuracy under each of DC-Bench's augmentations (none, DSA, AutoAugment, RandAugment, ImageNet's)",
     params={
         **SET_PARAMS,
@@ -51,7 +51,8 @@ SPEC = ProtocolSpec(
     headline="augmentation",
     history=("2: best augmentation = highest mean over seeds (was: mean of per-seed maxima)",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
-             "4: DC-Bench's schedule by default (scheduler dc_step); policy ops draw once per batch by default (DC-Bench)"),
+             "4: DC-Bench's schedule by default (scheduler dc_step); policy ops draw once per batch by default (DC-Bench)",
+             f"5: {LAYOUT_REVISION}"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 

@@ -29,14 +29,14 @@ import pandas as pd
 from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import BEYOND_COLUMNS, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import BEYOND_COLUMNS, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import PRESET_PARAMS, SET_PARAMS, check_weight, obtain, validate_common
 from ddlib.protocols.preset_eval import SideTrainer, resolve_preset
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationRobustResult"]
 
 SPEC = ProtocolSpec(
-    name="augmentation_robust", revision=4, order=20, title="DD-Ranking: Augmentation-Robust Score",
+    name="augmentation_robust", revision=5, order=20, title="DD-Ranking: Augmentation-Robust Score",
     summary="IOR with and without the preset's augmentation, and ARS, against a random subset of the set's size",
     params={**SET_PARAMS, "gamma": Param(0.5, "ARS's weight on IOR with augmentation"), **PRESET_PARAMS,
             "preset": Param("dsa", "the method's evaluation preset (its augmentation is what ARS removes)")},
@@ -51,7 +51,8 @@ SPEC = ProtocolSpec(
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
              "4: as DD-Ranking's code: ZCA fitted on [0, 1] pixels of the whole training set, in place of normalisation; "
              "the presets' DSA resamples with align_corners=True; CutMix's box is the CutMix authors' rand_bbox; random "
-             "baselines from their own stream; the preset's labels.teacher.recipe applied"),
+             "baselines from their own stream; the preset's labels.teacher.recipe applied",
+             f"5: {LAYOUT_REVISION}"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 

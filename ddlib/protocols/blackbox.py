@@ -49,7 +49,7 @@ from ddlib.models import list_models
 from ddlib.protocols import adversarial
 from ddlib.protocols.cell import Cell, TrainedModel, device_name
 from ddlib.protocols.common import SET_PARAMS, _from_zca_space
-from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.shown import shown
 
 __all__ = ["SPEC", "PARAMS", "validate", "group_identity", "fill_sources", "open_cell", "obtain", "train_models",
@@ -57,7 +57,7 @@ __all__ = ["SPEC", "PARAMS", "validate", "group_identity", "fill_sources", "open
 
 _ADV = adversarial.SPEC.params
 SPEC = ProtocolSpec(
-    name="blackbox", revision=1, order=31, title="BEARD black-box: transfer attacks (surrogate x target)",
+    name="blackbox", revision=2, order=31, title="BEARD black-box: transfer attacks (surrogate x target)",
     summary="attacks crafted on the set's models (the surrogate) scored on other pooled models: robust accuracy per "
             "surrogate x target and attack",
     params={
@@ -77,6 +77,7 @@ SPEC = ProtocolSpec(
                            ("white_box_acc", "robust accuracy with itself as the surrogate (white-box)")),
                   more_columns=True, variant=("attack", "mode", "space", "training", "model")),),
     headline="blackbox",
+    history=(f"2: {LAYOUT_REVISION}",),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 _LABEL = re.compile(r"[A-Za-z0-9_\-/]+")  # an MLflow metric name part, without the '.' that separates parts

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import BEYOND_COLUMNS, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import BEYOND_COLUMNS, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_recipe_params,
                                      setting_recipe, mean_std_table, train_settings)
@@ -29,7 +29,7 @@ from ddlib.methods.sources import full_set
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "CompressionResult"]
 
 SPEC = ProtocolSpec(
-    name="compression", revision=4, order=60, title="DC-Bench: accuracy against images per class",
+    name="compression", revision=5, order=60, title="DC-Bench: accuracy against images per class",
     summary="a set's accuracy at one IPC next to the full data's (DSA, 1000 epochs)",
     params={
         **SET_PARAMS,
@@ -45,7 +45,8 @@ SPEC = ProtocolSpec(
     headline="compression",
     history=("2: DSA (1000 epochs) by default, as DC-Bench's tables (was: no augmentation)",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
-             "4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)"),
+             "4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)",
+             f"5: {LAYOUT_REVISION}"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 

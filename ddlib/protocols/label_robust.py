@@ -54,7 +54,7 @@ from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import BEYOND_COLUMNS, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import BEYOND_COLUMNS, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain,
                                     validate_common)
 from ddlib.protocols.preset_eval import SideTrainer
@@ -64,7 +64,7 @@ __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", 
 # What this protocol computes is in the keys of its cells: the spec's revision changes whenever that
 # changes, so nothing computed under an earlier definition is reused or pooled into a leaderboard row.
 SPEC = ProtocolSpec(
-    name="label_robust", revision=4, order=10, title="DD-Ranking: Label-Robust Score",
+    name="label_robust", revision=5, order=10, title="DD-Ranking: Label-Robust Score",
     summary="HLR, IOR and LRS of a set against a random subset of its size, under the method's own evaluation",
     params={
         **SET_PARAMS,
@@ -93,7 +93,8 @@ SPEC = ProtocolSpec(
              "training set, in place of normalisation; the presets' DSA resamples with align_corners=True; CutMix's box "
              "is the CutMix authors' rand_bbox; random baselines from their own stream; the preset's "
              "labels.teacher.recipe applied; the full-data reference on the whole training set; no rdm_hard side under "
-             "soft-label presets"),
+             "soft-label presets",
+             f"5: {LAYOUT_REVISION}"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 

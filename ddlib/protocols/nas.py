@@ -34,7 +34,7 @@ import pandas as pd
 from ddlib.protocols import nas_space
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, check_augment, check_recipe_params, setting_recipe,
                                      train_settings)
@@ -51,7 +51,7 @@ PROXY_RECIPE = Recipe(epochs=50, batch_size=64, optimizer="sgd", lr=0.025, momen
                       scheduler="cosine", lr_min=0.001, grad_clip=5.0)
 
 SPEC = ProtocolSpec(
-    name="nas", revision=4, order=70, title="DC-Bench: neural architecture search on the set",
+    name="nas", revision=5, order=70, title="DC-Bench: neural architecture search on the set",
     summary="NAS-Bench-201 architectures trained on the set as a proxy, rank-correlated with their ground truth",
     params={
         **{k: v for k, v in SET_PARAMS.items() if k != "model"},  # the models are the sampled architectures
@@ -79,7 +79,8 @@ SPEC = ProtocolSpec(
     headline="nas", takes_set=False, path_params=("ground_truth",),
     history=("2: validation split, seed-averaged proxy, DC-Bench's proxy recipe, uniform sampling",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
-             "4: the proxies' cell BatchNorms are affine=False, as DC-Bench's search cells"),
+             "4: the proxies' cell BatchNorms are affine=False, as DC-Bench's search cells",
+             f"5: {LAYOUT_REVISION}"),
 )
 PROTOCOL, REVISION, PARAMS, PATH_PARAMS = SPEC.name, SPEC.revision, SPEC.defaults(), SPEC.path_params
 

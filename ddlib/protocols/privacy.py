@@ -50,7 +50,7 @@ from ddlib.methods.sources import full_set
 from ddlib.protocols.cell import Cell, TrainedModel
 from ddlib.protocols.common import FULL_IPC, SET_PARAMS, obtain, positive_int, validate_set_params  # noqa: F401 (obtain: a step)
 from ddlib.protocols.dcbench import RECIPE_PARAMS, check_augment, check_recipe_params, setting_recipe
-from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.shown import shown
 
 __all__ = ["SPEC", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "leaderboard", "PrivacyResult",
@@ -61,7 +61,7 @@ SHADOW_TAG = "ddlib.privacy_shadow"
 SIDES = ("set", "random", "full")
 
 SPEC = ProtocolSpec(
-    name="privacy", revision=1, order=80, title="Privacy: membership inference on models trained on the set",
+    name="privacy", revision=2, order=80, title="Privacy: membership inference on models trained on the set",
     summary="loss-threshold and shadow-model membership inference (AUC, TPR at 1 % FPR) on the set's, a random "
             "subset's and the full data's models",
     params={
@@ -80,6 +80,7 @@ SPEC = ProtocolSpec(
                            ("loss_auc_full", "loss attack AUC, full data")),
                   more_columns=True, variant=("model",), higher_is_better=False),),
     headline="privacy",
+    history=(f"2: {LAYOUT_REVISION}",),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 

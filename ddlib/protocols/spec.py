@@ -225,6 +225,9 @@ def board_specs() -> dict[str, tuple[ProtocolSpec, Board]]:
 
 # --------------------------------------------------------------------------- notebooks
 
+# every protocol's revision after the one that made the data row-major (a history entry of each spec)
+LAYOUT_REVISION = ("tensors in row-major layout (ddlib.data.layout): on 1-channel data such as digits, whose loader "
+                   "kept stride 1 on the channel axis, the convolutions round otherwise; 3-channel data as before")
 RUN_PARAMS = ("run_id", "experiment")  # the runner's own: which MLflow run and experiment a cell writes to
 
 

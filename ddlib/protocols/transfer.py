@@ -23,7 +23,7 @@ import pandas as pd
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import create_model, list_models
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_recipe_params,
                                      setting_recipe, mean_std_table, train_settings)
@@ -33,7 +33,7 @@ __all__ = ["PROTOCOL", "PARAMS", "DCBENCH_TRANSFER_MODELS", "validate", "open_ce
            "TransferResult"]
 
 SPEC = ProtocolSpec(
-    name="transfer", revision=4, order=50, title="DC-Bench: transfer across architectures",
+    name="transfer", revision=5, order=50, title="DC-Bench: transfer across architectures",
     summary="a set trained on several architectures: DC-Bench's Transfer (MLP, ResNet-18, ResNet-152, ViT) and the rest",
     params={
         **SET_PARAMS,
@@ -53,7 +53,8 @@ SPEC = ProtocolSpec(
     headline="transfer",
     history=("2: DSA (1000 epochs) by default; DC-Bench's four-architecture Transfer average",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
-             "4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)"),
+             "4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)",
+             f"5: {LAYOUT_REVISION}"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 # The architectures DC-Bench's "Transfer" column averages (Table 2: Random CIFAR-10 IPC 10,
