@@ -97,7 +97,7 @@ def _distil(dataset: Dataset, dev: torch.device, identity: dict | None, *, ipc: 
     syn = normalize(standard_layout(start.images).to(dev)).detach().requires_grad_(True)  # ddlib.data.layout
     optimizer = torch.optim.SGD([syn], lr=lr_img, momentum=momentum)
 
-    real_images = standard_layout(dataset.train_images).to(dev)
+    real_images = dataset.train_images.to(dev)  # row-major, as every Dataset holds them
     real_by_class = [torch.nonzero(dataset.train_labels == c).flatten() for c in range(dataset.num_classes)]
     syn_by_class = [torch.nonzero(start.labels == c).flatten().to(dev) for c in range(dataset.num_classes)]
     channels, height, width = dataset.image_shape
