@@ -49,6 +49,10 @@ RAY_INSTALL_HINT = "pip install 'ddlib[cluster]' (in a checkout: make setup)"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, `kill`: either stops a cell, which is marked KILLED
 KERNEL_TAG = "ddlib.kernel"  # "fresh", or "warm: cell N of its kernel" (a worker's kernel kept, ddlib.kernels)
 ORPHAN_GRACE_SECONDS = 15.0  # after the runner died: time to mark the run KILLED before exiting anyway
+# How often a process blocked waiting (the runner on its cells) wakes, so that a stop signal the kernel
+# handed to another of its threads is acted on: Python runs handlers in the main thread only, and only
+# when that thread runs. The cost is one wake-up a second of an idle process.
+SIGNAL_POLL_SECONDS = 1.0
 
 
 class ExecutorError(RuntimeError):
@@ -143,6 +147,28 @@ def _on_stop_signal(signum, frame) -> None:
     _CURRENT.stop(interrupted(signum), signum)
 
 
+def _relay_stop_signals() -> None:
+    """Act on SIGINT and SIGTERM whichever thread the kernel hands them to.
+
+    Linux delivers a signal sent to the process to any thread that does not block it (OpenBLAS's
+    pool, the queue feeder, ...). Python's C handler then only marks it; the Python handler waits for
+    the main thread, which an idle worker keeps blocked in a read of the pool's call queue: a worker
+    stopped between cells stayed alive (1 run in 10 of the test). Python's C handler also writes the
+    signal's number to the wakeup fd from whatever thread caught it; a daemon thread reads that and
+    acts at once (the main thread's later call of the same handler changes nothing)."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+    def relay() -> None:
+        while True:
+            for signum in os.read(read, 64):
+                if signum in STOP_SIGNALS:
+                    _on_stop_signal(signum, None)
+
+    threading.Thread(target=relay, daemon=True, name="ddlib-stop-signals").start()
+
+
 def _init_pool_worker(gpu_slots) -> None:
     """Pool worker start: SIGINT (Ctrl-C reaches the runner's whole process group) and SIGTERM
     (which the runner forwards) stop the worker's cell, naming the signal; they were blocked while
@@ -150,6 +176,7 @@ def _init_pool_worker(gpu_slots) -> None:
     With ``--gpus`` each worker takes one device, which its kernels alone see."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, _on_stop_signal)
+    _relay_stop_signals()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     atexit.register(gc.freeze)  # the runner waits for its workers' exit: no last collection of their stack (ddlib.cli)
     gpu = gpu_slots.get() if gpu_slots is not None else None
@@ -326,7 +353,9 @@ class LocalExecutor:
         try:
             start_next()
             while running:  # one cell per free worker, chosen when the worker frees (next_job)
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                finished, _ = wait(running, timeout=SIGNAL_POLL_SECONDS, return_when=FIRST_COMPLETED)
+                if not finished:
+                    continue
                 ended = [(future, running.pop(future)) for future in finished]
                 done.update(*(job.shares for _, job in ended))
                 start_next()
@@ -436,7 +465,9 @@ class RayExecutor:
         try:
             submit()
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=SIGNAL_POLL_SECONDS)
+                if not done:
+                    continue
                 job = pending.pop(done[0])
                 ended.update(job.shares)
                 submit()

@@ -151,7 +151,11 @@ def run_foreground(command: list[str], env: dict[str, str] | None, url: str, rea
     try:
         wait_healthy(url, process)
         print(ready, flush=True)
-        return process.wait()
+        while True:  # woken each second: a signal the kernel handed to another thread is acted on
+            try:
+                return process.wait(1.0)
+            except subprocess.TimeoutExpired:
+                continue
     except KeyboardInterrupt:
         stop_server(process)
         return 0

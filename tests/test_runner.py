@@ -279,7 +279,7 @@ def test_ray_hands_cells_over_as_slots_free_keeping_shared_work_apart(monkeypatc
     fake = types.SimpleNamespace(
         is_initialized=lambda: True, cluster_resources=lambda: {"CPU": 2.0},
         remote=lambda fn: types.SimpleNamespace(options=lambda **kw: task),
-        wait=lambda refs, num_returns: (refs[:1], refs[1:]),  # the oldest cell in flight ends first
+        wait=lambda refs, num_returns, timeout=None: (refs[:1], refs[1:]),  # the oldest cell in flight ends first
         get=lambda ref: CellOutcome(ref, "finished"), cancel=lambda ref, force: None, shutdown=lambda: None)
     monkeypatch.setitem(sys.modules, "ray", fake)
     cells = expand(load_grid(Path(__file__).resolve().parents[1] / "params" / "demo.yaml"))
@@ -375,6 +375,86 @@ def test_a_worker_stopped_between_cells_takes_its_kept_kernel_with_it():
     while not gone() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert gone()
+
+
+def _idle_worker_whose_main_thread_blocks_the_stop_signals(pids) -> None:
+    """A pool worker between cells where the kernel hands SIGTERM to a thread other than the main one
+    (it may pick any thread that does not block it; here the main thread blocks it, so it must)."""
+    import signal
+    import threading
+    import time
+
+    from ddlib import executors
+
+    executors._init_pool_worker(None)
+    threading.Thread(target=time.sleep, args=(120,), daemon=True).start()  # a thread that takes it
+    signal.pthread_sigmask(signal.SIG_BLOCK, executors.STOP_SIGNALS)
+    pids.put(os.getpid())
+    time.sleep(120)
+
+
+def test_a_worker_stops_at_once_whichever_of_its_threads_the_signal_reaches():
+    """Linux delivers a signal sent to a process to any of its threads that does not block it, and
+    Python runs the handler only in the main thread, once that thread runs: an idle worker, its main
+    thread blocked in a read of the pool's queue, stayed alive after SIGTERM (the test above failed 1
+    run in 10). Here the main thread blocks the signal, so another thread must take it; the worker
+    exits with 128 + SIGTERM within seconds (before the relay: not before its 120 s sleep ended)."""
+    import multiprocessing
+    import signal
+
+    context = multiprocessing.get_context("spawn")
+    pids = context.Queue()
+    worker = context.Process(target=_idle_worker_whose_main_thread_blocks_the_stop_signals, args=(pids,))
+    worker.start()
+    assert pids.get(timeout=120) == worker.pid
+    os.kill(worker.pid, signal.SIGTERM)
+    worker.join(20)
+    alive = worker.exitcode is None
+    if alive:
+        worker.kill()
+        worker.join()
+    assert not alive and worker.exitcode == 128 + signal.SIGTERM
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_the_runner_stops_its_cells_when_another_of_its_threads_took_the_signal(tmp_path, monkeypatch):
+    """The runner waits on its cells; a SIGTERM the kernel handed to another of its threads (tqdm's
+    monitor, OpenBLAS's pool) must stop the grid now, not when a cell ends. Here the main thread blocks
+    SIGTERM while a helper thread sends it, so the helper's thread takes it; the 60 s cells are
+    stopped and the handler's exception reaches the caller within seconds."""
+    import signal
+    import threading
+    import time
+
+    from ddlib import executors
+
+    monkeypatch.setattr(executors, "execute_cell", _stub_cell)
+
+    def stop(signum, frame):
+        raise _Stopped
+
+    def send() -> None:
+        time.sleep(8)  # the workers have started (spawned, imported) and run their cells
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    jobs = [executors.CellJob("label_robust", "e", f"sleep-{i}", {"seconds": 60, "log": str(tmp_path / "log")},
+                              {}, {}, "", "") for i in range(2)]
+    previous = signal.signal(signal.SIGTERM, stop)
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    start = time.monotonic()
+    try:
+        with pytest.raises(_Stopped):
+            executors.LocalExecutor(2).run(jobs, lambda job, outcome: None)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGTERM, previous)
+    assert time.monotonic() - start < 40  # the cells' 60 s were not waited for
+    assert not (tmp_path / "log").exists()  # no cell ended
 
 
 def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):
