@@ -416,6 +416,33 @@ def test_a_worker_stops_at_once_whichever_of_its_threads_the_signal_reaches():
     assert not alive and worker.exitcode == 128 + signal.SIGTERM
 
 
+def test_a_worker_goes_without_the_iri_format_checker_and_still_validates_notebooks():
+    """jsonschema builds rfc3987_syntax's Lark parser as it is imported (1.0-1.7 s of each worker's
+    start); a worker leaves that module out. Papermill's notebooks still validate, and a broken one
+    still fails validation."""
+    import subprocess
+
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "label_robust.ipynb"
+    code = f"""
+import sys
+from ddlib import executors
+executors._leave_out_unused_imports()
+import nbformat, papermill
+nb = nbformat.read({str(notebook)!r}, as_version=4)
+nbformat.validate(nb)
+del nb["cells"][0]["source"]
+try:
+    nbformat.validate(nb)
+except nbformat.ValidationError:
+    print("broken notebook refused")
+print("left out:", sys.modules.get("rfc3987_syntax", "never imported") is None)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["broken notebook refused", "left out: True"], done.stdout
+
+
 class _Stopped(Exception):
     pass
 
