@@ -175,6 +175,27 @@ def _relay_stop_signals() -> None:
     threading.Thread(target=relay, daemon=True, name="ddlib-stop-signals").start()
 
 
+def _exit_with_the_runner() -> None:
+    """A pool worker whose runner died without stopping it (SIGKILL, the OOM killer) gets no more
+    cells, but ProcessPoolExecutor's worker waits on its call queue for ever, and its kept kernel,
+    which watches the worker, lives on with it. The runner's end makes the worker's parent sentinel
+    readable: a worker between cells then exits, and its kernel ends too; a running cell is left to
+    its monitor, which marks it KILLED and exits (:func:`_monitor`)."""
+    import multiprocessing.connection
+
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        while _CURRENT is not None:  # the cell's monitor stops it and exits; a cell that ends first frees this
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="ddlib-runner-watch").start()
+
+
 def _init_pool_worker(gpu_slots) -> None:
     """Pool worker start: SIGINT (Ctrl-C reaches the runner's whole process group) and SIGTERM
     (which the runner forwards) stop the worker's cell, naming the signal; they were blocked while
@@ -183,6 +204,7 @@ def _init_pool_worker(gpu_slots) -> None:
     for signum in STOP_SIGNALS:
         signal.signal(signum, _on_stop_signal)
     _relay_stop_signals()
+    _exit_with_the_runner()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     atexit.register(gc.freeze)  # the runner waits for its workers' exit: no last collection of their stack (ddlib.cli)
     gpu = gpu_slots.get() if gpu_slots is not None else None

@@ -443,6 +443,53 @@ print("left out:", sys.modules.get("rfc3987_syntax", "never imported") is None)
     assert done.stdout.split("\n")[:2] == ["broken notebook refused", "left out: True"], done.stdout
 
 
+def test_the_pool_workers_exit_when_their_runner_is_killed(tmp_path):
+    """SIGKILL of the runner alone (the OOM killer, `kill -9 PID`): ProcessPoolExecutor's workers wait on
+    their call queue for ever, an idle one with its kept kernel. Each worker watches its parent: here
+    one is idle (its 0.5 s cell done) and one runs a 60 s stub cell that has no monitor; both exit
+    within seconds (before: both were still there, adopted by init)."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    tests = Path(__file__).resolve().parent
+    code = f"""
+import os, sys
+sys.path[:0] = [{str(tests.parent)!r}, {str(tests)!r}]
+from ddlib import executors
+import test_runner
+if __name__ == "__main__":
+    executors.execute_cell = test_runner._stub_cell
+    log = {str(tmp_path / "log")!r}
+    jobs = [executors.CellJob("label_robust", "e", f"c{{i}}", {{"seconds": s, "log": log}}, {{}}, {{}}, "", "")
+            for i, s in enumerate([0.5, 60])]
+    executors.LocalExecutor(2).run(jobs, lambda job, outcome: print("ended", job.name, flush=True))
+"""
+    runner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        workers = []
+        while time.monotonic() < deadline and len(workers) < 2:
+            workers = [p for p in psutil.Process(runner.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+            time.sleep(0.2)
+        assert len(workers) == 2, runner.stdout.read() if runner.poll() is not None else "no two workers"
+        while time.monotonic() < deadline and not (tmp_path / "log").exists():
+            time.sleep(0.2)  # the first cell has ended: its worker is idle
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(30)
+        gone, alive = psutil.wait_procs(workers, timeout=15)
+        assert not alive, f"workers left behind: {[p.pid for p in alive]}"
+    finally:
+        runner.kill()
+        for worker in workers:  # adopted by init where they outlived the runner
+            try:
+                worker.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
 class _Stopped(Exception):
     pass
 
