@@ -70,9 +70,12 @@ def test_too_small_image_is_refused():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(1, 128, 32, 32), (7, 128, 16, 16), (300, 128, 8, 8), (5, 3, 7, 7), (2, 16, 2, 2)])
-def test_cpu_test_pass_pool_has_avg_pool2d_bits(dtype, shape):
-    """The depthwise-convolution path (taken without autograd) equals avg_pool2d bit for bit."""
+@pytest.mark.parametrize("shape", [(1, 128, 32, 32), (7, 128, 16, 16), (300, 128, 8, 8), (5, 3, 7, 7), (2, 16, 2, 2),
+                                   (3, 8, 5, 6)])
+def test_cpu_pool_has_avg_pool2d_bits_forward_and_backward(dtype, shape):
+    """The pool's forward (a depthwise convolution) and its backward (an interleaving copy) equal
+    avg_pool2d's and avg_pool2d_backward's bit for bit, with and without autograd, odd sizes
+    included (the row and column avg_pool2d drops get a zero gradient)."""
     import torch.nn.functional as F
 
     from ddlib.models._pool import AvgPool2x2
@@ -84,29 +87,67 @@ def test_cpu_test_pass_pool_has_avg_pool2d_bits(dtype, shape):
             fast = AvgPool2x2()(x)
         assert fast.dtype == dtype and fast.shape == F.avg_pool2d(x, 2).shape
         assert torch.equal(fast, F.avg_pool2d(x, 2))
+        grad_out = torch.randn(fast.shape, generator=g).to(dtype)
+        ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out = AvgPool2x2()(ours)
+        assert torch.equal(out, F.avg_pool2d(ref, 2))
+        out.backward(grad_out)
+        F.avg_pool2d(ref, 2).backward(grad_out)
+        assert ours.grad.dtype == dtype and ours.grad.shape == x.shape
+        assert torch.equal(ours.grad, ref.grad)
 
 
-def test_convnet_takes_the_fast_pool_in_test_passes_only_and_keeps_its_outputs(monkeypatch):
-    """A ConvNet's logits under inference equal those of the same weights with nn.AvgPool2d, in
-    fp32 and under bf16 autocast; training (autograd on) keeps avg_pool2d."""
+def test_cpu_pool_runs_under_vmap_and_twice_differentiated():
+    """Batched mode runs the models under torch.func.vmap, and a gradient of a gradient goes
+    through the pool: both as with avg_pool2d."""
+    import torch.nn.functional as F
+    from torch.func import grad, vmap
+
+    from ddlib.models._pool import AvgPool2x2
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(3, 4, 6, 8, 8, generator=g), torch.randn(3, 6, 4, 4, generator=g)
+
+    def loss(pool):
+        return lambda x, w: (pool(x * x) * w).sum()
+
+    ours, ref = loss(AvgPool2x2()), loss(lambda t: F.avg_pool2d(t, 2))
+    assert torch.equal(vmap(ours)(x, w), vmap(ref)(x, w))
+    assert torch.equal(vmap(grad(ours))(x, w), vmap(grad(ref))(x, w))
+    ours, ref = x[0].clone().requires_grad_(), x[0].clone().requires_grad_()
+    for t, pool in ((ours, AvgPool2x2()), (ref, lambda t: F.avg_pool2d(t, 2))):
+        (first,) = torch.autograd.grad((pool(t * t) ** 2).sum(), t, create_graph=True)
+        first.square().sum().backward()
+    assert torch.equal(ours.grad, ref.grad)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_convnet_trains_to_the_same_weights_with_the_fast_pool(bf16):
+    """A ConvNet trained with the pool's fast CPU path ends with the weights of the same ConvNet
+    trained with nn.AvgPool2d, bit for bit (fp32, and under bf16 autocast), and its logits under
+    inference equal them too."""
     import copy
 
     import torch.nn as nn
 
     import ddlib.models._pool as pool
 
-    calls = []
-    conv2d = pool.F.conv2d
-    monkeypatch.setattr(pool.F, "conv2d", lambda *a, **k: calls.append(k.get("groups", 1)) or conv2d(*a, **k))
     torch.manual_seed(0)
-    model = create_model("convnet", channels=3, num_classes=10, image_size=(32, 32)).eval()
+    model = create_model("convnet", channels=3, num_classes=10, image_size=(16, 16))
     plain = copy.deepcopy(model)
     plain.features = nn.Sequential(*[nn.AvgPool2d(2, 2) if isinstance(m, pool.AvgPool2x2) else m for m in plain.features])
     assert sum(isinstance(m, pool.AvgPool2x2) for m in model.features) == 3
-    x = torch.randn(64, 3, 32, 32)
-    for bf16 in (False, True):
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            assert torch.equal(model(x), plain(x))
-    assert calls.count(128) == 6  # 3 pools x 2 passes (nn.Conv2d goes through F.conv2d too, groups 1)
-    model.train()(x).sum().backward()
-    assert calls.count(128) == 6
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(20, 3, 16, 16, generator=g), torch.randint(0, 10, (20,), generator=g)
+    for net in (model, plain):
+        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        for _ in range(5):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+    for a, b in zip(model.parameters(), plain.parameters()):
+        assert torch.equal(a, b)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        assert torch.equal(model.eval()(x), plain.eval()(x))
