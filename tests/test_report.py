@@ -174,6 +174,42 @@ def test_every_board_keys_its_rows_by_precision_and_set(mlflow_store):
 # --------------------------------------------------------------------------- the report card
 
 
+def test_per_seed_values_read_in_bulk_are_mlflows_own_histories(mlflow_store, monkeypatch):
+    """A SQL store's histories are read one query per metric (and BULK_RUNS runs), and give what
+    MLflow's per-run get_metric_history gives: every seed, a seed logged twice at its last value,
+    a per-seed metric only some runs have, a run with none of a key."""
+    from ddlib.report import core
+
+    monkeypatch.setattr(core, "_HISTORIES", {})
+    monkeypatch.setattr(core, "BULK_RUNS", 2)  # several chunks from five runs
+    params = dict(dataset="digits", model="convnet", ipc=10)
+    for i in range(5):
+        rows = [{"seed": seed, "acc_syn_hard": 0.5 + i / 10 + seed / 100, "lrs": 0.1 * seed} for seed in range(3)]
+        if i == 1:
+            rows.append({"seed": 2, "acc_syn_hard": 0.99})  # logged again later: the last value wins
+        if i == 3:
+            rows = [{**row, "hlr": 0.3 + seed} for seed, row in enumerate(rows)]
+        _write_cell("label_robust", {**params, "method": f"m{i}"}, rows)
+
+    def read():
+        return core.per_seed_values("label_robust", keys=["acc_syn_hard"], row_params=["method"],
+                                    match=lambda k: k in ("lrs", "hlr")).sort_values(["method", "seed"])
+
+    calls = []
+    client = core.client()
+    per_run = client.get_metric_history
+    monkeypatch.setattr(type(client), "get_metric_history", lambda self, *a: calls.append(a) or per_run(*a))
+    bulk = read()
+    assert calls == []  # all from the bulk read
+    monkeypatch.setattr(core, "_HISTORIES", {})
+    monkeypatch.setattr(core, "_read_histories", lambda *a: None)
+    one_by_one = read()
+    assert len(calls) == 5 * 2 + 1  # acc_syn_hard and lrs of each run, hlr of one
+    pd.testing.assert_frame_equal(bulk.reset_index(drop=True), one_by_one.reset_index(drop=True))
+    assert len(bulk) == 15 and bulk.loc[bulk["method"] == "m1", "acc_syn_hard"].tolist()[-1] == 0.99
+    assert bulk["hlr"].notna().sum() == 3
+
+
 def test_report_card_has_every_section_and_logs_to_mlflow(store, tmp_path):
     card = cards.build_card("dm", "digits", 2)
     sections = {b.protocol: b for b in card.blocks}

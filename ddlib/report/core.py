@@ -116,13 +116,15 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
         filter_string=f"tags.`{TAG['kind']}` = 'cell' and attributes.status = 'FINISHED'",
         order_by=["attributes.start_time ASC"], max_results=50000,
     )
+    wanted = {run.info.run_id: (*keys, *sorted(k for k in run.data.metrics if match and match(k) and _per_seed_key(k)
+                                                 and k not in keys)) for run in cells}
+    _read_histories(mlflow_client, cells, wanted)
     rows: dict[tuple, dict] = {}
     for run in cells:  # oldest first: newer runs overwrite a seed
         tags = run.data.tags
         split = "".join(f"|{tags.get(tag)}" for tag in (*(row_tags or {}).values(), *SPLIT_TAGS.values()))
         group = tags.get(TAG["group"], run.info.run_id) + split + "".join(f"|{tags.get(t)}" for t in SET_TAGS.values())
-        extra = sorted(k for k in run.data.metrics if match and match(k) and _per_seed_key(k) and k not in keys)
-        history = {k: _history(mlflow_client, run, k) for k in (*keys, *extra)}
+        history = {k: _history(mlflow_client, run, k) for k in wanted[run.info.run_id]}
         seeds = set().union(*(h.keys() for h in history.values())) if history else set()
         for seed in sorted(seeds):
             if not all(seed in history[k] for k in keys):
@@ -142,17 +144,52 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
 _HISTORIES: dict[tuple, dict[int, float]] = {}  # (store, run, its end time, key) -> {step: value}
 
 
+BULK_RUNS = 500  # run ids per query of a bulk history read (SQLite allows 32,766 bound parameters)
+
+
+def _history_key(mlflow_client, run, key: str) -> tuple:
+    return (mlflow_client.tracking_uri, run.info.run_id, run.info.end_time, key)
+
+
 def _history(mlflow_client, run, key: str) -> dict[int, float]:
     """A FINISHED run's per-seed values of ``key`` ({seed: value}), read once per process: a summary
     builds each leaderboard several times (the weight sweeps, stability, plots) from the same runs,
     and a finished run's history does not change (its end time is part of the key, in case it is
     finished again)."""
-    cache_key = (mlflow_client.tracking_uri, run.info.run_id, run.info.end_time, key)
+    cache_key = _history_key(mlflow_client, run, key)
     if cache_key not in _HISTORIES:
         if len(_HISTORIES) > 200_000:
             _HISTORIES.clear()
         _HISTORIES[cache_key] = {m.step: m.value for m in mlflow_client.get_metric_history(run.info.run_id, key)}
     return _HISTORIES[cache_key]
+
+
+def _read_histories(mlflow_client, runs, wanted: dict[str, Sequence[str]]) -> None:
+    """Read the histories :func:`_history` will ask for (``wanted``: run id -> keys) in one query per
+    metric and :data:`BULK_RUNS` runs, where the store is a SQL database (MLflow's
+    ``get_metric_history_bulk``, which has no client method): a board of the demo's 10 cells read
+    about 430 histories one query each. Values and their order (timestamp, step, value: the last
+    value of a step wins) are those of ``get_metric_history``. Other stores (a tracking server's REST
+    API, files) are read run by run, as before."""
+    store = getattr(getattr(mlflow_client, "_tracking_client", None), "store", None)
+    bulk = getattr(store, "get_metric_history_bulk", None)
+    if bulk is None:
+        return
+    by_key: dict[str, list] = {}
+    for run in runs:
+        for key in wanted.get(run.info.run_id, ()):
+            if _history_key(mlflow_client, run, key) not in _HISTORIES:
+                by_key.setdefault(key, []).append(run)
+    if sum(map(len, by_key.values())) + len(_HISTORIES) > 200_000:
+        _HISTORIES.clear()
+    for key, key_runs in by_key.items():
+        for start in range(0, len(key_runs), BULK_RUNS):
+            chunk = key_runs[start:start + BULK_RUNS]
+            found: dict[str, dict[int, float]] = {run.info.run_id: {} for run in chunk}
+            for entry in bulk(list(found), key, max_results=2**31 - 1):
+                found[entry.run_id][entry.step] = entry.value
+            for run in chunk:
+                _HISTORIES[_history_key(mlflow_client, run, key)] = found[run.info.run_id]
 
 
 def _classes(run) -> float:
