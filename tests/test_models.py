@@ -72,13 +72,16 @@ def test_too_small_image_is_refused():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(1, 128, 32, 32), (7, 128, 16, 16), (300, 128, 8, 8), (5, 3, 7, 7), (2, 16, 2, 2),
                                    (3, 8, 5, 6)])
-def test_cpu_pool_has_avg_pool2d_bits_forward_and_backward(dtype, shape):
+def test_cpu_pool_has_avg_pool2d_bits_forward_and_backward(dtype, shape, monkeypatch):
     """The pool's forward (a depthwise convolution) and its backward (an interleaving copy) equal
     avg_pool2d's and avg_pool2d_backward's bit for bit, with and without autograd, odd sizes
     included (the row and column avg_pool2d drops get a zero gradient)."""
     import torch.nn.functional as F
 
+    import ddlib.models._pool as pool
     from ddlib.models._pool import AvgPool2x2
+
+    monkeypatch.setattr(pool, "MIN_ELEMENTS", 0)  # the fast path at every size
 
     g = torch.Generator().manual_seed(sum(shape))
     for x in (torch.randn(shape, generator=g), torch.relu(torch.randn(shape, generator=g) * 40)):
@@ -97,13 +100,16 @@ def test_cpu_pool_has_avg_pool2d_bits_forward_and_backward(dtype, shape):
         assert torch.equal(ours.grad, ref.grad)
 
 
-def test_cpu_pool_runs_under_vmap_and_twice_differentiated():
+def test_cpu_pool_runs_under_vmap_and_twice_differentiated(monkeypatch):
     """Batched mode runs the models under torch.func.vmap, and a gradient of a gradient goes
     through the pool: both as with avg_pool2d."""
     import torch.nn.functional as F
     from torch.func import grad, vmap
 
+    import ddlib.models._pool as pool
     from ddlib.models._pool import AvgPool2x2
+
+    monkeypatch.setattr(pool, "MIN_ELEMENTS", 0)
 
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(3, 4, 6, 8, 8, generator=g), torch.randn(3, 6, 4, 4, generator=g)
@@ -115,14 +121,14 @@ def test_cpu_pool_runs_under_vmap_and_twice_differentiated():
     assert torch.equal(vmap(ours)(x, w), vmap(ref)(x, w))
     assert torch.equal(vmap(grad(ours))(x, w), vmap(grad(ref))(x, w))
     ours, ref = x[0].clone().requires_grad_(), x[0].clone().requires_grad_()
-    for t, pool in ((ours, AvgPool2x2()), (ref, lambda t: F.avg_pool2d(t, 2))):
-        (first,) = torch.autograd.grad((pool(t * t) ** 2).sum(), t, create_graph=True)
+    for t, pooling in ((ours, AvgPool2x2()), (ref, lambda t: F.avg_pool2d(t, 2))):
+        (first,) = torch.autograd.grad((pooling(t * t) ** 2).sum(), t, create_graph=True)
         first.square().sum().backward()
     assert torch.equal(ours.grad, ref.grad)
 
 
 @pytest.mark.parametrize("bf16", [False, True])
-def test_convnet_trains_to_the_same_weights_with_the_fast_pool(bf16):
+def test_convnet_trains_to_the_same_weights_with_the_fast_pool(bf16, monkeypatch):
     """A ConvNet trained with the pool's fast CPU path ends with the weights of the same ConvNet
     trained with nn.AvgPool2d, bit for bit (fp32, and under bf16 autocast), and its logits under
     inference equal them too."""
@@ -131,6 +137,11 @@ def test_convnet_trains_to_the_same_weights_with_the_fast_pool(bf16):
     import torch.nn as nn
 
     import ddlib.models._pool as pool
+
+    monkeypatch.setattr(pool, "MIN_ELEMENTS", 0)
+    calls = []
+    monkeypatch.setattr(pool._Pool2x2, "setup_context", staticmethod(lambda ctx, inputs, output: calls.append(1) or
+                                                                      setattr(ctx, "size", tuple(inputs[0].shape[-2:]))))
 
     torch.manual_seed(0)
     model = create_model("convnet", channels=3, num_classes=10, image_size=(16, 16))
@@ -147,6 +158,7 @@ def test_convnet_trains_to_the_same_weights_with_the_fast_pool(bf16):
                 loss = nn.functional.cross_entropy(net(x), y)
             loss.backward()
             opt.step()
+    assert len(calls) == 3 * 5  # the fast path in every pool of every step
     for a, b in zip(model.parameters(), plain.parameters()):
         assert torch.equal(a, b)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):

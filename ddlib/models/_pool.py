@@ -14,10 +14,11 @@ convolutions), and in a digits training step the two kernels took about 10 % of 
   convolution's own backward is not used: in bf16 it is slower than ``avg_pool2d``'s.
 
 ``tests/test_models.py`` checks both directions bit for bit against ``avg_pool2d`` (fp32, bf16,
-odd sizes, under ``vmap``), and that a ConvNet trains to the same weights. Measured
-(``bench/README.md``): a digits IPC-10 training 5 % faster on the AVX2 paths (one thread), a
-CIFAR-shaped one 11 % (two threads), and 18-23 % under bf16. Other devices, and channels-last or
-non-floating inputs, keep the ordinary kernel.
+odd sizes, under ``vmap``, a gradient of a gradient), and that a ConvNet trains to the same weights.
+Measured (``bench/README.md``, a 2-core Zen 4, CPU time of one training): CIFAR-shaped, 100 images,
+9 % less on the AVX2 paths in two threads and 20 % under bf16; digits 15 % under bf16 and about 5 %
+(the full-data reference) on one AVX2 thread. Small inputs (:data:`MIN_ELEMENTS`), other devices,
+channels-last and non-floating inputs keep the ordinary kernel.
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+_QUARTERS: dict[tuple, torch.Tensor] = {}
+
+
+def _quarters(channels: int, dtype: torch.dtype) -> torch.Tensor:
+    """The depthwise convolution's weights (every one 1/4), made once per channel count and dtype."""
+    key = (channels, dtype)
+    if key not in _QUARTERS:
+        _QUARTERS[key] = torch.full((channels, 1, 2, 2), 0.25, dtype=dtype)
+    return _QUARTERS[key]
+
+
 class _Pool2x2(torch.autograd.Function):
     """``avg_pool2d(x, 2)`` as a depthwise convolution; its gradient is :class:`_Spread2x2`."""
 
@@ -34,9 +46,8 @@ class _Pool2x2(torch.autograd.Function):
 
     @staticmethod
     def forward(x: torch.Tensor) -> torch.Tensor:
-        weight = torch.full((x.shape[-3], 1, 2, 2), 0.25, dtype=x.dtype, device=x.device)
         with torch.autocast("cpu", enabled=False):  # keep the input's dtype, as avg_pool2d does
-            return F.conv2d(x, weight, stride=2, groups=x.shape[-3])
+            return F.conv2d(x, _quarters(x.shape[-3], x.dtype), stride=2, groups=x.shape[-3])
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -44,7 +55,9 @@ class _Pool2x2(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return _Spread2x2.apply(grad, ctx.size)
+        if torch.is_grad_enabled():  # create_graph: the gradient is differentiated again
+            return _Spread2x2.apply(grad, ctx.size)
+        return _Spread2x2.forward(grad, ctx.size)
 
 
 class _Spread2x2(torch.autograd.Function):
@@ -73,13 +86,21 @@ class _Spread2x2(torch.autograd.Function):
         return _Pool2x2.apply(grad), None
 
 
+# Below this many input elements the custom function's fixed cost (about 0.1 ms a call, forward and
+# backward, one AVX2 thread) outweighs what it saves: measured on a 2-core Zen 4 (bench/README.md),
+# 64 x 128 x 8 x 8 gained 0.8 ms, 64 x 128 x 4 x 4 nothing, 64 x 128 x 2 x 2 lost 0.13 ms.
+MIN_ELEMENTS = 2**19
+
+
 class AvgPool2x2(nn.AvgPool2d):
-    """``nn.AvgPool2d(kernel_size=2, stride=2)``; on the CPU (NCHW, floating point) :class:`_Pool2x2`."""
+    """``nn.AvgPool2d(kernel_size=2, stride=2)``; on the CPU (NCHW, floating point, at least
+    :data:`MIN_ELEMENTS` elements) :class:`_Pool2x2`. Either way the same bits: only the speed differs."""
 
     def __init__(self):
         super().__init__(kernel_size=2, stride=2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type != "cpu" or x.dim() != 4 or not x.is_floating_point() or not x.is_contiguous():
+        if (x.device.type != "cpu" or x.dim() != 4 or not x.is_floating_point() or x.numel() < MIN_ELEMENTS
+                or not x.is_contiguous()):
             return super().forward(x)
         return _Pool2x2.apply(x)
