@@ -32,10 +32,12 @@ _QUARTERS: dict[tuple, torch.Tensor] = {}
 
 
 def _quarters(channels: int, dtype: torch.dtype) -> torch.Tensor:
-    """The depthwise convolution's weights (every one 1/4), made once per channel count and dtype."""
+    """The depthwise convolution's weights (every one 1/4), made once per channel count and dtype
+    (never as an inference tensor, whichever mode the first pass ran in)."""
     key = (channels, dtype)
     if key not in _QUARTERS:
-        _QUARTERS[key] = torch.full((channels, 1, 2, 2), 0.25, dtype=dtype)
+        with torch.inference_mode(False):
+            _QUARTERS[key] = torch.full((channels, 1, 2, 2), 0.25, dtype=dtype)
     return _QUARTERS[key]
 
 
