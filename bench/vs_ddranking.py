@@ -25,7 +25,7 @@ searches of LRS's soft-label sides, which train the same models (same numbers, f
 
 Writes ``bench/results/vs_ddranking.json`` and prints a comparison table.
 
-    .venv/bin/python bench/vs_ddranking.py --quick   # ~15 min on 2 CPU cores (first run: + ~2 min venv setup)
+    .venv/bin/python bench/vs_ddranking.py --quick   # ~15 min on a 2-core Zen 5 EPYC (first run: + ~2 min venv setup)
     .venv/bin/python bench/vs_ddranking.py           # default reductions, 2 seeds
     .venv/bin/python bench/vs_ddranking.py --peer-defaults [--quick] [--seeds 0 1 2 3 4]
 

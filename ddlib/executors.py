@@ -57,7 +57,7 @@ SIGNAL_POLL_SECONDS = 1.0
 # Modules a worker never needs that its imports would load anyway. jsonschema imports rfc3987_syntax
 # wherever it is installed (jupyter-events asks for it) to check the "iri" format, and that module builds a
 # Lark parser as it is imported: papermill -> nbformat -> jsonschema made each worker's start 1.0-1.7 s
-# longer (2-core EPYC). Nothing a worker validates uses that format (nbformat validates with fastjsonschema).
+# longer (a 2-core Zen 4 EPYC). Nothing a worker validates uses that format (nbformat validates with fastjsonschema).
 UNUSED_IN_WORKERS = ("rfc3987_syntax",)
 
 

@@ -53,7 +53,7 @@ def tune_cpu_allocator() -> str:
 
     glibc serves every allocation above 32 MB (a batch's activations: 100 CIFAR images through a
     128-channel conv are 52 MB) with a fresh ``mmap`` and gives it back with ``munmap`` on free, so
-    each training step and test batch pays page faults on zeroed pages: on the 2-core EPYC of
+    each training step and test batch pays page faults on zeroed pages: on the 2-core Zen 5 EPYC of
     ``bench/README.md`` half of a CPU cell's time was kernel (sys) time. ``mallopt`` (mmap off,
     trimming only above 2 GB; the fix PyTorch's CPU tuning guide gets from jemalloc/tcmalloc)
     makes ConvNet-3 test passes 2.2x and training steps 1.55x faster, bit for bit the same results
@@ -182,7 +182,8 @@ def forget_compiled() -> None:
     runs it eagerly from then on with one warning: a later cell with the ``compile`` switch would then
     train some of its models eagerly, numbers a fresh process does not give (within 1e-7, not bit for
     bit). Called when a cell opens. The kernels stay in Inductor's caches (:func:`compile_cache_dir`):
-    compiling a shape seen before again took 0.17 s for the digits ConvNet, against 14 s cold."""
+    compiling a shape seen before again took 0.17 s for the digits ConvNet, against 14 s cold (a 2-core
+    Zen 5 EPYC)."""
     import sys
 
     dynamo = sys.modules.get("torch._dynamo")

@@ -86,7 +86,7 @@ class ZCA(nn.Module):
     @classmethod
     def from_state(cls, state: dict, device=None) -> "ZCA":
         """A fitted :class:`ZCA` from :meth:`state`, on ``device``: no refit (an SVD of the
-        C*H*W x C*H*W covariance, 13 s for CIFAR-10 on 2 cores)."""
+        C*H*W x C*H*W covariance, 12.9 s for CIFAR-10 on a 2-core Zen 5 EPYC)."""
         zca = cls(state["eps"])
         w = zca.whitening
         w.mean_vector, w.transform_matrix, w.transform_inv = (
