@@ -56,11 +56,14 @@ def _cmd_run(args) -> int:
 
 def _cmd_summary(args) -> int:
     from ddlib.report import log_summary
+    from ddlib.report.core import cells_elsewhere, elsewhere_note
     from ddlib.report.report import build_report, shown
 
     sections = build_report(w=args.w, gamma=args.gamma, alpha=args.alpha, plots=not args.no_log)  # figures go to the log
+    elsewhere = cells_elsewhere()
     if not sections:
-        print("no finished runs yet: run `python -m ddlib run params/demo.yaml`")
+        print(elsewhere_note(elsewhere, "no finished runs on the boards") if elsewhere
+              else "no finished runs yet: run `python -m ddlib run params/demo.yaml`")
         return 1
     tables, figures = {}, {}
     with pd.option_context("display.width", 250, "display.max_columns", 60, "display.max_rows", 500):
@@ -81,6 +84,8 @@ def _cmd_summary(args) -> int:
     if not args.no_log:
         run_id = log_summary(tables, figures)
         print(f"saved {', '.join(f'{t}.csv' for t in tables)} (+ HTML, PNG) to MLflow run {run_id} (experiment 'summary')")
+    if elsewhere:
+        print(elsewhere_note(elsewhere))
     print("browse every run: python -m ddlib ui")
     return 0
 

@@ -483,3 +483,31 @@ def test_inside_one_read_a_board_is_built_once_per_weight_and_each_caller_gets_i
     assert built == [0.3, 0.1, 0.5, 0.7, 0.9] and list(sweep.columns)[-5:] == [f"lrs @ {v:g}" for v in ddranking.SWEEP]
     build_board("lrs", w=0.3)
     assert built[-1] == 0.3 and len(built) == 6
+
+
+def _write_cell_into(experiment: str, protocol: str, params: dict, rows: list[dict]) -> None:
+    """As :func:`_write_cell`, into another experiment (a grid's ``experiment:`` key)."""
+    tracker = Tracker(experiment)
+    run_id = tracker.start_run(f"{params['method']}-ipc{params['ipc']}", params=params,
+                               tags={**default_tags(protocol), **cell_tags(protocol, params)})
+    tracker._log(run_id, [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"])
+    tracker.end_run(run_id)
+
+
+def test_summary_names_cells_that_a_grids_experiment_key_keeps_off_the_boards(mlflow_store, capsys):
+    """Cells filed under a grid's ``experiment:`` are on no board (each reads its protocol's own
+    experiment): the summary says where they are instead of "no finished runs yet"."""
+    from ddlib.cli import main
+
+    params = dict(dataset="digits", model="convnet", ipc=10)
+    rows = [{"seed": s, "acc_syn_hard": 0.9, "acc_real_hard": 0.98, "acc_syn_any": 0.9, "acc_rdm_any": 0.85}
+            for s in range(2)]
+    for method in ("dm", "random"):
+        _write_cell_into("my_ablation", "label_robust", {**params, "method": method}, rows)
+    assert main(["summary", "--no-log"]) == 1
+    out = capsys.readouterr().out
+    assert "no finished runs on the boards" in out and "'my_ablation' (2 cells)" in out
+    _write_cell("label_robust", {**params, "method": "dm"}, rows)
+    assert main(["summary", "--no-log"]) == 0
+    out = capsys.readouterr().out
+    assert "[lrs]" in out and "not on these boards: finished cells in experiment(s) 'my_ablation' (2 cells)" in out

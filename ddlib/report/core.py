@@ -38,7 +38,8 @@ from ddlib.protocols.common import FULL_IPC
 from ddlib.protocols.leakage import LEAKAGE_TAG
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "aggregate", "leakage_note", "board_score", "row_names", "readable", "rank_caption",
+__all__ = ["per_seed_values", "cells_elsewhere", "elsewhere_note", "aggregate", "leakage_note", "board_score",
+           "row_names", "readable", "rank_caption",
            "format_leaderboard", "log_summary", "SCORES", "UNSCALED", "INTERVALS", "display_format"]
 
 # How every leaderboard's intervals and rank groups are made (stated in captions).
@@ -95,6 +96,33 @@ def _param(run, name):
 def _per_seed_key(key: str) -> bool:
     """A per-seed history, not a cell's ``<value>_mean`` / ``<value>_std`` summary."""
     return not key.endswith(("_mean", "_std"))
+
+
+def cells_elsewhere() -> dict[str, int]:
+    """Finished cell runs the boards do not read: per experiment that is not a protocol's own, how
+    many. A grid's ``experiment:`` key files its cells there; every board reads its protocol's
+    experiment (named after the protocol) only, so such cells are seen in the MLflow UI, not here."""
+    from ddlib.protocols import PROTOCOLS
+
+    mlflow_client = client()
+    found = {}
+    for experiment in mlflow_client.search_experiments():
+        if experiment.name in PROTOCOLS:
+            continue
+        cells = mlflow_client.search_runs([experiment.experiment_id], max_results=10000,
+                                          filter_string=f"tags.`{TAG['kind']}` = 'cell' and attributes.status = 'FINISHED'")
+        if cells:
+            found[experiment.name] = len(cells)
+    return found
+
+
+def elsewhere_note(found: dict[str, int], lead: str = "not on these boards") -> str:
+    """One line naming the experiments of :func:`cells_elsewhere` ("" where there are none)."""
+    if not found:
+        return ""
+    listed = ", ".join(f"{name!r} ({n} cell{'s' * (n != 1)})" for name, n in sorted(found.items()))
+    return (f"{lead}: finished cells in experiment(s) {listed}, named by a grid's `experiment:` key; the boards "
+            "read each protocol's own experiment (browse those cells with `python -m ddlib ui`)")
 
 
 def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Sequence[str] = (),

@@ -20,7 +20,8 @@ from ddlib.protocols.common import FULL_IPC
 from ddlib.report import beard, card as cards, ddranking, viz
 from ddlib.report.plots import eps_curve_figures, ipc_points, radar_profile
 from ddlib.report.boards import load_boards, one_read
-from ddlib.report.core import INTERVALS, display_format, format_leaderboard, rank_caption
+from ddlib.report.core import (INTERVALS, cells_elsewhere, display_format, elsewhere_note, format_leaderboard,
+                               rank_caption)
 from ddlib.report.export import row_recipe
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.report.stability import stability_table
@@ -226,6 +227,9 @@ def _index(out: Path, pages: list[Page], card_names: dict, tables: dict) -> None
             f'<p class="muted">Generated from MLflow by <code>python -m ddlib leaderboard</code>. Every value is a mean '
             f"over seeds with its {describe_method(**INTERVALS, seeds=_seed_counts(tables))}. Methods whose scores are not "
             f"significantly different (paired by seed) share a rank.</p>"]
+    elsewhere = cells_elsewhere()
+    if elsewhere:
+        body.append(f'<p class="notrun">{escape(elsewhere_note(elsewhere, "Not on these leaderboards"))}</p>')
     if not pages:
         body.append('<p class="notrun">No finished runs yet: <code>python -m ddlib run params/demo.yaml</code></p>')
     else:
