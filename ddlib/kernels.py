@@ -1,8 +1,8 @@
 """A warm notebook kernel per worker: the cells a worker executes one after another share one kernel.
 
 Starting an ipykernel and importing torch, ddlib and MLflow in it costs a cell about 5 CPU-seconds
-(a 2-core Zen 5 EPYC; bench/README.md, issue 25: a third of the demo's CPU time was such per-cell cost). A worker
-therefore keeps the kernel of a cell that FINISHED and hands it to its next cell, after clearing
+(a 2-core Zen 5 EPYC; bench/README.md, issue 25: a third of the demo's CPU time was such per-cell
+cost). A worker therefore keeps the kernel of a cell that FINISHED and hands it to its next cell, after clearing
 the notebook's namespace (``%reset -f``) and setting the new cell's environment. What stays is
 what a fresh kernel would build the same way: imported modules, the MLflow client, loaded datasets
 (``ddlib.data.datasets`` caches them unchanged; nothing writes into them). A kernel whose cell
@@ -38,8 +38,8 @@ def _prelude(env: dict, cell: int) -> str:
     come (a kernel reads its environment once, at start). ``gc.freeze()`` then moves what survived
     (modules, the MLflow client, cached datasets) out of the collector's sight, so the next cell's
     collections, and the next reset's, scan only what that cell made (a full collection of the
-    imported stack took 0.5 s on a 2-core Zen 5 EPYC, twice per cell). Frozen objects that later become cyclic garbage are
-    not collected while frozen: every :data:`UNFREEZE_EVERY` cells the reset collects everything."""
+    imported stack took 0.5 s on a 2-core Zen 5 EPYC, twice per cell). Frozen objects that later
+    become cyclic garbage are not collected while frozen: every :data:`UNFREEZE_EVERY` cells the reset collects everything."""
     thaw = "import gc as _ddlib_gc; _ddlib_gc.unfreeze(); del _ddlib_gc\n" if cell % UNFREEZE_EVERY == 0 else ""
     return (thaw + "%reset -f\n"
             f"import os as _ddlib_os; _ddlib_os.environ.update({json.dumps(env)}); del _ddlib_os\n"

@@ -6,9 +6,9 @@ axis alike. On stride 1 (what NumPy's indexing gives a N x 1 x H x W array, and 
 loader held until ``label_robust`` revision 5) the convolutions' outputs come out channels-last and
 ``GroupNorm(C, C)`` takes its slow channels-last path: fp32 digits trainings were 24-40 % and DM
 distillations 34-43 % slower (one thread on a 2-core Zen 4 EPYC's AVX2 paths), oneDNN's bf16
-convolution 4x (docs/performance.md). So datasets hold
-row-major tensors, and the training loop, the test pass and DM put any other input into that layout
-first: the numbers no longer depend on how a loader or a file laid its tensors out.
+convolution 4x (docs/performance.md). So datasets hold row-major tensors, and the training loop, the
+test pass and DM put any other input into that layout first: the numbers no longer depend on how a
+loader or a file laid its tensors out.
 """
 
 from __future__ import annotations
