@@ -98,6 +98,9 @@ def _per_seed_key(key: str) -> bool:
     return not key.endswith(("_mean", "_std"))
 
 
+FINISHED_CELLS = f"tags.`{TAG['kind']}` = 'cell' and attributes.status = 'FINISHED'"  # what every board reads
+
+
 def cells_elsewhere() -> dict[str, int]:
     """Finished cell runs the boards do not read: per experiment that is not a protocol's own, how
     many. A grid's ``experiment:`` key files its cells there; every board reads its protocol's
@@ -109,8 +112,7 @@ def cells_elsewhere() -> dict[str, int]:
     for experiment in mlflow_client.search_experiments():
         if experiment.name in PROTOCOLS:
             continue
-        cells = mlflow_client.search_runs([experiment.experiment_id], max_results=10000,
-                                          filter_string=f"tags.`{TAG['kind']}` = 'cell' and attributes.status = 'FINISHED'")
+        cells = mlflow_client.search_runs([experiment.experiment_id], FINISHED_CELLS, max_results=10000)
         if cells:
             found[experiment.name] = len(cells)
     return found
@@ -141,7 +143,7 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
         return pd.DataFrame()
     cells = mlflow_client.search_runs(
         [found.experiment_id],
-        filter_string=f"tags.`{TAG['kind']}` = 'cell' and attributes.status = 'FINISHED'",
+        filter_string=FINISHED_CELLS,
         order_by=["attributes.start_time ASC"], max_results=50000,
     )
     wanted = {run.info.run_id: (*keys, *sorted(k for k in run.data.metrics if match and match(k) and _per_seed_key(k)
