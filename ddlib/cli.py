@@ -14,6 +14,7 @@ import sys
 
 import pandas as pd
 
+from ddlib.commands import STRICT_HELP, board_options, on_boards
 from ddlib.shown import one_line
 
 
@@ -50,17 +51,24 @@ def _cmd_run(args) -> int:
     if not report.ok:
         return 1
     if args.summary:  # `make demo`: the summary in this process, whose imports are paid (a second process: 5 s more)
+        from ddlib.runner import load_grid
+
+        spec = load_grid(args.params)  # a grid filed under its own `experiment:` is summarised from there
+        args.summary_args.experiment = spec.experiment if spec.experiment != spec.protocol else None
         return _cmd_summary(args.summary_args)
     return 0
 
 
+@on_boards
 def _cmd_summary(args) -> int:
     from ddlib.report import log_summary
-    from ddlib.report.core import cells_elsewhere, elsewhere_note
+    from ddlib.report.core import cells_elsewhere, elsewhere_note, reading_from
     from ddlib.report.report import build_report, shown
 
     sections = build_report(w=args.w, gamma=args.gamma, alpha=args.alpha, plots=not args.no_log)  # figures go to the log
     elsewhere = cells_elsewhere()
+    if reading_from():
+        print(f"boards of experiment {reading_from()!r} (each protocol's cells in it), not of the protocols' own\n")
     if not sections:
         print(elsewhere_note(elsewhere, "no finished runs on the boards") if elsewhere
               else "no finished runs yet: run `python -m ddlib run params/demo.yaml`")
@@ -90,6 +98,7 @@ def _cmd_summary(args) -> int:
     return 0
 
 
+@on_boards
 def _cmd_report(args) -> int:
     from pathlib import Path
 
@@ -120,6 +129,7 @@ def _cmd_report(args) -> int:
     return 0
 
 
+@on_boards
 def _cmd_leaderboard(args) -> int:
     from ddlib.report.site import build_site
 
@@ -128,12 +138,6 @@ def _cmd_leaderboard(args) -> int:
     print(f"wrote {len(pages)} leaderboard pages to {args.out}/index.html" if pages else
           f"no finished runs yet; wrote an empty {args.out}/index.html (python -m ddlib run params/demo.yaml)")
     return 0
-
-
-def _weights(parser) -> None:
-    parser.add_argument("--w", type=float, default=0.5, help="LRS weight on IOR (default 0.5)")
-    parser.add_argument("--gamma", type=float, default=0.5, help="ARS weight on IOR with augmentation (default 0.5)")
-    parser.add_argument("--alpha", type=float, default=0.5, help="BEARD's CREI weight on RR (default 0.5)")
 
 
 def _add_scale_arguments(run) -> None:
@@ -197,7 +201,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ddlib", description=__doc__)
     parser.add_argument("--version", action=_Version, nargs=0, help="print ddlib's version (and git commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    from ddlib.commands import STRICT_HELP
 
     run = sub.add_parser("run", help="execute a params grid with papermill, tracked in MLflow")
     run.add_argument("params", help="params YAML file, e.g. params/demo.yaml")
@@ -212,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_scale_arguments(run)
     run.set_defaults(func=_cmd_run)
     summ = sub.add_parser("summary", help="print the leaderboard and log it (CSV, HTML, PNG) to MLflow")
-    _weights(summ)
+    board_options(summ)
     summ.add_argument("--no-log", action="store_true", help="print only; do not create a summary run")
     summ.set_defaults(func=_cmd_summary)
     rep = sub.add_parser("report", help="write a set's report card (one HTML page) and log it to MLflow")
@@ -221,13 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--ipc", type=int, help="its images per class (needed where it ran at several)")
     rep.add_argument("--out", help="HTML file (default report-<method>-ipc<ipc>-<dataset>.html); with several "
                                    "sets, one FILE-<set>.html each")
-    _weights(rep)
+    board_options(rep)
     rep.add_argument("--no-log", action="store_true", help="write the file only; do not create a report run")
     rep.set_defaults(func=_cmd_report)
     board = sub.add_parser("leaderboard", help="generate the static leaderboard site from MLflow")
     board.add_argument("--out", default="site", help="output folder (default site/)")
     board.add_argument("--no-cards", action="store_true", help="leave out the report card of every set")
-    _weights(board)
+    board_options(board)
     board.set_defaults(func=_cmd_leaderboard)
     from ddlib.commands import register
 

@@ -171,6 +171,46 @@ def _cmd_runs(args) -> int:
     return 0
 
 
+def _unknown_experiment(args) -> str | None:
+    """Why ``--experiment`` cannot be read (it holds no finished cell), checked before any board is built."""
+    from ddlib.report.core import experiments_with_cells
+
+    if args.experiment is None:
+        return None
+    known = experiments_with_cells()
+    if args.experiment in known:
+        return None
+    return (f"error: --experiment {args.experiment!r}: no finished cells in that MLflow experiment; experiments with "
+            f"finished cells: {', '.join(repr(k) for k in sorted(known)) or 'none'}")
+
+
+def on_boards(command):
+    """``command`` with its boards read from ``--experiment`` (each protocol's cells there) or from each
+    protocol's own experiment; an experiment without finished cells is a one-line error (exit 2)."""
+    def run(args) -> int:
+        from ddlib.report.core import boards_from
+
+        if why := _unknown_experiment(args):
+            print(why, file=sys.stderr)
+            return 2
+        with boards_from(args.experiment):
+            return command(args)
+
+    run.__doc__ = command.__doc__
+    return run
+
+
+def board_options(parser) -> None:
+    """What every command that reads the boards takes: the score weights and the experiment."""
+    parser.add_argument("--w", type=float, default=0.5, help="LRS weight on IOR (default 0.5)")
+    parser.add_argument("--gamma", type=float, default=0.5, help="ARS weight on IOR with augmentation (default 0.5)")
+    parser.add_argument("--alpha", type=float, default=0.5, help="BEARD's CREI weight on RR (default 0.5)")
+    parser.add_argument("--experiment", metavar="NAME",
+                        help="read the boards from this MLflow experiment (where a grid's `experiment:` key filed its "
+                             "cells), each protocol's cells in it; default: each protocol's own experiment")
+
+
+@on_boards
 def _cmd_export(args) -> int:
     from ddlib.report.boards import load_boards
     from ddlib.report.export import export_tables, write_export
@@ -232,9 +272,7 @@ def _add_runs_export_parsers(sub) -> None:
                         "digest, config, per-seed results, code version, data label), ddranking.csv (DD-Ranking's "
                         "leaderboard columns) and leaderboards.csv")
     export.add_argument("--board", action="append", help="only this leaderboard (lrs, ars, beard, augmentation, ...)")
-    for name, text in (("w", "LRS weight on IOR"), ("gamma", "ARS weight on IOR with augmentation"),
-                       ("alpha", "BEARD's CREI weight on RR")):
-        export.add_argument(f"--{name}", type=float, default=0.5, help=f"{text} (default 0.5)")
+    board_options(export)
     export.set_defaults(func=_cmd_export)
     imp = sub.add_parser("import", help="read published leaderboard rows (DD-Ranking's columns, as in ddranking.csv) "
                                         "for comparison; stored apart and shown labelled published")

@@ -80,6 +80,7 @@ TAG = {
     "heartbeat": "ddlib.heartbeat",  # Unix time, renewed while the cell executes (liveness across hosts)
     "runner": "ddlib.runner",  # id of the `ddlib run` invocation that executes a cell
     "estimate": "ddlib.estimate_minutes",  # the runner's estimate of a cell's minutes when it started (ddlib.plan)
+    "boards_from": "ddlib.boards_from",  # the experiment a summary's or card's boards read (not the protocols' own)
 }
 
 # A RUNNING cell whose heartbeat is older than this is taken for dead (its process may be on a

@@ -511,3 +511,85 @@ def test_summary_names_cells_that_a_grids_experiment_key_keeps_off_the_boards(ml
     assert main(["summary", "--no-log"]) == 0
     out = capsys.readouterr().out
     assert "[lrs]" in out and "not on these boards: finished cells in experiment(s) 'my_ablation' (2 cells)" in out
+
+
+def _lrs_rows(syn: float) -> list[dict]:
+    return [{"seed": s, "acc_syn_hard": syn, "acc_real_hard": 0.98, "acc_syn_any": syn, "acc_rdm_any": 0.85}
+            for s in range(2)]
+
+
+def _ars_rows(syn: float) -> list[dict]:
+    return [{"seed": s, "acc_syn_aug": syn, "acc_rdm_aug": 0.6, "acc_syn_noaug": syn, "acc_rdm_noaug": 0.55}
+            for s in range(2)]
+
+
+def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_store, capsys):
+    """``--experiment NAME`` builds every board from the cells a grid's ``experiment:`` key filed under
+    NAME, each board from its own protocol's cells there (two protocols share the experiment); the
+    protocols' own experiments are then the ones named as not on the boards. Without it, a cell of
+    another protocol in a protocol's experiment is on no board, and said so."""
+    from ddlib.cli import main
+    from ddlib.report.boards import build_board
+    from ddlib.report.core import boards_from, log_summary
+
+    params = dict(dataset="digits", model="convnet", ipc=10)
+    for method, syn in (("dm", 0.9), ("random", 0.7)):
+        _write_cell_into("my_ablation", "label_robust", {**params, "method": method}, _lrs_rows(syn))
+        ars = augmentation_robust.validate({"dataset": "digits", "method": method, "ipc": 10, "seeds": [0, 1]})
+        _write_cell_into("my_ablation", "augmentation_robust", ars, _ars_rows(syn))
+    _write_cell("label_robust", {**params, "method": "dm"}, _lrs_rows(0.5))
+    ars = augmentation_robust.validate({"dataset": "digits", "method": "kcenter", "ipc": 10, "seeds": [0, 1]})
+    _write_cell_into("label_robust", "augmentation_robust", ars, _ars_rows(0.8))  # misfiled: on no board
+
+    own = build_board("lrs", w=0.5)
+    assert list(own["method"]) == ["dm"] and own["acc_syn_hard_mean"].iloc[0] == pytest.approx(0.5)
+    assert build_board("ars", gamma=0.5).empty  # the ARS cell in label_robust's experiment is not read as ARS's
+    with boards_from("my_ablation"):
+        lrs, ars_board = build_board("lrs", w=0.5), build_board("ars", gamma=0.5)
+        run_id = log_summary({})
+    assert dict(zip(lrs["method"], lrs["acc_syn_hard_mean"])) == pytest.approx({"dm": 0.9, "random": 0.7})
+    assert dict(zip(ars_board["method"], ars_board["acc_syn_aug_mean"])) == pytest.approx({"dm": 0.9, "random": 0.7})
+    assert tracking.client().get_run(run_id).data.tags[TAG["boards_from"]] == "my_ablation"
+
+    assert main(["summary", "--no-log"]) == 0
+    out = capsys.readouterr().out
+    assert "'label_robust' (1 cell)" in out and "'my_ablation' (4 cells)" in out  # the misfiled cell is named
+    assert main(["summary", "--no-log", "--experiment", "my_ablation"]) == 0
+    out = capsys.readouterr().out
+    assert "boards of experiment 'my_ablation'" in out and "[lrs]" in out and "[ars]" in out
+    assert "not on these boards: finished cells in experiment(s) 'label_robust' (2 cells)" in out
+    assert main(["summary", "--no-log", "--experiment", "no_such"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'no_such'" in err and "'my_ablation'" in err
+
+
+def test_summary_notebook_reads_the_experiment_named(mlflow_store, tmp_path):
+    """The summary notebook's ``experiment`` parameter is the CLI's ``--experiment``: its boards and
+    its logged run come from that experiment's cells."""
+    import papermill as pm
+
+    params = dict(dataset="digits", model="convnet", ipc=10)
+    for method, syn in (("dm", 0.9), ("random", 0.7)):
+        _write_cell_into("my_ablation", "label_robust", {**params, "method": method}, _lrs_rows(syn))
+    out = tmp_path / "summary.ipynb"
+    pm.execute_notebook(str(ROOT / "notebooks" / "summary.ipynb"), str(out), kernel_name="python3", progress_bar=False,
+                        parameters={"experiment": "my_ablation"}, cwd=str(ROOT / "notebooks"))
+    assert "Label-Robust Score" in out.read_text()
+    logged = tracking.runs("summary")
+    assert len(logged) == 1 and logged.iloc[0][f"tags.{TAG['boards_from']}"] == "my_ablation"
+
+
+def test_run_summary_reads_the_grids_own_experiment(mlflow_store, tmp_path, monkeypatch, capsys):
+    """``ddlib run GRID --summary`` for a grid with an ``experiment:`` key summarises that experiment's
+    boards, where its cells are."""
+    from ddlib import runner
+    from ddlib.cli import main
+
+    _write_cell_into("my_ablation", "label_robust", dict(dataset="digits", model="convnet", ipc=10, method="dm"),
+                     _lrs_rows(0.9))
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("protocol: label_robust\nexperiment: my_ablation\nparams: {dataset: digits, ipc: 10}\n"
+                    "grid: {method: [dm]}\n")
+    monkeypatch.setattr(runner, "run_grid", lambda *a, **k: runner.RunReport())
+    assert main(["run", str(grid), "--summary"]) == 0
+    assert "boards of experiment 'my_ablation'" in capsys.readouterr().out

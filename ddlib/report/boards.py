@@ -14,6 +14,7 @@ from typing import Iterator
 import pandas as pd
 
 from ddlib.protocols.spec import board_specs
+from ddlib.report.core import reading_from
 from ddlib.tracking import tracking_uri
 
 __all__ = ["Boards", "load_boards", "build_board", "one_read"]
@@ -57,7 +58,7 @@ def build_board(name: str, **weights: float) -> pd.DataFrame:
     kwargs = {board.weight: weights[board.weight]} if board.weight in weights else {}
     if _BUILT is None:
         return build(**kwargs)
-    key = (name, tuple(kwargs.items()), tracking_uri())
+    key = (name, tuple(kwargs.items()), tracking_uri(), reading_from())
     if key not in _BUILT:
         _BUILT[key] = build(**kwargs)
     return _BUILT[key].copy()  # callers add columns to what they get

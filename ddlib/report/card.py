@@ -28,7 +28,7 @@ from ddlib.report import beard, evals, viz
 from ddlib.report.boards import Boards, load_boards
 from ddlib.report.export import row_recipe
 from ddlib.report.plots import board_rows, eps_curve_figures, ipc_points, radar_profile, set_grid_png
-from ddlib.report.core import INTERVALS, _param, display_format, rank_caption
+from ddlib.report.core import INTERVALS, _param, display_format, rank_caption, source_tags
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.stats import describe_method
 from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, client, default_tags
@@ -416,7 +416,7 @@ def log_card(card: Card, html: str, pngs: dict[str, bytes]) -> str:
     tracker = Tracker("report")
     run_id = tracker.start_run(card.name, params={"method": card.method, "dataset": card.dataset, "ipc": card.ipc,
                                                   **card.settings},
-                               tags={**default_tags("report"), TAG["kind"]: "report"})
+                               tags={**default_tags("report"), TAG["kind"]: "report", **source_tags()})
     with tempfile.TemporaryDirectory(prefix="ddlib-card-") as tmp:
         page_path = Path(tmp) / "report.html"
         page_path.write_text(html)

@@ -21,14 +21,21 @@ What else is in every board's row key, whatever the protocol (:func:`per_seed_va
   produced another set (a changed K-Center, a DM on another machine) are never pooled into one row.
   It splits the row only: methods' sets differ by nature and are still ranked against each other.
   The column is shown where two rows differ by nothing else.
+
+Which cells a board reads: the FINISHED cell runs of its protocol (tag ``protocol``) in the
+experiment named after the protocol, where the runner files them. A grid's ``experiment:`` key files
+them under another name; :func:`boards_from` points every board at such an experiment instead
+(``ddlib summary --experiment NAME``), each board still reading its own protocol's cells there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import pandas as pd
 
@@ -38,8 +45,8 @@ from ddlib.protocols.common import FULL_IPC
 from ddlib.protocols.leakage import LEAKAGE_TAG
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "cells_elsewhere", "elsewhere_note", "aggregate", "leakage_note", "board_score",
-           "row_names", "readable", "rank_caption",
+__all__ = ["per_seed_values", "boards_from", "reading_from", "source_tags", "experiments_with_cells", "cells_elsewhere",
+           "elsewhere_note", "aggregate", "leakage_note", "board_score", "row_names", "readable", "rank_caption",
            "format_leaderboard", "log_summary", "SCORES", "UNSCALED", "INTERVALS", "display_format"]
 
 # How every leaderboard's intervals and rank groups are made (stated in captions).
@@ -100,18 +107,69 @@ def _per_seed_key(key: str) -> bool:
 
 FINISHED_CELLS = f"tags.`{TAG['kind']}` = 'cell' and attributes.status = 'FINISHED'"  # what every board reads
 
+_SOURCE: contextvars.ContextVar[str | None] = contextvars.ContextVar("ddlib_board_source", default=None)
+
+
+@contextlib.contextmanager
+def boards_from(experiment: str | None) -> Iterator[None]:
+    """Inside it every board reads the cells of ``experiment`` instead of its protocol's own
+    experiment, each board its own protocol's cells there: the boards of a grid whose
+    ``experiment:`` key filed its cells under that name. ``None``: the protocols' own experiments."""
+    token = _SOURCE.set(experiment)
+    try:
+        yield
+    finally:
+        _SOURCE.reset(token)
+
+
+def reading_from() -> str | None:
+    """The experiment :func:`boards_from` points the boards at (None: each protocol's own)."""
+    return _SOURCE.get()
+
+
+def source_tags() -> dict[str, str]:
+    """The tag a summary or report card run carries where its boards read another experiment."""
+    return {TAG["boards_from"]: _SOURCE.get()} if _SOURCE.get() else {}
+
+
+def _cells_of(experiment: str) -> tuple[str, str]:
+    """The experiment a board of ``experiment`` reads and the filter of its cells there: a protocol's
+    board reads the FINISHED cells of that protocol only (tag ``protocol``), in the protocol's own
+    experiment or in the one :func:`boards_from` names."""
+    from ddlib.protocols import PROTOCOLS
+
+    if experiment not in PROTOCOLS:  # an experiment named by the caller, read as it is
+        return experiment, FINISHED_CELLS
+    return _SOURCE.get() or experiment, f"{FINISHED_CELLS} and tags.`{TAG['protocol']}` = '{experiment}'"
+
 
 def cells_elsewhere() -> dict[str, int]:
-    """Finished cell runs the boards do not read: per experiment that is not a protocol's own, how
-    many. A grid's ``experiment:`` key files its cells there; every board reads its protocol's
-    experiment (named after the protocol) only, so such cells are seen in the MLflow UI, not here."""
+    """Finished cell runs the boards do not read: per experiment, how many of its cells are not its
+    protocol's cells in its protocol's own experiment (or in the experiment :func:`boards_from`
+    names). A grid's ``experiment:`` key files its cells under another name; every board reads its
+    protocol's cells of one experiment only, so such cells are seen in the MLflow UI, not here."""
     from ddlib.protocols import PROTOCOLS
 
     mlflow_client = client()
+    read = _SOURCE.get()
     found = {}
     for experiment in mlflow_client.search_experiments():
-        if experiment.name in PROTOCOLS:
+        if experiment.name == read:
             continue
+        where = FINISHED_CELLS
+        if read is None and experiment.name in PROTOCOLS:  # its own protocol's cells are on a board
+            where += f" and tags.`{TAG['protocol']}` != '{experiment.name}'"
+        cells = mlflow_client.search_runs([experiment.experiment_id], where, max_results=10000)
+        if cells:
+            found[experiment.name] = len(cells)
+    return found
+
+
+def experiments_with_cells() -> dict[str, int]:
+    """Every experiment that holds finished cell runs, with how many."""
+    mlflow_client = client()
+    found = {}
+    for experiment in mlflow_client.search_experiments():
         cells = mlflow_client.search_runs([experiment.experiment_id], FINISHED_CELLS, max_results=10000)
         if cells:
             found[experiment.name] = len(cells)
@@ -138,12 +196,13 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
     (runs on another device are another row), the :data:`SET_TAGS` value (the set's digest) of
     ``group`` only (see the module docstring)."""
     mlflow_client = client()
+    experiment, where = _cells_of(experiment)
     found = mlflow_client.get_experiment_by_name(experiment)
     if found is None:
         return pd.DataFrame()
     cells = mlflow_client.search_runs(
         [found.experiment_id],
-        filter_string=FINISHED_CELLS,
+        filter_string=where,
         order_by=["attributes.start_time ASC"], max_results=50000,
     )
     wanted = {run.info.run_id: (*keys, *sorted(k for k in run.data.metrics if match and match(k) and _per_seed_key(k)
@@ -455,7 +514,7 @@ def format_leaderboard(board: pd.DataFrame, row_params: Sequence[str] | None = N
 def log_summary(tables: dict[str, pd.DataFrame], figures: dict | None = None, experiment: str = "summary") -> str:
     """Save each table as CSV and HTML and each figure as PNG, as artifacts of a new summary run."""
     tracker = Tracker(experiment)
-    run_id = tracker.start_run("summary", tags={**default_tags("summary"), TAG["kind"]: "summary"})
+    run_id = tracker.start_run("summary", tags={**default_tags("summary"), TAG["kind"]: "summary", **source_tags()})
     with tempfile.TemporaryDirectory() as tmp:
         for name, table in tables.items():
             table.to_csv(Path(tmp) / f"{name}.csv", index=False)
