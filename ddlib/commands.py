@@ -235,7 +235,11 @@ def _cmd_export(args) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     if not tables:
-        print("no finished runs yet: nothing to export (python -m ddlib run params/demo.yaml)", file=sys.stderr)
+        from ddlib.report.core import cells_elsewhere, elsewhere_note
+
+        elsewhere = cells_elsewhere()
+        print(elsewhere_note(elsewhere, "nothing to export: no finished runs on the boards") if elsewhere
+              else "no finished runs yet: nothing to export (python -m ddlib run params/demo.yaml)", file=sys.stderr)
         return 1
     path = write_export(args.out, args.format, tables)
     print(f"wrote {', '.join(f'{n} ({len(t)} rows)' for n, t in tables.items())} to {path}")

@@ -523,7 +523,7 @@ def _ars_rows(syn: float) -> list[dict]:
             for s in range(2)]
 
 
-def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_store, capsys):
+def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_store, tmp_path, capsys):
     """``--experiment NAME`` builds every board from the cells a grid's ``experiment:`` key filed under
     NAME, each board from its own protocol's cells there (two protocols share the experiment); the
     protocols' own experiments are then the ones named as not on the boards. Without it, a cell of
@@ -561,6 +561,12 @@ def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_
     assert main(["summary", "--no-log", "--experiment", "no_such"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'no_such'" in err and "'my_ablation'" in err
+    assert main(["export", "--format", "csv", "--out", str(tmp_path / "own.csv"), "--board", "ars"]) == 1
+    assert "'my_ablation' (4 cells)" in capsys.readouterr().err  # nothing on ARS's own board: says where cells are
+    assert main(["export", "--experiment", "my_ablation", "--out", str(tmp_path / "ablation.csv")]) == 0
+    assert set(pd.read_csv(tmp_path / "ablation.csv")["board"]) == {"lrs", "ars"}
+    assert main(["leaderboard", "--experiment", "my_ablation", "--no-cards", "--out", str(tmp_path / "site")]) == 0
+    assert "The boards of experiment <code>my_ablation</code>" in (tmp_path / "site" / "index.html").read_text()
 
 
 def test_summary_notebook_reads_the_experiment_named(mlflow_store, tmp_path):

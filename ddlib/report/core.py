@@ -181,8 +181,10 @@ def elsewhere_note(found: dict[str, int], lead: str = "not on these boards") -> 
     if not found:
         return ""
     listed = ", ".join(f"{name!r} ({n} cell{'s' * (n != 1)})" for name, n in sorted(found.items()))
-    return (f"{lead}: finished cells in experiment(s) {listed}, named by a grid's `experiment:` key; the boards "
-            "read each protocol's own experiment (browse those cells with `python -m ddlib ui`)")
+    read = (f"the boards read experiment {_SOURCE.get()!r}" if _SOURCE.get()
+            else "the boards read each protocol's cells in its own experiment")
+    return (f"{lead}: finished cells in experiment(s) {listed}; {read} (the boards of another: --experiment NAME; "
+            "every cell: `python -m ddlib ui`)")
 
 
 def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Sequence[str] = (),

@@ -21,7 +21,7 @@ from ddlib.report import beard, card as cards, ddranking, viz
 from ddlib.report.plots import eps_curve_figures, ipc_points, radar_profile
 from ddlib.report.boards import load_boards, one_read
 from ddlib.report.core import (INTERVALS, cells_elsewhere, display_format, elsewhere_note, format_leaderboard,
-                               rank_caption)
+                               rank_caption, reading_from)
 from ddlib.report.export import row_recipe
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.report.stability import stability_table
@@ -227,6 +227,9 @@ def _index(out: Path, pages: list[Page], card_names: dict, tables: dict) -> None
             f'<p class="muted">Generated from MLflow by <code>python -m ddlib leaderboard</code>. Every value is a mean '
             f"over seeds with its {describe_method(**INTERVALS, seeds=_seed_counts(tables))}. Methods whose scores are not "
             f"significantly different (paired by seed) share a rank.</p>"]
+    if reading_from():
+        body.append(f'<p>The boards of experiment <code>{escape(reading_from())}</code> (each protocol\'s cells in '
+                    "it; <code>--experiment</code>), not of the protocols' own experiments.</p>")
     elsewhere = cells_elsewhere()
     if elsewhere:
         body.append(f'<p class="notrun">{escape(elsewhere_note(elsewhere, "Not on these leaderboards"))}</p>')
