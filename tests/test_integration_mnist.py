@@ -1,5 +1,7 @@
 """Real data end to end: the DC-distilled MNIST set scored through the batch runner (skips without ../shared/data)."""
 
+import math
+
 import pytest
 import yaml
 
@@ -36,6 +38,6 @@ def test_dc_distilled_mnist_beats_random_through_the_runner(mlflow_store, shared
     # reaches ~50-65%. Without augmentation and with 100 epochs the gap must still be clear.
     assert row["acc_syn_any_mean"] > row["acc_rdm_any_mean"] + 0.1  # no preset: "any" is hard labels
     assert row["acc_syn_hard_mean"] > 0.6
-    assert 0 < row["lrs_mean"] < 100
+    assert math.isfinite(row["lrs_mean"])  # the board scored the row (LRS's values: test_metrics' published rows)
     cell = tracking.runs("label_robust", kind="cell").iloc[0]
     assert "reduced" in cell["tags.ddlib.reduced_data"]  # a reduced run says so

@@ -190,8 +190,10 @@ def test_beard_zero_division_guards():
 
 def test_beard_keeps_computing_past_its_warnings():
     # clean below an attack accuracy: BEARD only prints a warning and applies the formula
-    assert rr(50, [60, 70]) == pytest.approx(100 * (1 - (50 - 65) / (50 - 60)))
-    assert ae(10.0, [4.0, 6.0]) == pytest.approx(100 * (5.0 - 10.0) / (6.0 - 10.0))
+    # by hand: mean ASR 50 - 65 = -15 over max ASR 50 - 60 = -10 -> RR 100 (1 - 1.5) = -50; AE: mean
+    # time over clean 5 - 10 = -5 against the longest 6 - 10 = -4 -> 125
+    assert rr(50, [60, 70]) == pytest.approx(-50.0)
+    assert ae(10.0, [4.0, 6.0]) == pytest.approx(125.0)
 
 
 def test_crei_weights_and_checks():

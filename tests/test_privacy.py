@@ -78,7 +78,7 @@ def test_a_model_that_never_saw_either_group_gives_auc_near_one_half(digits):
 
 
 def test_a_model_that_memorised_its_members_is_caught_by_both_attacks(digits):
-    from ddlib.protocols.privacy import attack_features, fit_shadow_attack, membership_auc, tpr_at_fpr
+    from ddlib.protocols.privacy import attack_features, fit_shadow_attack, membership_auc
 
     ds = digits
     perm = torch.randperm(len(ds.train_labels), generator=torch.Generator().manual_seed(1))
@@ -97,7 +97,6 @@ def test_a_model_that_memorised_its_members_is_caught_by_both_attacks(digits):
     score_in = attack.predict_proba(feats(target, ds.train_images[members], ds.train_labels[members]))[:, 1]
     score_out = attack.predict_proba(feats(target, ds.test_images[nonmembers], ds.test_labels[nonmembers]))[:, 1]
     assert membership_auc(score_in, score_out) > 0.9
-    assert 0.0 <= tpr_at_fpr(score_in, score_out) <= 1.0
 
 
 def test_bad_parameters_name_their_key():

@@ -1,6 +1,7 @@
 """DC-Bench's protocols end to end on the embedded digits data: augmentation, compression, transfer, NAS."""
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -259,6 +260,9 @@ def test_compression_trains_the_full_data_once_for_every_cell(mlflow_store):
         rows.append(result.per_seed.iloc[0])
         assert result.images == 10 * ipc and result.ratio == pytest.approx(10 * ipc / 1347)
     assert len({r.acc_full for r in rows}) == 1
+    # relative (ddlib's own column, no benchmark defines it): each seed's set accuracy over that seed's
+    # full-data accuracy, so 1.0 means the set trains as well as the whole training set
+    assert [r.relative for r in rows] == pytest.approx([r.acc_set / r.acc_full for r in rows])
     real = tracking.runs("compression", kind="eval")
     assert (real["tags.ddlib.role"] == "real-full").sum() == 1  # trained once, reused twice
     assert (real["params.augment"] == "dsa(strategy=color_crop_cutout_flip_scale_rotate, mode=one)").all()
@@ -405,7 +409,7 @@ def test_nas_trains_on_the_training_split_and_scores_on_the_validation_split(mlf
     assert set(evals["params.eval_split"]) == {"val"}
     assert set(evals["params.recipe.lr"]) == {"0.025"} and set(evals["params.recipe.grad_clip"]) == {"5.0"}
     assert set(evals["params.recipe.scheduler"]) == {"cosine"} and set(evals["params.recipe.epochs"]) == {"2"}
-    assert -1 <= result.summary["spearman"] <= 1
+    assert math.isfinite(result.summary["spearman"])  # ranked (the correlations' values: against scipy, by hand)
     artifacts = tracking.client().list_artifacts(cell.run_id)
     assert "architectures.csv" in [a.path for a in artifacts]
 

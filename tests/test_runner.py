@@ -1,5 +1,6 @@
 """The batch runner end to end: papermill executions tracked in MLflow, skipping, failures."""
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -150,7 +151,7 @@ def test_grid_runs_skips_finished_and_marks_failures(mlflow_store, tiny_grid, tm
     board = report.lrs_leaderboard()
     assert list(board["method"]) == ["random"]
     row = board.iloc[0]
-    assert 0 <= row["lrs_mean"] <= 100
+    assert math.isfinite(row["lrs_mean"])  # scored (LRS's values: test_metrics' published rows)
     assert cli_main(["summary"]) == 0
     out = capsys.readouterr().out
     assert "random" in out and "python -m ddlib ui" in out
