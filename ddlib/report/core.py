@@ -22,8 +22,9 @@ What else is in every board's row key, whatever the protocol (:func:`per_seed_va
   It splits the row only: methods' sets differ by nature and are still ranked against each other.
   The column is shown where two rows differ by nothing else.
 
-Which cells a board reads: the FINISHED cell runs of its protocol (tag ``protocol``) in the
-experiment named after the protocol, where the runner files them. A grid's ``experiment:`` key files
+Which cells a board reads: the FINISHED cell runs of its protocol (tag ``protocol``; one written
+by hand without it counts as the protocol's there) in the experiment named after the protocol,
+where the runner files them. A grid's ``experiment:`` key files
 them under another name; :func:`boards_from` points every board at such an experiment instead
 (``ddlib summary --experiment NAME``), each board still reading its own protocol's cells there.
 """
@@ -132,15 +133,19 @@ def source_tags() -> dict[str, str]:
     return {TAG["boards_from"]: _SOURCE.get()} if _SOURCE.get() else {}
 
 
-def _cells_of(experiment: str) -> tuple[str, str]:
-    """The experiment a board of ``experiment`` reads and the filter of its cells there: a protocol's
-    board reads the FINISHED cells of that protocol only (tag ``protocol``), in the protocol's own
-    experiment or in the one :func:`boards_from` names."""
+def _cells_of(experiment: str) -> tuple[str, Callable[[object], bool]]:
+    """The experiment a board of ``experiment`` reads and which of its FINISHED cells: a protocol's
+    board reads that protocol's cells only (tag ``protocol``), in the protocol's own experiment (where
+    a cell without the tag, written by hand, is taken for the protocol's) or in the one
+    :func:`boards_from` names (where it is not)."""
     from ddlib.protocols import PROTOCOLS
 
     if experiment not in PROTOCOLS:  # an experiment named by the caller, read as it is
-        return experiment, FINISHED_CELLS
-    return _SOURCE.get() or experiment, f"{FINISHED_CELLS} and tags.`{TAG['protocol']}` = '{experiment}'"
+        return experiment, lambda run: True
+    source = _SOURCE.get()
+    if source is None:
+        return experiment, lambda run: run.data.tags.get(TAG["protocol"], experiment) == experiment
+    return source, lambda run: run.data.tags.get(TAG["protocol"]) == experiment
 
 
 def cells_elsewhere() -> dict[str, int]:
@@ -156,10 +161,10 @@ def cells_elsewhere() -> dict[str, int]:
     for experiment in mlflow_client.search_experiments():
         if experiment.name == read:
             continue
-        where = FINISHED_CELLS
+        cells = mlflow_client.search_runs([experiment.experiment_id], FINISHED_CELLS, max_results=10000)
         if read is None and experiment.name in PROTOCOLS:  # its own protocol's cells are on a board
-            where += f" and tags.`{TAG['protocol']}` != '{experiment.name}'"
-        cells = mlflow_client.search_runs([experiment.experiment_id], where, max_results=10000)
+            _, on_board = _cells_of(experiment.name)
+            cells = [run for run in cells if not on_board(run)]
         if cells:
             found[experiment.name] = len(cells)
     return found
@@ -198,15 +203,13 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
     (runs on another device are another row), the :data:`SET_TAGS` value (the set's digest) of
     ``group`` only (see the module docstring)."""
     mlflow_client = client()
-    experiment, where = _cells_of(experiment)
+    experiment, on_board = _cells_of(experiment)
     found = mlflow_client.get_experiment_by_name(experiment)
     if found is None:
         return pd.DataFrame()
-    cells = mlflow_client.search_runs(
-        [found.experiment_id],
-        filter_string=where,
-        order_by=["attributes.start_time ASC"], max_results=50000,
-    )
+    cells = [run for run in mlflow_client.search_runs([found.experiment_id], filter_string=FINISHED_CELLS,
+                                                      order_by=["attributes.start_time ASC"], max_results=50000)
+             if on_board(run)]
     wanted = {run.info.run_id: (*keys, *sorted(k for k in run.data.metrics if match and match(k) and _per_seed_key(k)
                                                  and k not in keys)) for run in cells}
     _read_histories(mlflow_client, cells, wanted)
