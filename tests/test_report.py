@@ -576,7 +576,8 @@ def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_
 
 def test_summary_notebook_reads_the_experiment_named(mlflow_store, tmp_path):
     """The summary notebook's ``experiment`` parameter is the CLI's ``--experiment``: its boards and
-    its logged run come from that experiment's cells."""
+    its logged run come from that experiment's cells. Why it takes about 10 s: a notebook kernel's
+    start and imports (torch, MLflow), then the summary's figures."""
     import papermill as pm
 
     params = dict(dataset="digits", model="convnet", ipc=10)
