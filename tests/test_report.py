@@ -553,6 +553,9 @@ def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_
         lrs, ars_board = build_board("lrs", w=0.5), build_board("ars", gamma=0.5)
         run_id = log_summary({})
     assert dict(zip(lrs["method"], lrs["acc_syn_hard_mean"])) == pytest.approx({"dm": 0.9, "random": 0.7})
+    # LRS from the logged accuracies, by hand: dm HLR 0.98 - 0.9 = 0.08, IOR 0.9 - 0.85 = 0.05, alpha =
+    # 0.5 IOR - 0.5 HLR = -0.015; random -0.075 - 0.14 = -0.215; 100 (e^alpha - e^-1) / (e - e^-1)
+    assert dict(zip(lrs["method"], lrs["lrs_mean"])) == pytest.approx({"dm": 26.26072, "random": 18.66327}, abs=1e-5)
     assert dict(zip(ars_board["method"], ars_board["acc_syn_aug_mean"])) == pytest.approx({"dm": 0.9, "random": 0.7})
     assert tracking.client().get_run(run_id).data.tags[TAG["boards_from"]] == "my_ablation"
 
