@@ -29,16 +29,16 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
         os.environ.setdefault(_name, _threads)
 
 # The slowest modules first (their summed test durations in seconds: `--durations=0`, three workers on
-# the 2-core Zen 5 EPYC forced onto AVX2, 2026-11-26), so that with `--dist loadfile` the workers start on
+# the 2-core Zen 4 EPYC (25/17) forced onto AVX2, 2026-11-27), so that with `--dist loadfile` the workers start on
 # them and finish together instead of one worker running the last long module alone. Modules not
 # named keep their order after these.
 SLOW_MODULES_FIRST = {
-    "test_integration_cifar10_benchmarks.py": 390, "test_scale_out.py": 292, "test_runner_reliability.py": 271,
-    "test_protocol_adversarial.py": 168, "test_runner.py": 115, "test_notebooks.py": 106,
-    "test_protocols_presets.py": 96, "test_newcomer.py": 86, "test_train.py": 77, "test_report.py": 64,
-    "test_models_transfer.py": 62, "test_integration_mnist.py": 56, "test_gpu_check.py": 54,
-    "test_conformance_ddranking.py": 52, "test_integration_cifar10.py": 48, "test_batched.py": 43,
-    "test_select_distill.py": 39, "test_leakage.py": 36, "test_privacy.py": 34, "test_protocols_dcbench.py": 25,
+    "test_integration_cifar10_benchmarks.py": 460, "test_scale_out.py": 275, "test_runner_reliability.py": 249,
+    "test_runner.py": 161, "test_protocol_adversarial.py": 144, "test_protocols_presets.py": 141,
+    "test_notebooks.py": 133, "test_train.py": 102, "test_conformance_ddranking.py": 83, "test_models_transfer.py": 75,
+    "test_batched.py": 74, "test_gpu_check.py": 72, "test_select_distill.py": 71, "test_integration_mnist.py": 67,
+    "test_report.py": 67, "test_integration_cifar10.py": 65, "test_newcomer.py": 64, "test_privacy.py": 46,
+    "test_leakage.py": 39, "test_coresets.py": 29,
 }
 
 
