@@ -55,6 +55,7 @@ def _cmd_run(args) -> int:
 
         spec = load_grid(args.params)  # a grid filed under its own `experiment:` is summarised from there
         args.summary_args.experiment = spec.experiment if spec.experiment != spec.protocol else None
+        args.summary_args.experiment_from = f"{args.params}: experiment"
         return _cmd_summary(args.summary_args)
     return 0
 
@@ -62,17 +63,16 @@ def _cmd_run(args) -> int:
 @on_boards
 def _cmd_summary(args) -> int:
     from ddlib.report import log_summary
-    from ddlib.report.core import cells_elsewhere, elsewhere_note, reading_from
+    from ddlib.report.core import cells_elsewhere, elsewhere_note, nothing_on_the_boards, reading_from
     from ddlib.report.report import build_report, shown
 
     sections = build_report(w=args.w, gamma=args.gamma, alpha=args.alpha, plots=not args.no_log)  # figures go to the log
-    elsewhere = cells_elsewhere()
     if reading_from():
         print(f"boards of experiment {reading_from()!r} (each protocol's cells in it), not of the protocols' own\n")
     if not sections:
-        print(elsewhere_note(elsewhere, "no finished runs on the boards") if elsewhere
-              else "no finished runs yet: run `python -m ddlib run params/demo.yaml`")
+        print(nothing_on_the_boards("nothing to summarise"))
         return 1
+    elsewhere = cells_elsewhere()
     tables, figures = {}, {}
     with pd.option_context("display.width", 250, "display.max_columns", 60, "display.max_rows", 500):
         for section in sections:
@@ -108,8 +108,11 @@ def _cmd_report(args) -> int:
     boards = load_boards(w=args.w, gamma=args.gamma, alpha=args.alpha)
     sets = cards.list_sets(boards, args.method, args.dataset, args.ipc)
     if not sets:
+        from ddlib.report.core import reading_from
+
         known = sorted({m for m, _, _ in cards.list_sets(boards)})
-        print(f"error: no finished runs for method {args.method!r}"
+        where = f" in experiment {reading_from()!r}" if reading_from() else ""
+        print(f"error: no finished runs{where} for method {args.method!r}"
               + (f" on {args.dataset}" if args.dataset else "") + (f" at IPC {args.ipc}" if args.ipc else "")
               + f"; methods with runs: {known or 'none (python -m ddlib run params/demo.yaml)'}", file=sys.stderr)
         return 1
@@ -135,8 +138,12 @@ def _cmd_leaderboard(args) -> int:
 
     pages = build_site(args.out, w=args.w, gamma=args.gamma, alpha=args.alpha, with_cards=not args.no_cards,
                        progress=True)
-    print(f"wrote {len(pages)} leaderboard pages to {args.out}/index.html" if pages else
-          f"no finished runs yet; wrote an empty {args.out}/index.html (python -m ddlib run params/demo.yaml)")
+    if not pages:
+        from ddlib.report.core import nothing_on_the_boards
+
+        print(nothing_on_the_boards(f"wrote an empty {args.out}/index.html"), file=sys.stderr)
+        return 1
+    print(f"wrote {len(pages)} leaderboard pages to {args.out}/index.html")
     return 0
 
 

@@ -171,29 +171,18 @@ def _cmd_runs(args) -> int:
     return 0
 
 
-def _unknown_experiment(args) -> str | None:
-    """Why ``--experiment`` cannot be read (it holds no finished cell), checked before any board is built."""
-    from ddlib.report.core import experiments_with_cells
-
-    if args.experiment is None:
-        return None
-    known = experiments_with_cells()
-    if args.experiment in known:
-        return None
-    return (f"error: --experiment {args.experiment!r}: no finished cells in that MLflow experiment; experiments with "
-            f"finished cells: {', '.join(repr(k) for k in sorted(known)) or 'none'}")
-
-
 def on_boards(command):
     """``command`` with its boards read from ``--experiment`` (each protocol's cells there) or from each
-    protocol's own experiment; an experiment without finished cells is a one-line error (exit 2)."""
+    protocol's own experiment; an experiment without finished cells is a one-line error (exit 2),
+    checked before anything else. ``args.experiment_from``: where the name came from, for that line
+    (``--experiment``, or the grid's ``experiment:`` key for ``ddlib run --summary``)."""
     def run(args) -> int:
-        from ddlib.report.core import boards_from
+        from ddlib.report.core import boards_from, unknown_experiment
 
-        if why := _unknown_experiment(args):
-            print(why, file=sys.stderr)
+        if args.experiment is not None and (why := unknown_experiment(args.experiment)):
+            print(f"error: {getattr(args, 'experiment_from', '--experiment')}: {why}", file=sys.stderr)
             return 2
-        with boards_from(args.experiment):
+        with boards_from(args.experiment, check=False):
             return command(args)
 
     run.__doc__ = command.__doc__
@@ -226,7 +215,9 @@ def _cmd_export(args) -> int:
 
             paths = write_bundle(args.bundle, boards, w=args.w, gamma=args.gamma)
             if not paths:
-                print("no finished runs yet: nothing to bundle (python -m ddlib run params/demo.yaml)", file=sys.stderr)
+                from ddlib.report.core import nothing_on_the_boards
+
+                print(nothing_on_the_boards("nothing to bundle"), file=sys.stderr)
                 return 1
             print(f"wrote {', '.join(str(p) for p in paths.values())}")
             return 0
@@ -235,11 +226,9 @@ def _cmd_export(args) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     if not tables:
-        from ddlib.report.core import cells_elsewhere, elsewhere_note
+        from ddlib.report.core import nothing_on_the_boards
 
-        elsewhere = cells_elsewhere()
-        print(elsewhere_note(elsewhere, "nothing to export: no finished runs on the boards") if elsewhere
-              else "no finished runs yet: nothing to export (python -m ddlib run params/demo.yaml)", file=sys.stderr)
+        print(nothing_on_the_boards("nothing to export"), file=sys.stderr)
         return 1
     path = write_export(args.out, args.format, tables)
     print(f"wrote {', '.join(f'{n} ({len(t)} rows)' for n, t in tables.items())} to {path}")

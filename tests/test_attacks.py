@@ -442,24 +442,54 @@ BAND_CASES = [
     (0.55, 0),  # wrong (in the band) -> 0.25, correct (repaired: counts in the paper's ASR, not in the code's)
     (0.10, 1),  # wrong -> 0.00 (clamped), wrong
     (0.48, 1),  # correct -> 0.18, wrong (broken)
+    (0.25, 1),  # wrong -> 0.00 (clamped), wrong
+]
+
+
+class Nearest(torch.nn.Module):
+    """Three classes: the nearest of 0.1, 0.5 and 0.9 to an image's mean pixel (bounds 0.3 and 0.7).
+    FGSM's step on the cross-entropy of class c moves the mean by eps in the sign of sum_j p_j (c_j -
+    c): untargeted, away from the label's centre towards the likelier other class (label 0: up, 2:
+    down, 1: away from 0.5); towards a target, the other way (target 0: down, 2: up, 1: towards 0.5)."""
+
+    def forward(self, x):
+        m = x.mean(dim=(1, 2, 3))[:, None]
+        return -10 * (m - torch.tensor([0.1, 0.5, 0.9])) ** 2
+
+
+# (mean pixel, label, target) and FGSM's step of 0.25 towards the target, worked out by hand; in
+# brackets where the untargeted step would go
+NEAREST_CASES = [
+    (0.55, 1, 2),  # -> 0.80, class 2: hit (untargeted: 0.80, 2)
+    (0.48, 1, 2),  # -> 0.73, class 2: hit (untargeted: 0.23, 0)
+    (0.20, 0, 2),  # -> 0.45, class 1: missed
+    (0.20, 0, 1),  # -> 0.45, class 1: hit (untargeted: 0.45, 1)
+    (0.90, 2, 0),  # -> 0.65, class 1: missed
+    (0.62, 1, 0),  # -> 0.37, class 1: missed, and still its label (untargeted: 0.87, 2)
+    (0.52, 1, 0),  # -> 0.27, class 0: hit (untargeted: 0.77, 2)
 ]
 
 
 def test_attack_measurements_by_hand():
     """ASR as the BEARD paper defines it (correct when clean and wrong after, over all N images:
-    3 of 6), BEARD's code's clean minus robust accuracy (4/6 - 2/6), and the targeted success rate,
-    on a model and images whose every outcome is worked out by hand (:data:`BAND_CASES`)."""
+    3 of 7), BEARD's code's clean minus robust accuracy (4/7 - 2/7), and the targeted success rate
+    (4 of 7; 2 of 7 were the targets ignored), on models and images whose every outcome is worked
+    out by hand (:data:`BAND_CASES`, :data:`NEAREST_CASES`)."""
     x = torch.tensor([v for v, _ in BAND_CASES]).view(-1, 1, 1, 1).expand(-1, 3, 2, 2).contiguous()
     y = torch.tensor([label for _, label in BAND_CASES])
     out = run_attack({"fgsm": {"eps": 0.3}}, Band(), x, y, num_classes=2, device="cpu")
-    assert out.correct.tolist() == [False, False, True, True, False, False]
-    assert (out.clean_acc, out.robust_acc) == pytest.approx((4 / 6, 2 / 6))
-    assert out.asr == pytest.approx(3 / 6) and out.asr_beard == pytest.approx(2 / 6)
-    # targeted at the other class, the step moves towards the band for target 1 and away for target 0:
-    # 0.52 -> 0.82 (class 0, hit), 0.20 -> 0.50 (1, hit), 0.95 -> 0.65 (0, missed), 0.55 -> 0.25 (0, missed),
-    # 0.10 -> 0.00 (0, hit), 0.48 -> 0.18 (0, hit)
-    hit = run_attack({"fgsm": {"eps": 0.3}}, Band(), x, y, num_classes=2, targeted=True, targets=1 - y, device="cpu")
-    assert hit.targeted_success == pytest.approx(4 / 6) and hit.robust_acc == pytest.approx(2 / 6)
+    assert out.correct.tolist() == [False, False, True, True, False, False, False]
+    assert (out.clean_acc, out.robust_acc) == pytest.approx((4 / 7, 2 / 7))
+    assert out.asr == pytest.approx(3 / 7) and out.asr_beard == pytest.approx(2 / 7)
+    # targeted: with two classes the target is the other class and FGSM's step the untargeted one, so
+    # three classes (:class:`Nearest`), where the step towards a target can part from the untargeted one
+    x, y, targets = (torch.tensor(column) for column in zip(*NEAREST_CASES))
+    x = x.view(-1, 1, 1, 1).expand(-1, 3, 2, 2).contiguous()
+    hit = run_attack({"fgsm": {"eps": 0.25}}, Nearest(), x, y, num_classes=3, targeted=True, targets=targets,
+                     device="cpu")
+    assert hit.targeted_success == pytest.approx(4 / 7) and hit.robust_acc == pytest.approx(1 / 7)
+    away = run_attack({"fgsm": {"eps": 0.25}}, Nearest(), x, y, num_classes=3, device="cpu", return_adv=True)
+    assert float((Nearest()(away.adv).argmax(1) == targets).float().mean()) == pytest.approx(2 / 7)  # untargeted
 
 
 def test_targeted_mode_hits_the_targets(setup):

@@ -102,6 +102,9 @@ def test_aggregate_adds_intervals_rank_groups_and_per_seed_scores():
     three = aggregate(pd.DataFrame(_per_seed("a", [50.0, 70.0, 60.0], seeds=(0, 1, 2))), ["lrs"],
                       ("dataset", "ipc", "method"), descending="lrs").iloc[0]
     assert (three["lrs_mean"], three["lrs_low"], three["lrs_high"]) == (60.0, 50.0, 70.0)
+    # five seeds: drawing one seed five times has probability 1/3125, so the interval lies strictly
+    # inside the seeds' range (not their min and max)
+    assert spread.min() + 1 < board.loc["a", "lrs_low"] < board.loc["a", "lrs_high"] < spread.max() + 1
     # a beats b by 1 on every seed: significant when paired by seed, though their intervals overlap widely
     assert board.loc["a", "lrs_low"] < board.loc["b", "lrs_high"]
     assert board.loc["a", "rank"] == 1 and board.loc["b", "rank"] == 2
@@ -518,9 +521,10 @@ def test_summary_names_cells_that_a_grids_experiment_key_keeps_off_the_boards(ml
     assert "[lrs]" in out and "not on these boards: finished cells in experiment(s) 'my_ablation' (2 cells)" in out
 
 
-def _lrs_rows(syn: float) -> list[dict]:
-    return [{"seed": s, "acc_syn_hard": syn, "acc_real_hard": 0.98, "acc_syn_any": syn, "acc_rdm_any": 0.85}
-            for s in range(2)]
+def _lrs_rows(syn: float, second: float | None = None) -> list[dict]:
+    """Two seeds; ``second``: seed 1's accuracy where it differs from seed 0's."""
+    return [{"seed": s, "acc_syn_hard": v, "acc_real_hard": 0.98, "acc_syn_any": v, "acc_rdm_any": 0.85}
+            for s, v in enumerate((syn, syn if second is None else second))]
 
 
 def _ars_rows(syn: float) -> list[dict]:
@@ -534,12 +538,12 @@ def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_
     protocols' own experiments are then the ones named as not on the boards. Without it, a cell of
     another protocol in a protocol's experiment is on no board, and said so."""
     from ddlib.cli import main
-    from ddlib.report.boards import build_board
+    from ddlib.report.boards import build_board, one_read
     from ddlib.report.core import boards_from, log_summary
 
     params = dict(dataset="digits", model="convnet", ipc=10)
-    for method, syn in (("dm", 0.9), ("random", 0.7)):
-        _write_cell_into("my_ablation", "label_robust", {**params, "method": method}, _lrs_rows(syn))
+    for method, syn, second in (("dm", 0.9, 0.8), ("random", 0.7, 0.7)):
+        _write_cell_into("my_ablation", "label_robust", {**params, "method": method}, _lrs_rows(syn, second))
         ars = augmentation_robust.validate({"dataset": "digits", "method": method, "ipc": 10, "seeds": [0, 1]})
         _write_cell_into("my_ablation", "augmentation_robust", ars, _ars_rows(syn))
     _write_cell("label_robust", {**params, "method": "dm"}, _lrs_rows(0.5))
@@ -549,13 +553,20 @@ def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_
     own = build_board("lrs", w=0.5)
     assert list(own["method"]) == ["dm"] and own["acc_syn_hard_mean"].iloc[0] == pytest.approx(0.5)
     assert build_board("ars", gamma=0.5).empty  # the ARS cell in label_robust's experiment is not read as ARS's
-    with boards_from("my_ablation"):
-        lrs, ars_board = build_board("lrs", w=0.5), build_board("ars", gamma=0.5)
-        run_id = log_summary({})
-    assert dict(zip(lrs["method"], lrs["acc_syn_hard_mean"])) == pytest.approx({"dm": 0.9, "random": 0.7})
-    # LRS from the logged accuracies, by hand: dm HLR 0.98 - 0.9 = 0.08, IOR 0.9 - 0.85 = 0.05, alpha =
-    # 0.5 IOR - 0.5 HLR = -0.015; random -0.075 - 0.14 = -0.215; 100 (e^alpha - e^-1) / (e - e^-1)
-    assert dict(zip(lrs["method"], lrs["lrs_mean"])) == pytest.approx({"dm": 26.26072, "random": 18.66327}, abs=1e-5)
+    with one_read():  # one board per experiment, even inside one read
+        assert build_board("lrs", w=0.5)["method"].tolist() == ["dm"]
+        with boards_from("my_ablation"):
+            lrs, ars_board = build_board("lrs", w=0.5), build_board("ars", gamma=0.5)
+            weighted = build_board("lrs", w=0.3)
+            run_id = log_summary({})
+    assert dict(zip(lrs["method"], lrs["acc_syn_hard_mean"])) == pytest.approx({"dm": 0.85, "random": 0.7})
+    # LRS from the logged accuracies, by hand: alpha = w IOR - (1 - w) HLR per seed, then the mean of
+    # the seeds' 100 (e^alpha - e^-1) / (e - e^-1). dm: HLR 0.08 and 0.18, IOR 0.05 and -0.05; random:
+    # HLR 0.28, IOR -0.15. At w = 0.3 dm's alphas are -0.041 and -0.141 (the score of the mean
+    # accuracies would be 23.19340, and w swapped with 1 - w 25.31795)
+    assert dict(zip(lrs["method"], lrs["lrs_mean"])) == pytest.approx({"dm": 24.26647, "random": 18.66327}, abs=1e-5)
+    assert dict(zip(weighted["method"], weighted["lrs_mean"])) == pytest.approx({"dm": 23.24197, "random": 17.78258},
+                                                                               abs=1e-5)
     assert dict(zip(ars_board["method"], ars_board["acc_syn_aug_mean"])) == pytest.approx({"dm": 0.9, "random": 0.7})
     assert tracking.client().get_run(run_id).data.tags[TAG["boards_from"]] == "my_ablation"
 
@@ -568,13 +579,23 @@ def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_
     assert "not on these boards: finished cells in experiment(s) 'label_robust' (2 cells)" in out
     assert main(["summary", "--no-log", "--experiment", "no_such"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "'no_such'" in err and "'my_ablation'" in err
+    assert err.count("\n") == 1 and "--experiment: no finished cells of a protocol in MLflow experiment 'no_such'" in err
+    assert "'my_ablation'" in err
+    with pytest.raises(ValueError, match="experiment 'no_such'; experiments with"):  # the notebooks' and API's way in
+        with boards_from("no_such"):
+            pass
     assert main(["export", "--format", "csv", "--out", str(tmp_path / "own.csv"), "--board", "ars"]) == 1
     assert "'my_ablation' (4 cells)" in capsys.readouterr().err  # nothing on ARS's own board: says where cells are
     assert main(["export", "--experiment", "my_ablation", "--out", str(tmp_path / "ablation.csv")]) == 0
     assert set(pd.read_csv(tmp_path / "ablation.csv")["board"]) == {"lrs", "ars"}
     assert main(["leaderboard", "--experiment", "my_ablation", "--no-cards", "--out", str(tmp_path / "site")]) == 0
     assert "The boards of experiment <code>my_ablation</code>" in (tmp_path / "site" / "index.html").read_text()
+    assert main(["export", "--experiment", "my_ablation", "--bundle", str(tmp_path / "bundle")]) == 0
+    assert json.loads((tmp_path / "bundle" / "bundle.json").read_text())["boards_from"] == "my_ablation"
+    assert main(["report", "--method", "dm", "--experiment", "my_ablation", "--no-log",
+                 "--out", str(tmp_path / "dm.html")]) == 0
+    page = (tmp_path / "dm.html").read_text()
+    assert "Cells read from experiment <code>my_ablation</code>" in page and "-p experiment my_ablation" in page
 
 
 def test_summary_notebook_reads_the_experiment_named(mlflow_store, tmp_path):
@@ -608,3 +629,7 @@ def test_run_summary_reads_the_grids_own_experiment(mlflow_store, tmp_path, monk
     monkeypatch.setattr(runner, "run_grid", lambda *a, **k: runner.RunReport())
     assert main(["run", str(grid), "--summary"]) == 0
     assert "boards of experiment 'my_ablation'" in capsys.readouterr().out
+    grid.write_text(grid.read_text().replace("my_ablation", "running_elsewhere"))  # no finished cell there yet
+    assert main(["run", str(grid), "--summary"]) == 2
+    assert f"{grid}: experiment: no finished cells of a protocol in MLflow experiment 'running_elsewhere'" in (
+        capsys.readouterr().err)

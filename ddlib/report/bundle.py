@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ddlib.report.core import reading_from
 from ddlib.report.published import (ARS_VALUES, LRS_VALUES, PUBLISHED_EXPERIMENT, PUBLISHED_KIND,  # noqa: F401
                                      published_table)
 from ddlib.shown import shown
@@ -152,7 +153,8 @@ def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float =
                             "seeds": _plain(row.get("seeds")), "summary": summary, "runs": runs})
     bundle = {"format": BUNDLE_FORMAT, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "ddlib": {"version": ddlib.__version__, "commit": git_commit(), "shown": code_version()},
-              "weights": {"w": w, "gamma": gamma}, "sets": entries}
+              "weights": {"w": w, "gamma": gamma}, **({"boards_from": reading_from()} if reading_from() else {}),
+              "sets": entries}
     paths = {"bundle": folder / "bundle.json", "ddranking": folder / "ddranking.csv",
              "leaderboards": folder / "leaderboards.csv"}
     paths["bundle"].write_text(json.dumps(bundle, indent=1, default=str) + "\n")

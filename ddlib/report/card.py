@@ -28,7 +28,7 @@ from ddlib.report import beard, evals, viz
 from ddlib.report.boards import Boards, load_boards
 from ddlib.report.export import row_recipe
 from ddlib.report.plots import board_rows, eps_curve_figures, ipc_points, radar_profile, set_grid_png
-from ddlib.report.core import INTERVALS, _param, display_format, rank_caption, source_tags
+from ddlib.report.core import INTERVALS, _param, display_format, rank_caption, reading_from, source_tags
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.stats import describe_method
 from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, client, default_tags
@@ -140,7 +140,8 @@ def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict
     method on this dataset, else the protocol's notebook under papermill with the set's params
     (its source spec, and the seeds its other protocols ran with)."""
     root = PROJECT_ROOT / "params"
-    for path in sorted(root.glob("*.yaml")) if root.is_dir() else []:
+    # a shipped grid files its cells in the protocol's own experiment: not where --experiment reads
+    for path in sorted(root.glob("*.yaml")) if root.is_dir() and not reading_from() else []:
         try:
             raw = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError):
@@ -163,6 +164,8 @@ def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict
             "-p", "method", method]
     if ipc != FULL_IPC:
         args += ["-p", "ipc", str(ipc)]
+    if reading_from():
+        args += ["-p", "experiment", reading_from()]
     from ddlib.methods.sources import BUILTIN_SOURCES
 
     extra = {}
@@ -293,7 +296,8 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
         if not block.ran:
             block.command = run_command(block.protocol, method, dataset, ipc, source, seeds)
     card = Card(method, dataset, ipc, data or data_label(dataset, data_source), data_source, blocks, pd.DataFrame(headline),
-                settings={"w": boards.w, "gamma": boards.gamma, "alpha": boards.alpha, **INTERVALS}, seed_counts=seed_counts,
+                settings={"w": boards.w, "gamma": boards.gamma, "alpha": boards.alpha, **INTERVALS,
+                          **({"experiment": reading_from()} if reading_from() else {})}, seed_counts=seed_counts,
                 created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     card.image_grid, card.image_note = set_grid_png([r for b in blocks for r in b.runs], ipc)
     card.figures = _figures(card, boards)
@@ -352,6 +356,8 @@ def render_html(card: Card, pngs: dict[str, bytes] | None = None) -> str:
             f'<p class="muted">Data: {escape(card.data)} (read from <code>{escape(card.data_source or "?")}</code>). '
             f"Scores: LRS w = {card.settings['w']}, ARS gamma = {card.settings['gamma']}, CREI alpha = "
             f"{card.settings['alpha']}. Every value: mean over seeds [{escape(caveat)}]. "
+            + (f"Cells read from experiment <code>{escape(card.settings['experiment'])}</code> (--experiment). "
+               if card.settings.get("experiment") else "") +
             f"Generated {escape(card.created)} by ddlib.</p>"]
     figs = []
     if card.image_grid:

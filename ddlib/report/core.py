@@ -46,7 +46,8 @@ from ddlib.protocols.common import FULL_IPC
 from ddlib.protocols.leakage import LEAKAGE_TAG
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "boards_from", "reading_from", "source_tags", "experiments_with_cells", "cells_elsewhere",
+__all__ = ["per_seed_values", "boards_from", "reading_from", "source_tags", "experiments_with_cells", "unknown_experiment",
+           "nothing_on_the_boards", "cells_elsewhere",
            "elsewhere_note", "aggregate", "leakage_note", "board_score", "row_names", "readable", "rank_caption",
            "format_leaderboard", "log_summary", "SCORES", "UNSCALED", "INTERVALS", "display_format"]
 
@@ -112,10 +113,14 @@ _SOURCE: contextvars.ContextVar[str | None] = contextvars.ContextVar("ddlib_boar
 
 
 @contextlib.contextmanager
-def boards_from(experiment: str | None) -> Iterator[None]:
+def boards_from(experiment: str | None, check: bool = True) -> Iterator[None]:
     """Inside it every board reads the cells of ``experiment`` instead of its protocol's own
-    experiment, each board its own protocol's cells there: the boards of a grid whose
-    ``experiment:`` key filed its cells under that name. ``None``: the protocols' own experiments."""
+    experiment, each board its own protocol's cells there (tag ``protocol``; untagged cells are not
+    read): the boards of a grid whose ``experiment:`` key filed its cells under that name. ``None``:
+    the protocols' own experiments. ``check``: a name that holds no finished cell of a protocol is
+    refused (:func:`unknown_experiment`) before anything is read."""
+    if check and experiment is not None and (why := unknown_experiment(experiment)):
+        raise ValueError(why)
     token = _SOURCE.set(experiment)
     try:
         yield
@@ -171,14 +176,37 @@ def cells_elsewhere() -> dict[str, int]:
 
 
 def experiments_with_cells() -> dict[str, int]:
-    """Every experiment that holds finished cell runs, with how many."""
+    """Every experiment that holds finished cell runs of a protocol (tag ``protocol``), with how many."""
+    from ddlib.protocols import PROTOCOLS
+
     mlflow_client = client()
     found = {}
     for experiment in mlflow_client.search_experiments():
-        cells = mlflow_client.search_runs([experiment.experiment_id], FINISHED_CELLS, max_results=10000)
+        cells = [run for run in mlflow_client.search_runs([experiment.experiment_id], FINISHED_CELLS, max_results=10000)
+                 if run.data.tags.get(TAG["protocol"]) in PROTOCOLS]
         if cells:
             found[experiment.name] = len(cells)
     return found
+
+
+def unknown_experiment(experiment: str) -> str | None:
+    """Why the boards cannot be read from ``experiment`` (it holds no finished cell of a protocol),
+    as one line naming the experiments that do; None where it can."""
+    known = experiments_with_cells()
+    if experiment in known:
+        return None
+    return (f"no finished cells of a protocol in MLflow experiment {experiment!r}; experiments with finished cells: "
+            f"{', '.join(repr(k) for k in sorted(known)) or 'none'}")
+
+
+def nothing_on_the_boards(what: str) -> str:
+    """The one line a command prints when its boards are empty: where finished cells are, if anywhere."""
+    found = cells_elsewhere()
+    if found:
+        return elsewhere_note(found, f"{what}: no finished runs on the boards")
+    read = _SOURCE.get()
+    return (f"{what}: no finished runs yet" + (f" in experiment {read!r}" if read else "")
+            + " (python -m ddlib run params/demo.yaml)")
 
 
 def elsewhere_note(found: dict[str, int], lead: str = "not on these boards") -> str:
