@@ -24,9 +24,9 @@ What else is in every board's row key, whatever the protocol (:func:`per_seed_va
 
 Which cells a board reads: the FINISHED cell runs of its protocol (tag ``protocol``; one written
 by hand without it counts as the protocol's there) in the experiment named after the protocol,
-where the runner files them. A grid's ``experiment:`` key files
-them under another name; :func:`boards_from` points every board at such an experiment instead
-(``ddlib summary --experiment NAME``), each board still reading its own protocol's cells there.
+where the runner files them. A grid's ``experiment:`` key files them under another name;
+:func:`boards_from` points every board at such an experiment instead (``ddlib summary --experiment
+NAME``), each board still reading its own protocol's cells there.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from ddlib.protocols.common import FULL_IPC
 from ddlib.protocols.leakage import LEAKAGE_TAG
 from ddlib.tracking import TAG, Tracker, client, default_tags
 
-__all__ = ["per_seed_values", "boards_from", "reading_from", "source_tags", "experiments_with_cells", "unknown_experiment",
-           "nothing_on_the_boards", "cells_elsewhere",
-           "elsewhere_note", "aggregate", "leakage_note", "board_score", "row_names", "readable", "rank_caption",
-           "format_leaderboard", "log_summary", "SCORES", "UNSCALED", "INTERVALS", "display_format"]
+__all__ = ["per_seed_values", "boards_from", "reading_from", "source_tags", "experiments_with_cells",
+           "unknown_experiment", "nothing_on_the_boards", "cells_elsewhere", "elsewhere_note", "aggregate",
+           "leakage_note", "board_score", "row_names", "readable", "rank_caption", "format_leaderboard", "log_summary",
+           "SCORES", "UNSCALED", "INTERVALS", "display_format"]
 
 # How every leaderboard's intervals and rank groups are made (stated in captions).
 INTERVALS = {"resamples": stats.RESAMPLES, "level": stats.LEVEL, "seed": stats.SEED}
@@ -160,18 +160,16 @@ def cells_elsewhere() -> dict[str, int]:
     protocol's cells of one experiment only, so such cells are seen in the MLflow UI, not here."""
     from ddlib.protocols import PROTOCOLS
 
-    mlflow_client = client()
     read = _SOURCE.get()
     found = {}
-    for experiment in mlflow_client.search_experiments():
-        if experiment.name == read:
+    for name, cells in _finished_cells().items():
+        if name == read:
             continue
-        cells = mlflow_client.search_runs([experiment.experiment_id], FINISHED_CELLS, max_results=10000)
-        if read is None and experiment.name in PROTOCOLS:  # its own protocol's cells are on a board
-            _, on_board = _cells_of(experiment.name)
+        if read is None and name in PROTOCOLS:  # its own protocol's cells are on a board
+            _, on_board = _cells_of(name)
             cells = [run for run in cells if not on_board(run)]
         if cells:
-            found[experiment.name] = len(cells)
+            found[name] = len(cells)
     return found
 
 
@@ -179,14 +177,16 @@ def experiments_with_cells() -> dict[str, int]:
     """Every experiment that holds finished cell runs of a protocol (tag ``protocol``), with how many."""
     from ddlib.protocols import PROTOCOLS
 
+    counts = {name: sum(run.data.tags.get(TAG["protocol"]) in PROTOCOLS for run in cells)
+              for name, cells in _finished_cells().items()}
+    return {name: n for name, n in counts.items() if n}
+
+
+def _finished_cells() -> dict[str, list]:
+    """Every experiment's FINISHED cell runs, by experiment name."""
     mlflow_client = client()
-    found = {}
-    for experiment in mlflow_client.search_experiments():
-        cells = [run for run in mlflow_client.search_runs([experiment.experiment_id], FINISHED_CELLS, max_results=10000)
-                 if run.data.tags.get(TAG["protocol"]) in PROTOCOLS]
-        if cells:
-            found[experiment.name] = len(cells)
-    return found
+    return {experiment.name: mlflow_client.search_runs([experiment.experiment_id], FINISHED_CELLS, max_results=10000)
+            for experiment in mlflow_client.search_experiments()}
 
 
 def unknown_experiment(experiment: str) -> str | None:
