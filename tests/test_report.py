@@ -53,12 +53,7 @@ ARS_SEEDS = {
 
 def _write_cell(protocol: str, params: dict, rows: list[dict]) -> str:
     """A FINISHED cell run with per-seed histories, as Cell.record_per_seed logs them."""
-    tracker = Tracker(protocol)
-    run_id = tracker.start_run(f"{params['method']}-ipc{params['ipc']}", params=params,
-                               tags={**default_tags(protocol), **cell_tags(protocol, params)})
-    tracker._log(run_id, [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"])
-    tracker.end_run(run_id)
-    return run_id
+    return _write_cell_into(protocol, protocol, params, rows)
 
 
 @pytest.fixture(scope="module")
@@ -493,13 +488,14 @@ def test_inside_one_read_a_board_is_built_once_per_weight_and_each_caller_gets_i
     assert built[-1] == 0.3 and len(built) == 6
 
 
-def _write_cell_into(experiment: str, protocol: str, params: dict, rows: list[dict]) -> None:
-    """As :func:`_write_cell`, into another experiment (a grid's ``experiment:`` key)."""
+def _write_cell_into(experiment: str, protocol: str, params: dict, rows: list[dict]) -> str:
+    """As :func:`_write_cell`, into any experiment (a grid's ``experiment:`` key)."""
     tracker = Tracker(experiment)
     run_id = tracker.start_run(f"{params['method']}-ipc{params['ipc']}", params=params,
                                tags={**default_tags(protocol), **cell_tags(protocol, params)})
     tracker._log(run_id, [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"])
     tracker.end_run(run_id)
+    return run_id
 
 
 def test_summary_names_cells_that_a_grids_experiment_key_keeps_off_the_boards(mlflow_store, capsys):
