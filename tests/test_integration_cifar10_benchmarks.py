@@ -20,7 +20,8 @@ def test_dc_ipc10_with_dcbench_no_augmentation_recipe_matches_its_recorded_accur
     300 epochs under DC's schedule, dc_step: 301 epochs, lr x 0.1 and momentum reset after 152) on the
     DC IPC 10 set lands within 2 points of the ConvNet accuracy its file records (42.2 %, the mean of
     its 10 experiments), on the full CIFAR-10 (JPEG) test set.
-    One seed (about 3 minutes on 2 cores; seed 0 gives 41.8 %)."""
+    One seed (seed 0 gives 41.8 %): about 3 minutes on a 2-core Zen 4 or 5 EPYC, 5 min 14 s on a 2-core Zen 3
+    beside the suite's two other xdist workers (2026-11-27), the longest test of the suite."""
     recorded = torch.load(_dc(shared_data, 10)["path"], weights_only=False)["accs_all_exps"]["ConvNet"]
     recorded = 100 * sum(recorded) / len(recorded)
     cell = compression.open_cell(dataset="cifar10", data_root=str(cifar10_jpeg_root), method="dc", ipc=10,
