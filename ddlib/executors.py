@@ -296,13 +296,13 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
             try:
                 km = kernels.kernel_for(str(notebook.parent), job.env, {**job.env, progress.FILE_ENV: str(watch.progress)},
                                         KERNEL_ARGUMENTS)
-                n = kernels.cells_in_kernel() if km is not None else 1
+                n = kernels.cells_in_kernel()
                 tracker.set_tags(run_id, {KERNEL_TAG: "fresh" if n == 1 else f"warm: cell {n} of its kernel"})
                 pm.execute_notebook(
                     str(notebook), str(out),
                     parameters={**job.params, "run_id": run_id, "experiment": job.experiment},
                     kernel_name="python3", progress_bar=False, cwd=str(notebook.parent),
-                    extra_arguments=KERNEL_ARGUMENTS, **({"km": km} if km is not None else {}),
+                    extra_arguments=KERNEL_ARGUMENTS, km=km,
                 )
                 error = None
             except BaseException as exc:  # noqa: BLE001 - any failure marks the run, never a result
@@ -311,7 +311,7 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
             # read once: a stop signal arriving while the outcome is written (the notebook ended before it)
             # must not turn a finished or interrupted cell into a "timed out" FAILED one halfway through
             reason, signum = watch.reason, watch.signum
-            if error is not None or reason:
+            if error is not None or reason or not kernels.warm_kernels_enabled():
                 kernels.release_kernel()  # the next cell starts from a fresh kernel
             if reason and reason.startswith("interrupted"):
                 tracker.kill_run(run_id, reason)

@@ -9,18 +9,30 @@ what a fresh kernel would build the same way: imported modules, the MLflow clien
 failed, timed out or was interrupted is shut down, and the next cell starts a fresh one; so does a
 cell with another notebook folder or environment. ``DDLIB_WARM_KERNEL=0`` gives every cell a fresh
 kernel. ``tests/test_runner.py`` checks that a warm kernel's metrics are bit for bit a fresh one's.
+
+A fresh kernel is started here, not by papermill, and only handed on once it answered ``kernel_info``:
+jupyter_client picks five free TCP ports, frees them and writes them to the connection file, and the
+kernel binds them a second later. Another process (a kernel, or any client's outgoing connection)
+can take one of them meanwhile; the kernel then dies with "Address already in use" and papermill
+fails the cell with "Kernel died before replying to kernel_info" (seen once in 40 cells started by 4
+workers beside other tests on a 2-core Zen 3). A kernel that dies before it answers is replaced, with
+new ports, up to :data:`START_ATTEMPTS` times.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 
 __all__ = ["WARM_KERNEL_ENV", "warm_kernels_enabled", "kernel_for", "cells_in_kernel", "release_kernel"]
 
 WARM_KERNEL_ENV = "DDLIB_WARM_KERNEL"
 START_TIMEOUT = 60.0
+START_ATTEMPTS = 3  # kernels started for one cell when each dies before it answers (the port race)
+
+log = logging.getLogger(__name__)
 
 _state: dict = {"km": None, "key": None, "cells": 0}  # this process's kernel, what it was started for, cells run
 
@@ -59,14 +71,13 @@ def _run(km, code: str) -> None:
 
 
 def kernel_for(cwd: str, env: dict, cell_env: dict, extra_arguments: list[str]):
-    """A started kernel manager for a cell whose notebook runs in ``cwd`` with the process's
-    environment ``env``: the kept one when it was started for the same (``cwd``, ``env``) and is
-    alive (``cell_env`` then set in it), else a fresh one. None when warm kernels are off."""
-    if not warm_kernels_enabled():
-        return None
+    """A started kernel manager, its kernel ready, for a cell whose notebook runs in ``cwd`` with the
+    process's environment ``env``: the kept one when warm kernels are on, it was started for the same
+    (``cwd``, ``env``) and is alive (``cell_env`` then set in it), else a fresh one. With warm kernels
+    off, the caller releases it after the cell (:func:`release_kernel`)."""
     key = (cwd, json.dumps(env, sort_keys=True))
     km = _state["km"]
-    if km is not None and (_state["key"] != key or not _alive(km)):
+    if km is not None and (not warm_kernels_enabled() or _state["key"] != key or not _alive(km)):
         release_kernel()
         km = None
     if km is not None:
@@ -76,16 +87,42 @@ def kernel_for(cwd: str, env: dict, cell_env: dict, extra_arguments: list[str]):
             return km
         except Exception:  # noqa: BLE001 - a kept kernel that does not answer is replaced
             release_kernel()
-    from jupyter_client.manager import AsyncKernelManager
-    from jupyter_core.utils import run_sync
-
-    km = AsyncKernelManager(kernel_name="python3")
-    run_sync(km.start_kernel)(extra_arguments=extra_arguments, cwd=cwd)
+    km = _start(cwd, extra_arguments)
     _state.update(km=km, key=key, cells=1)
     if not _state.get("atexit"):
         atexit.register(release_kernel)
         _state["atexit"] = True
     return km
+
+
+def _manager():
+    from jupyter_client.manager import AsyncKernelManager
+
+    return AsyncKernelManager(kernel_name="python3")
+
+
+def _start(cwd: str, extra_arguments: list[str]):
+    """A fresh kernel that answered ``kernel_info``; one that died first is replaced (module docstring)."""
+    from jupyter_core.utils import run_sync
+
+    for attempt in range(1, START_ATTEMPTS + 1):
+        km = _manager()
+        run_sync(km.start_kernel)(extra_arguments=extra_arguments, cwd=cwd)
+        kc = km.blocking_client()
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=START_TIMEOUT)
+            return km
+        except RuntimeError as exc:
+            died = not _alive(km)
+            _shutdown(km)
+            if not died or attempt == START_ATTEMPTS:
+                raise RuntimeError(f"the notebook kernel did not start (attempt {attempt} of {START_ATTEMPTS}): {exc}") from exc
+            log.warning("the notebook kernel died before it answered (attempt %d of %d): starting another",
+                        attempt, START_ATTEMPTS)
+        finally:
+            kc.stop_channels()
+    raise AssertionError("unreachable")
 
 
 def cells_in_kernel() -> int:
@@ -103,10 +140,14 @@ def _alive(km) -> bool:
 
 
 def release_kernel() -> None:
-    """Shut the kept kernel down (after a failed cell, or when the worker exits)."""
+    """Shut the kept kernel down (after a failed cell, after every cell with warm kernels off, or when
+    the worker exits)."""
     km, _state["km"], _state["key"], _state["cells"] = _state["km"], None, None, 0
-    if km is None:
-        return
+    if km is not None:
+        _shutdown(km)
+
+
+def _shutdown(km) -> None:
     from jupyter_core.utils import run_sync
 
     try:
