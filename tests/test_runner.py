@@ -232,25 +232,31 @@ def test_a_warm_kernel_gives_a_fresh_kernels_numbers(tmp_path, monkeypatch):
     assert [k for k in a if not (a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]))] == []
 
 
-def test_a_kernel_that_dies_on_a_taken_port_is_replaced(monkeypatch, caplog):
+@pytest.fixture
+def taken_port():
+    """A local TCP port this test holds (listening): a kernel told to bind it dies of "Address already in use"."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        yield held.getsockname()[1]
+
+
+def test_a_kernel_that_dies_on_a_taken_port_is_replaced(monkeypatch, caplog, taken_port):
     """jupyter_client frees the ports it picked before the kernel binds them; when another process took
     one meanwhile, the kernel dies with "Address already in use" before it answers kernel_info (a grid
     cell failed so on a 2-core Zen 3). Here the first kernel is given a port this test holds: it dies
     for real, and the cell gets a second kernel, alive and answering, instead of a failure."""
-    import socket
-
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
     from ddlib import executors, kernels
 
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
     made = []
 
     def manager():
-        km = (AsyncKernelManager(kernel_name="python3", cache_ports=False, shell_port=taken.getsockname()[1])
+        km = (AsyncKernelManager(kernel_name="python3", cache_ports=False, shell_port=taken_port)
               if not made else AsyncKernelManager(kernel_name="python3"))
         made.append(km)
         return km
@@ -271,29 +277,20 @@ def test_a_kernel_that_dies_on_a_taken_port_is_replaced(monkeypatch, caplog):
             kc.stop_channels()
     finally:
         kernels.release_kernel()
-        taken.close()
 
 
-def test_a_kernel_that_keeps_dying_fails_the_cell_with_a_clear_error(monkeypatch):
+def test_a_kernel_that_keeps_dying_fails_the_cell_with_a_clear_error(monkeypatch, taken_port):
     """Three kernels in a row on a taken port: the cell fails, saying the kernel did not start and why."""
-    import socket
-
     from jupyter_client.manager import AsyncKernelManager
 
     from ddlib import executors, kernels
 
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
     monkeypatch.setattr(kernels, "_manager", lambda: AsyncKernelManager(
-        kernel_name="python3", cache_ports=False, shell_port=taken.getsockname()[1]))
+        kernel_name="python3", cache_ports=False, shell_port=taken_port))
     monkeypatch.setattr(kernels, "_state", {"km": None, "key": None, "cells": 0, "atexit": True})
-    try:
-        with pytest.raises(RuntimeError, match=r"did not start \(attempt 3 of 3\): Kernel died before replying"):
-            kernels.kernel_for(os.getcwd(), {}, {}, executors.KERNEL_ARGUMENTS)
-        assert kernels._state["km"] is None
-    finally:
-        taken.close()
+    with pytest.raises(RuntimeError, match=r"did not start \(attempt 3 of 3\): Kernel died before replying"):
+        kernels.kernel_for(os.getcwd(), {}, {}, executors.KERNEL_ARGUMENTS)
+    assert kernels._state["km"] is None
 
 
 def test_a_kept_kernel_freezes_what_survives_and_thaws_it_every_few_cells():
