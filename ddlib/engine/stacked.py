@@ -17,7 +17,8 @@ holds views of its slice: the vmapped forward updates every model's own statisti
 (Inductor, static shapes): it fuses the dozen memory-bound elementwise passes (normalisation, ReLU,
 pooling, autocast's casts) that bound the eager batched step on a GPU. Measured on an H200
 (``bench/batched_compile.py``, 25 ConvNet-3 models at IPC 10, bf16): 130,000-160,000 images/s
-against 57,000 eager, after 14-33 s of compiling per shape; per-epoch losses within 2.4e-7 of eager
+against 57,000 eager in one run, 65,700 against 53,000 in a later one (open, bench/README.md),
+after 14-33 s of compiling per shape; per-epoch losses within 2.4e-7 of eager
 (fp32, CUDA and CPU). Test passes (:meth:`forward_shared`) stay eager: one pass per model.
 """
 
