@@ -29,16 +29,16 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
         os.environ.setdefault(_name, _threads)
 
 # The slowest modules first (their summed test durations in seconds: `--durations=0`, three workers on
-# the 2-core Zen 4 EPYC (25/17) forced onto AVX2, 2026-11-27), so that with `--dist loadfile` the workers start on
-# them and finish together instead of one worker running the last long module alone. Modules not
-# named keep their order after these.
+# a 2-core Zen 3 EPYC (25/1, AVX2 only), 2026-11-28, less what that day's cuts of the BEARD and bf16
+# tests saved), so that with `--dist loadfile` the workers start on them and finish together instead
+# of one worker running the last long module alone. Modules not named keep their order after these.
 SLOW_MODULES_FIRST = {
-    "test_integration_cifar10_benchmarks.py": 460, "test_scale_out.py": 275, "test_runner_reliability.py": 249,
-    "test_runner.py": 161, "test_protocol_adversarial.py": 144, "test_protocols_presets.py": 141,
-    "test_notebooks.py": 133, "test_train.py": 102, "test_conformance_ddranking.py": 83, "test_models_transfer.py": 75,
-    "test_batched.py": 74, "test_gpu_check.py": 72, "test_select_distill.py": 71, "test_integration_mnist.py": 67,
-    "test_report.py": 67, "test_integration_cifar10.py": 65, "test_newcomer.py": 64, "test_privacy.py": 46,
-    "test_leakage.py": 39, "test_coresets.py": 29,
+    "test_integration_cifar10_benchmarks.py": 529, "test_scale_out.py": 363, "test_runner_reliability.py": 314,
+    "test_runner.py": 202, "test_protocols_presets.py": 196, "test_protocol_adversarial.py": 186,
+    "test_notebooks.py": 160, "test_newcomer.py": 126, "test_select_distill.py": 109,
+    "test_conformance_ddranking.py": 107, "test_report.py": 103, "test_gpu_check.py": 99,
+    "test_models_transfer.py": 98, "test_batched.py": 94, "test_train.py": 90, "test_integration_mnist.py": 83,
+    "test_leakage.py": 71, "test_privacy.py": 70, "test_integration_cifar10.py": 69, "test_coresets.py": 39,
 }
 
 
