@@ -1,6 +1,7 @@
 from dataclasses import replace
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -244,7 +245,14 @@ def test_auto_precision_follows_native_bf16_support(monkeypatch):
     assert device_mod.resolve_precision("auto", cpu) == "bf16"
     monkeypatch.setattr(device_mod, "bf16_supported", lambda d: False)
     assert device_mod.resolve_precision("auto", cpu) == "fp32"
-    assert device_mod.resolve_precision("bf16", cpu) == "bf16"
+    # bf16 asked for by name still runs on a CPU without it, but the user is told it is emulated (26x slower)
+    with pytest.warns(device_mod.EmulatedBf16Warning, match="emulated.*auto picks fp32"):
+        assert device_mod.resolve_precision("bf16", cpu) == "bf16"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to say for fp32, auto, or bf16 where it is native
+        device_mod.resolve_precision("fp32", cpu), device_mod.resolve_precision("auto", cpu)
+        monkeypatch.setattr(device_mod, "bf16_supported", lambda d: True)
+        assert device_mod.resolve_precision("bf16", cpu) == "bf16"
     with pytest.raises(ValueError, match="precision"):
         device_mod.resolve_precision("half", cpu)
     # adversarial training keeps "auto" at fp32 (bf16 was measured for plain training only)
