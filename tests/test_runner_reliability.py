@@ -224,7 +224,11 @@ def test_a_flagged_cell_is_said_on_the_console(mlflow_store, tmp_path, probe_not
 
 
 def _runner(path: Path, store: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    # the cells' temporary folders go beside the store: a SIGKILL leaves them, and pytest prunes its own
+    temp = store.parent / "tmp"
+    temp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}",
+           "TMPDIR": str(temp),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "ddlib", "run", str(path), *args], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
