@@ -50,20 +50,20 @@ IMPORTS = {
 }
 
 
-def measure(argv: list[str], env: dict, repeats: int, cwd: Path = ROOT) -> dict:
-    """Median CPU seconds (the process and its waited-for children) and wall seconds over ``repeats``."""
+def measure(argv: list[str], env, repeats: int, cwd: Path = ROOT) -> dict:
+    """Median CPU seconds (the process and its waited-for children) and wall seconds over ``repeats``;
+    ``env``: the environment, or a function giving a fresh one for each run."""
     cpu, wall = [], []
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
+        out = subprocess.run(argv, env=env() if callable(env) else env, cwd=cwd, capture_output=True, text=True)
         wall.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if out.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} exited {out.returncode}:\n{(out.stdout + out.stderr)[-3000:]}")
-        cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
-    return {"cpu_s": round(statistics.median(cpu), 2), "wall_s": round(statistics.median(wall), 2),
-            "cpu_s_all": [round(c, 2) for c in cpu]}
+        cpu.append(round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2))
+    return {"cpu_s": round(statistics.median(cpu), 2), "wall_s": round(statistics.median(wall), 2), "cpu_s_all": cpu}
 
 
 def grid_file(folder: Path, cells: int) -> Path:
@@ -85,18 +85,12 @@ def run_rows(folder: Path, repeats: int) -> dict:
 
     counter = iter(range(10**6))
 
-    def ddlib(name: str, *args: str) -> None:
-        def store_env() -> dict:
-            store = folder / f"store{next(counter)}"
-            return {**base, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
+    def store_env() -> dict:  # a fresh store for each run: nothing is skipped as finished
+        store = folder / f"store{next(counter)}"
+        return {**base, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
 
-        cpu, wall = [], []
-        for _ in range(repeats):  # a fresh store each time: nothing is skipped as finished
-            row = measure([sys.executable, "-m", "ddlib", *args], store_env(), 1)
-            cpu.append(row["cpu_s"])
-            wall.append(row["wall_s"])
-        rows[name] = {"cpu_s": round(statistics.median(cpu), 2), "wall_s": round(statistics.median(wall), 2),
-                      "cpu_s_all": cpu}
+    def ddlib(name: str, *args: str) -> None:
+        rows[name] = measure([sys.executable, "-m", "ddlib", *args], store_env, repeats)
         print(f"{name:60s} {rows[name]['cpu_s']:6.2f} CPU-s {rows[name]['wall_s']:6.2f} s", flush=True)
 
     one, three = grid_file(folder, 1), grid_file(folder, 3)
