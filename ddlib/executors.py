@@ -111,6 +111,7 @@ class _Watch:
         self.reason: str | None = None
         self.signum: int | None = None
         self.progress: Path | None = None  # the cell's progress file (ddlib.progress), mirrored to its run's tag
+        self.folder: str | None = None  # the cell's temporary folder, which an exit without its cleanup removes
         self.done = threading.Event()
         self._lock = threading.Lock()
 
@@ -242,7 +243,20 @@ def _monitor(watch: _Watch, tracker: Tracker, run_id: str, deadline: float | Non
                 orphaned_at = now
                 watch.stop("interrupted: the runner is gone (killed); rerun the grid to redo it")
             elif now - orphaned_at > ORPHAN_GRACE_SECONDS:
-                os._exit(1)
+                _give_up_orphaned(watch, tracker, run_id)
+
+
+def _give_up_orphaned(watch: _Watch, tracker: Tracker, run_id: str) -> None:
+    """The runner is gone and the cell did not stop within :data:`ORPHAN_GRACE_SECONDS`: mark its
+    run KILLED (a rerun then redoes it at once instead of waiting for the heartbeat to go stale),
+    remove its temporary folder and exit, leaving the stuck main thread behind."""
+    try:
+        tracker.kill_run(run_id, watch.reason or "interrupted: the runner is gone (killed)")
+    except Exception:  # noqa: BLE001 - the store may be gone too; the heartbeat then tells a rerun
+        pass
+    if watch.folder:
+        shutil.rmtree(watch.folder, ignore_errors=True)
+    os._exit(1)
 
 
 def _leave_out_unused_imports() -> None:
@@ -288,6 +302,7 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
     papermill_log.addFilter(watch)
     try:
         with tempfile.TemporaryDirectory(prefix="ddlib-cell-") as tmp:
+            watch.folder = tmp
             out = Path(tmp) / notebook.name
             # the kernel inherits this: where its training loop says how far it is (the runner's folder,
             # or this cell's on a Ray node, where only the run's tag reaches the runner)

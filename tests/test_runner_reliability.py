@@ -71,6 +71,35 @@ def test_owner_liveness(mlflow_store):
     assert owner_is_gone({}, start_time_ms=int((now - 400) * 1000), now=now, stale_after=300)  # legacy, no tags
 
 
+def test_a_cell_stuck_after_its_runner_died_is_marked_killed_and_its_folder_removed(mlflow_store, tmp_path,
+                                                                                    monkeypatch):
+    """The monitor's last resort: the runner is gone and the cell's notebook does not return within the
+    grace period, so the worker exits without the main thread's cleanup. Its run must not stay RUNNING
+    until the heartbeat goes stale, and its temporary folder must not stay behind in /tmp."""
+    from ddlib import executors
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(executors, "ORPHAN_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(executors, "_kill_children", lambda: None)  # nothing of this test process is killed
+    monkeypatch.setattr(executors.os, "_exit", fake_exit)
+    tracker = Tracker("stuck")
+    run_id = tracker.start_run("stuck-cell", params={}, tags={})
+    watch = executors._Watch()
+    watch.folder = str(tmp_path / "ddlib-cell-stuck")
+    Path(watch.folder).mkdir()
+    (Path(watch.folder) / "notebook.ipynb").write_text("{}")
+    with pytest.raises(Exited):  # a parent pid that is not ours: the runner is gone
+        executors._monitor(watch, tracker, run_id, None, None, parent=os.getppid() + 1_000_000)
+    run = tracking.client().get_run(run_id)
+    assert run.info.status == "KILLED" and "the runner is gone" in watch.reason
+    assert not Path(watch.folder).exists()
+
+
 def test_rerun_marks_dead_running_cells_killed_and_redoes_them(mlflow_store, tmp_path):
     """What a SIGKILL (or a crashed node) leaves behind: RUNNING cells nobody will finish. The next
     run marks them KILLED (never a result) and runs the cells again; a cell another live runner is
