@@ -238,7 +238,7 @@ def rank_groups(names: Sequence[str], estimates: Sequence[float], different: Cal
     """Ranks that only separate what is significantly different.
 
     ``different(i, j)``: whether rows i and j differ significantly (e.g. ``paired_difference(...)
-    .significant``). Rank of a row = 1 + the number of rows that are better *and* significantly
+    .significant``), asked once per pair (i < j). Rank of a row = 1 + the number of rows that are better *and* significantly
     different (as LMSYS's Chatbot Arena ranks), so three rows where the first two are tied read
     1, 1, 3; ``tied_with`` lists the rows a row is not significantly different from. Returns a
     frame in the input order with columns ``name``, ``rank``, ``tied_with`` (a list).
@@ -247,7 +247,10 @@ def rank_groups(names: Sequence[str], estimates: Sequence[float], different: Cal
         raise ValueError("one estimate per name")
     sign = 1.0 if higher_is_better else -1.0
     n = len(names)
-    diff = [[False if i == j else bool(different(i, j)) for j in range(n)] for i in range(n)]
+    diff = [[False] * n for _ in range(n)]
+    for i in range(n):  # one test per pair: "i differs from j" is "j differs from i"
+        for j in range(i + 1, n):
+            diff[i][j] = diff[j][i] = bool(different(i, j))
     rows = []
     for i in range(n):
         better = sum(1 for j in range(n) if diff[i][j] and sign * estimates[j] > sign * estimates[i])

@@ -110,6 +110,10 @@ def test_rank_groups_separate_only_significant_differences():
     # lower is better (e.g. HLR)
     low = stats.rank_groups(names, scores, lambda i, j: True, higher_is_better=False)
     assert list(low["rank"]) == [3, 2, 1]
+    # each pair is tested once, so "tied with" is symmetric whatever the test
+    asked = []
+    stats.rank_groups(list("ABCD"), [4.0, 3.0, 2.0, 1.0], lambda i, j: asked.append((i, j)) or i == 0)
+    assert sorted(asked) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
 
 
 def test_kendall_tau_and_rank_stability():
