@@ -238,10 +238,11 @@ def rank_groups(names: Sequence[str], estimates: Sequence[float], different: Cal
     """Ranks that only separate what is significantly different.
 
     ``different(i, j)``: whether rows i and j differ significantly (e.g. ``paired_difference(...)
-    .significant``), asked once per pair (i < j). Rank of a row = 1 + the number of rows that are better *and* significantly
-    different (as LMSYS's Chatbot Arena ranks), so three rows where the first two are tied read
-    1, 1, 3; ``tied_with`` lists the rows a row is not significantly different from. Returns a
-    frame in the input order with columns ``name``, ``rank``, ``tied_with`` (a list).
+    .significant``), asked once per pair (i < j). Rank of a row = 1 + the number of rows that are
+    better *and* significantly different (as LMSYS's Chatbot Arena ranks), so three rows where the
+    first two are tied read 1, 1, 3; ``tied_with`` lists the rows a row is not significantly
+    different from. Returns a frame in the input order with columns ``name``, ``rank``,
+    ``tied_with`` (a list).
     """
     if len(names) != len(estimates):
         raise ValueError("one estimate per name")
