@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -36,13 +37,19 @@ class Browser:
         binary = chromium_path()
         if binary is None:
             raise RuntimeError("chromium is not installed")
+        # Chromium keeps its singleton socket in an ``org.chromium.Chromium.*`` folder under $TMPDIR and
+        # leaves it there when terminated: give it a $TMPDIR of its own, removed by ``close`` (short, as a
+        # socket's path must be under 108 bytes).
+        self.scratch = tempfile.mkdtemp(prefix="ddlib-chromium-")
         self.process = subprocess.Popen(
             [binary, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            env={**os.environ, "TMPDIR": self.scratch})
         deadline, port = time.monotonic() + timeout, None
         while port is None:  # "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/<id>"
             line = self.process.stderr.readline()
             if not line and self.process.poll() is not None:
+                shutil.rmtree(self.scratch, ignore_errors=True)
                 raise RuntimeError(f"chromium exited with {self.process.returncode}")
             found = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
             port = int(found.group(1)) if found else None
@@ -114,6 +121,8 @@ class Browser:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait(timeout=10)
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def threading_drain(stream) -> None:
