@@ -58,11 +58,9 @@ def _score_params(args) -> dict:
 
 def _cmd_score(args) -> int:
     from ddlib.runner import GridError, run_grid
-    from ddlib.scoring import cell_result, resolve_cell, score_grid, write_grid
+    from ddlib.scoring import FILE_OPTIONS, cell_result, resolve_cell, score_grid, write_grid
 
-    options = {k: getattr(args, k) for k in ("normalized", "allow_unequal", "experiment_index", "zca_space", "trusted")}
-    options["experiment"] = options.pop("experiment_index")
-    options = {k: v for k, v in options.items() if v not in (None, False)}
+    options = {k: v for k in FILE_OPTIONS if (v := getattr(args, k)) is not None and v is not False}  # 0 is an index
     try:
         grid = score_grid(args.set, args.dataset, args.protocol, method=args.method, ipc=args.ipc,
                           file_options=options, dry_run=args.dry_run, like=args.like, **_score_params(args))

@@ -36,7 +36,7 @@ __all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", 
 
 # Protocols that score a set (nas also needs a ground-truth file: run it from a params file).
 SET_PROTOCOLS = tuple(set_protocols())  # from the protocols' specs (nas also needs a ground truth)
-FILE_OPTIONS = ("normalized", "allow_unequal", "experiment", "zca_space", "trusted")  # keys of a file source
+FILE_OPTIONS = ("normalized", "allow_unequal", "experiment_index", "zca_space", "trusted")  # keys of a file source
 
 
 def method_name(path: str | os.PathLike) -> str:
@@ -97,7 +97,7 @@ def score_grid(path: str | os.PathLike, dataset: str | None = None, protocol: st
     """The one-cell params grid (a params-file mapping) that scores the set at ``path``.
 
     ``ipc`` is read from the file when not given; ``file_options`` are the file source's keys
-    (``normalized``, ``allow_unequal``, ``experiment``, ``zca_space``, ``trusted``); ``params`` are the
+    (``normalized``, ``allow_unequal``, ``experiment_index``, ``zca_space``, ``trusted``); ``params`` are the
     protocol's parameters (``seeds``, ``preset``, ``epochs``, ...). ``like``: a grid whose setting
     (protocol, experiment, parameters) the set is scored in, so its row sits beside the grid's
     (``params`` still win). ``dry_run``: nothing that runs a file's code is read (a ``trusted`` file
@@ -282,8 +282,8 @@ def score(images: Any = None, labels: Any = None, *, dataset: str | None = None,
     named = {"seeds": seeds, "epochs": epochs, "preset": preset, "data_root": data_root, "device": device}
     params = {**{k: v for k, v in named.items() if v is not None}, **params}
     file_options = {k: v for k, v in (("normalized", normalized), ("zca_space", zca_space), ("trusted", trusted),
-                                      ("allow_unequal", allow_unequal), ("experiment", experiment_index))
-                    if v not in (None, False)}
+                                      ("allow_unequal", allow_unequal), ("experiment_index", experiment_index))
+                    if v is not None and v is not False}  # not `in (None, False)`: 0 == False, and 0 is an index
     if path is None:
         if images is None or labels is None:
             raise ValueError("give images and labels, or path=<a set file>")

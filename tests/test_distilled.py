@@ -92,13 +92,13 @@ def test_dc_format_denormalises_and_records_accuracies(tmp_path, cifar10):
     assert ds.labels.dtype == torch.int64 and torch.equal(ds.labels, labels)
     assert ds.ipc == 2 and ds.method == path.stem and ds.source == str(path)
     assert ds.provenance["format"] == "dc"
-    assert ds.provenance["experiment"] == 1 and ds.provenance["num_experiments"] == 2
+    assert ds.provenance["experiment_index"] == 1 and ds.provenance["num_experiments"] == 2
     assert ds.provenance["accs_all_exps"] == {"ConvNet": [0.25, 0.27], "MLP": [0.2, 0.21]}
     assert all(type(v) is float for v in ds.provenance["accs_all_exps"]["ConvNet"])
 
-    first = load(path, cifar10, experiment=0, method="DC")
+    first = load(path, cifar10, experiment_index=0, method="DC")
     assert torch.allclose(first.images, other, atol=1e-5) and first.method == "DC"
-    assert first.provenance["experiment"] == 0
+    assert first.provenance["experiment_index"] == 0
     # Caller override: treat the stored values as pixels (they are then far outside [0, 1], but the caller said so).
     raw = load(path, cifar10, normalized=False)
     assert torch.allclose(raw.images, data[1][0])
@@ -324,10 +324,10 @@ def test_real_dc_files(name, dataset_name, ipc, convnet_acc, cifar10, mnist):
 @pytest.mark.skipif(not DISTILLED.is_dir(), reason=f"shared data not present at {DISTILLED}")
 def test_real_mnist_experiments(mnist):
     path = DISTILLED / "dc_mnist_convnet_ipc1.pt"
-    last, first = load(path, mnist), load(path, mnist, experiment=0)
-    assert last.provenance["experiment"] == 4 and first.provenance["experiment"] == 0
+    last, first = load(path, mnist), load(path, mnist, experiment_index=0)
+    assert last.provenance["experiment_index"] == 4 and first.provenance["experiment_index"] == 0
     assert not torch.equal(last.images, first.images)
-    assert "5 experiment(s)" in refused(path, dataset=mnist, experiment=5)
+    assert "5 experiment(s)" in refused(path, dataset=mnist, experiment_index=5)
 
 
 @pytest.mark.skipif(not DISTILLED.is_dir(), reason=f"shared data not present at {DISTILLED}")

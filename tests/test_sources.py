@@ -26,7 +26,8 @@ HAND_WRITTEN = {
     "el2n": {"seed": int, "model": str, "epochs": int, "models": int},
     "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
            "model": str, "init": str, "init_epochs": int, "seed": int},
-    "file": {"path": str, "normalized": (bool, NONE), "allow_unequal": bool, "experiment": int,
+    # experiment_index was "experiment" until 2026-11-28 (renamed: RENAMED_KEYS, tested below)
+    "file": {"path": str, "normalized": (bool, NONE), "allow_unequal": bool, "experiment_index": int,
              "zca_space": (bool, NONE), "trusted": bool},
     "full": {},
     "checkpoint": {"path": str, "model": str, "expected_accuracy": (int, float), "accuracy_tolerance": (int, float)},
@@ -134,3 +135,72 @@ def test_specs_naming_the_same_shared_work_do_reuse_one_cache(tmp_path, monkeypa
     assert files() == means
     sources.obtain_set("d", dm_noise, ds, 1, device="cpu")
     assert files() == means and sources.shared_work(dm_noise) == sources.shared_work(dm_real)
+
+
+# The keys a cell stored before the rename carries (ddlib cfe153e, 2026-11-28) for a label_robust file
+# cell of the bytes below with the DC file's first experiment: the rename must keep finding them.
+STORED_KEYS = {"group": "f48b0e72f14c65da", "series": "2a1bc248d309ee28", "family": "17095dd9ef39680c"}
+
+
+def test_the_file_source_s_experiment_index_keeps_the_keys_of_its_old_name(tmp_path):
+    """``experiment_index`` (which experiment of a DC-format file) was called ``experiment``, the name of a
+    grid's MLflow experiment too. The old name is still read, with a FutureWarning, and renamed in the
+    spec; giving both is refused; the cells' keys are those stored under the old name."""
+    from ddlib.protocols.placement import cell_tags
+    from ddlib.tracking import TAG
+
+    path = tmp_path / "set.pt"
+    path.write_bytes(b"a DC file's bytes")
+    spec = {"kind": "file", "path": str(path), "experiment": 0}
+    with pytest.warns(FutureWarning, match="method 'dsa': 'experiment' of a file source is now 'experiment_index'"):
+        assert sources.validate_source("dsa", spec) == {"kind": "file", "path": str(path), "experiment_index": 0}
+    with pytest.raises(ValueError, match=r"method 'dsa': give 'experiment_index' only \('experiment' is its old name\)"):
+        sources.validate_source("dsa", {"kind": "file", "path": "x.pt", "experiment": 0, "experiment_index": 0})
+    cell = {"dataset": "digits", "method": "dsa", "ipc": 1, "seeds": [0, 1], "source": spec}
+    tags = cell_tags("label_robust", cell)
+    assert {k: tags[TAG[k]] for k in STORED_KEYS} == STORED_KEYS
+    other = cell_tags("label_robust", {**cell, "source": {**spec, "experiment_index": 1}})
+    assert other[TAG["group"]] != STORED_KEYS["group"]  # another experiment of the file is another row
+
+
+@pytest.mark.slow
+def test_a_grid_with_the_old_name_reuses_the_cell_scored_with_the_new_one(tmp_path, monkeypatch, capsys):
+    """End to end, in process: ``ddlib.score(path, experiment_index=0)`` scores the DC file's first
+    experiment (not its last, the default); a grid that still says ``experiment: 0`` resolves to the same
+    cell and finds it finished. About 5 s: one cell of two tiny trainings and a 1-epoch reference."""
+    import ddlib
+    from ddlib import tracking
+    from ddlib.cli import main as cli_main
+    from ddlib.scoring import cell_result, resolve_cell
+
+    monkeypatch.setenv("DDLIB_MLRUNS", str(tmp_path / "store"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    monkeypatch.setenv("DDLIB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tracking, "_CLIENTS", {})
+    ds = load_dataset("digits")
+    mean, std = ds.mean[0], ds.std[0]
+    labels = ds.train_labels
+    first = torch.cat([torch.nonzero(labels == c)[:1, 0] for c in range(10)])
+    last = torch.cat([torch.nonzero(labels == c)[1:2, 0] for c in range(10)])
+    path = tmp_path / "res_DC_digits_ConvNet_1ipc.pt"
+    torch.save({"data": [[(ds.train_images[i].float() - mean) / std, labels[i]] for i in (first, last)]}, path)
+    cheap = {"seeds": [0], "recipe": {"epochs": 2, "batch_size": 64}, "real_recipe": {"epochs": 1}, "lr_policy": "fixed"}
+
+    result = ddlib.score(path=path, dataset="digits", experiment_index=0, **cheap)
+    grid = {"protocol": "label_robust", "params": {"dataset": "digits", **cheap},
+            "grid": {"method": [path.stem], "ipc": [1]},
+            "methods": {path.stem: {"kind": "file", "path": str(path), "experiment": 0}}}
+    with pytest.warns(FutureWarning, match="is now 'experiment_index'"):
+        protocol, experiment, cell = resolve_cell(grid)
+    assert cell["source"]["experiment_index"] == 0
+    found = cell_result(protocol, experiment, cell)
+    assert found is not None and found.run_id == result.run_id
+    default = resolve_cell({**grid, "methods": {path.stem: {"kind": "file", "path": str(path)}}})[2]
+    assert cell_result(protocol, experiment, default) is None  # the last experiment is another cell
+    # `ddlib score --experiment-index 0` is that cell too (0 was once dropped as falsy: the last experiment)
+    args = ["score", str(path), "--dataset", "digits", "--seeds", "0", "--param", "recipe={epochs: 2, batch_size: 64}",
+            "--param", "real_recipe={epochs: 1}", "--param", "lr_policy=fixed", "--dry-run"]
+    assert cli_main([*args, "--experiment-index", "0"]) == 0
+    assert "would run 0, skip 1" in capsys.readouterr().out
+    assert cli_main(args) == 0
+    assert "would run 1, skip 0" in capsys.readouterr().out

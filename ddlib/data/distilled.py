@@ -94,7 +94,7 @@ def load(
     allow_unequal: bool = False,
     normalized: bool | None = None,
     method: str | None = None,
-    experiment: int = -1,
+    experiment_index: int = -1,
     zca_space: bool | None = None,
     trusted: bool = False,
 ) -> DistilledSet:
@@ -102,7 +102,7 @@ def load(
 
     ``normalized`` overrides the format's default (DC and MTT files are normalised; plain,
     ``.npz`` and image files hold pixels). Normalised images are de-normalised with the
-    dataset's mean/std so every set reaches the protocols as pixels. ``experiment`` picks one
+    dataset's mean/std so every set reaches the protocols as pixels. ``experiment_index`` picks one
     of a DC file's experiments (default: the last). ``method``
     defaults to the name stored in the file, else the file (or folder) stem. ``zca_space`` (default:
     the file's own ``zca_space`` flag, else false) says the images are ZCA-whitened: they are kept as
@@ -123,7 +123,7 @@ def load(
             raise DistilledSetError(f"{path}: {key} must be true, false or None, got {value!r}")
     if not path.exists():
         raise DistilledSetError(f"{path}: no such file or directory")
-    raw = formats.read(SetPath(path, dataset, experiment, trusted))
+    raw = formats.read(SetPath(path, dataset, experiment_index, trusted))
 
     images = _as_tensor(raw["images"], path, "images")
     labels = _as_tensor(raw["labels"], path, "labels")

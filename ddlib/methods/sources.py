@@ -13,7 +13,10 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
   and the file's IPC must match; ``zca_space: true`` marks a set saved ZCA-whitened (MTT/DATM run
   with ``--zca``, see :mod:`ddlib.data.distilled`): the protocol turns it back into pixels before
   training; ``trusted: true`` lets a ``.pt`` file be fully unpickled when the safe loader refuses it
-  (unpickling can run code: only for files you trust);
+  (unpickling can run code: only for files you trust); ``experiment_index: 0`` picks one of a DC-format
+  file's experiments (default: the last; ``--experiment-index`` of ``ddlib score``). Its old name,
+  ``experiment``, clashed with the grid's MLflow ``experiment:``: it is still read, with a
+  ``FutureWarning``, and cells keep the keys they had under it (:data:`RENAMED_KEYS`);
 * ``{kind: full}``: the whole real training set, the reference every compression is measured
   against (the cell's ``ipc`` does not apply to it);
 * ``{kind: checkpoint, path: "model_pool/BACON_ConvNet_CIFAR10_{ipc}_seed{seed}.pth", model: convnet}``:
@@ -38,6 +41,7 @@ the config key as written (defaults are not filled in), so keys stay those of th
 from __future__ import annotations
 
 import typing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +53,13 @@ from ddlib.shown import shown
 
 __all__ = ["SOURCES", "SetRequest", "MODEL_KINDS", "BUILTIN_SOURCES", "BUILTIN_REVISIONS", "builtin_revision",
            "resolve_source", "validate_source", "obtain_set", "shared_work", "full_set", "source_keys", "source_path",
-           "load_file_source"]
+           "load_file_source", "RENAMED_KEYS"]
 
 SOURCES: Registry = Registry("source kind")
+# A spec key's old name -> its name now, per kind. The old name is read with a FutureWarning; the
+# cells' keys still spell the key the old way (ddlib.protocols.placement), so a rename never makes
+# stored cells look new.
+RENAMED_KEYS: dict[str, dict[str, str]] = {"file": {"experiment": "experiment_index"}}
 
 
 @dataclass(frozen=True)
@@ -142,9 +150,9 @@ def _dm(req: SetRequest, *, iterations: int = 200, lr_img: float = 1.0, momentum
 
 @SOURCES.register("file", needs=("path",))
 def _file(req: SetRequest, *, path: str = None, normalized: bool | None = None, allow_unequal: bool = False,
-          experiment: int = -1, zca_space: bool | None = None, trusted: bool = False) -> DistilledSet:
+          experiment_index: int = -1, zca_space: bool | None = None, trusted: bool = False) -> DistilledSet:
     spec = {"kind": "file", "path": path, "normalized": normalized, "allow_unequal": allow_unequal,
-            "experiment": experiment, "zca_space": zca_space, "trusted": trusted}
+            "experiment_index": experiment_index, "zca_space": zca_space, "trusted": trusted}
     return load_file_source(req.method, spec, req.dataset, req.ipc)
 
 
@@ -213,7 +221,8 @@ def shared_work(spec: dict) -> frozenset[str]:
 
 
 def validate_source(method: str, spec: dict) -> dict:
-    """Check a source spec, naming the method and the offending key; returns it unchanged."""
+    """Check a source spec, naming the method and the offending key; returns it, a key given by its
+    old name (:data:`RENAMED_KEYS`) renamed in place."""
     if not isinstance(method, str) or not method:
         raise ValueError(f"a method must be a name (a string), got {shown(method)}")
     if not isinstance(spec, dict):
@@ -222,6 +231,12 @@ def validate_source(method: str, spec: dict) -> dict:
     kind = spec.get("kind")
     if not isinstance(kind, str) or kind not in SOURCES:
         raise ValueError(f"method {method!r}: kind must be one of {SOURCES.names()}, got {kind!r}")
+    for old, new in RENAMED_KEYS.get(kind, {}).items():
+        if old in spec:
+            if new in spec:
+                raise ValueError(f"method {method!r}: give {new!r} only ({old!r} is its old name)")
+            warnings.warn(f"method {method!r}: {old!r} of a {kind} source is now {new!r}", FutureWarning, stacklevel=2)
+            spec[new] = spec.pop(old)
     allowed = source_keys(kind)
     for key, value in spec.items():
         if key == "kind":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ddlib
 from ddlib.keys import LATER_PARAM_DEFAULTS, without_later_defaults
+from ddlib.methods.sources import RENAMED_KEYS
 from ddlib.protocols.inputs import input_digests
 from ddlib.tracking import TAG, config_hash
 
@@ -64,8 +65,13 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
 def _identity(params: dict) -> dict:
     """The params as a cell's keys see them: a file's or checkpoint's path is a label, its content
     (the input digests, beside) is its identity, so one set reached by two paths is one cell and one
-    row, and another file at the same path is another."""
+    row, and another file at the same path is another. A source key that was renamed keeps its old
+    name here (:data:`ddlib.methods.sources.RENAMED_KEYS`), so the cells stored under it are still found."""
     source = params.get("source")
+    if isinstance(source, dict) and (renamed := RENAMED_KEYS.get(source.get("kind"))):
+        old_name = {new: old for old, new in renamed.items()}
+        source = {old_name.get(k, k): v for k, v in source.items()}
+        params = {**params, "source": source}
     if isinstance(source, dict) and source.get("kind") in ("file", "checkpoint") and "path" in source:
         path = source["path"]
         placeholders = [p for p in ("{ipc}", "{dataset}", "{seed}") if p in path]

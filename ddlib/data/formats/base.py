@@ -62,7 +62,7 @@ class SetPath:
 
     path: Path
     dataset: "Dataset | None" = None
-    experiment: int = -1
+    experiment_index: int = -1
     trusted: bool = False
     _loaded: list = field(default_factory=list, repr=False)
 

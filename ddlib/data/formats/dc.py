@@ -1,5 +1,5 @@
 """DC / DSA / DM results (VICO-UoE/DatasetCondensation): a ``.pt`` dict whose ``data`` is a list of
-``[images, labels]`` pairs, one per experiment (``experiment`` picks one; default the last), images
+``[images, labels]`` pairs, one per experiment (``experiment_index`` picks one; default the last), images
 normalised with the dataset's mean/std; ``accs_all_exps`` goes into the provenance."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def detect(src: SetPath) -> bool:
 
 @set_format("dc", priority=20, detect=detect, detects="a DC .pt/.pth ('data')")
 def read(src: SetPath) -> dict:
-    path, obj, experiment = src.path, src.torch_object(), src.experiment
+    path, obj, experiment = src.path, src.torch_object(), src.experiment_index
     data = obj["data"]
     if not isinstance(data, (list, tuple)) or not data:
         raise DistilledSetError(f"{path}: 'data' must be a non-empty list of [images, labels] pairs")
@@ -26,12 +26,12 @@ def read(src: SetPath) -> dict:
         index = range(len(data))[experiment]
     except (IndexError, TypeError):
         raise DistilledSetError(
-            f"{path}: experiment {experiment} out of range: the file holds {len(data)} experiment(s)"
+            f"{path}: experiment_index {experiment} out of range: the file holds {len(data)} experiment(s)"
         ) from None
     pair = data[index]
     if not isinstance(pair, (list, tuple)) or len(pair) < 2:
         raise DistilledSetError(f"{path}: data[{index}] must be an [images, labels] pair")
-    provenance: dict[str, Any] = {"experiment": index, "num_experiments": len(data)}
+    provenance: dict[str, Any] = {"experiment_index": index, "num_experiments": len(data)}
     if "accs_all_exps" in obj:
         provenance["accs_all_exps"] = plain(obj["accs_all_exps"])
     return {
