@@ -113,7 +113,7 @@ def _cmd_report(args) -> int:
         known = sorted({m for m, _, _ in cards.list_sets(boards)})
         where = f" in experiment {reading_from()!r}" if reading_from() else ""
         print(f"error: no finished runs{where} for method {args.method!r}"
-              + (f" on {args.dataset}" if args.dataset else "") + (f" at IPC {args.ipc}" if args.ipc else "")
+              + (f" on {args.dataset}" if args.dataset else "") + (f" at IPC {args.ipc}" if args.ipc is not None else "")
               + f"; methods with runs: {known or 'none (python -m ddlib run params/demo.yaml)'}", file=sys.stderr)
         return 1
     for method, dataset, ipc in sets:

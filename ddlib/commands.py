@@ -5,6 +5,7 @@ command line of :mod:`ddlib.cli`."""
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import sys
 
@@ -58,9 +59,9 @@ def _score_params(args) -> dict:
 
 def _cmd_score(args) -> int:
     from ddlib.runner import GridError, run_grid
-    from ddlib.scoring import FILE_OPTIONS, cell_result, resolve_cell, score_grid, write_grid
+    from ddlib.scoring import FILE_OPTIONS, cell_result, given_file_options, resolve_cell, score_grid, write_grid
 
-    options = {k: v for k in FILE_OPTIONS if (v := getattr(args, k)) is not None and v is not False}  # 0 is an index
+    options = given_file_options(**{k: getattr(args, k) for k in FILE_OPTIONS})
     try:
         grid = score_grid(args.set, args.dataset, args.protocol, method=args.method, ipc=args.ipc,
                           file_options=options, dry_run=args.dry_run, like=args.like, **_score_params(args))
@@ -136,11 +137,13 @@ def _add_score_parser(sub) -> None:
     score.add_argument("--data-root", help="where the dataset is (else DDLIB_DATA)")
     score.add_argument("--param", action="append", metavar="KEY=VALUE",
                        help="any other protocol parameter, as YAML: --param lr_policy=fixed --param 'real_recipe={epochs: 5}'")
-    score.add_argument("--normalized", action="store_true", default=None,
-                       help="the file's images are normalised with the dataset's mean/std")
+    score.add_argument("--normalized", action=argparse.BooleanOptionalAction, default=None,
+                       help="the file's images are normalised with the dataset's mean/std (--no-normalized: they are "
+                            "pixels; default: the format's, DC and MTT files normalised, others pixels)")
     score.add_argument("--allow-unequal", action="store_true", help="accept unequal images per class")
     score.add_argument("--experiment-index", type=int, help="which experiment of a DC-format file (default: the last)")
-    score.add_argument("--zca-space", action="store_true", default=None, help="the images are ZCA-whitened (MTT --zca)")
+    score.add_argument("--zca-space", action=argparse.BooleanOptionalAction, default=None,
+                       help="the images are ZCA-whitened (MTT --zca; --no-zca-space overrides the file's own flag)")
     score.add_argument("--trusted", action="store_true",
                        help="a .pt file the safe loader refuses may be fully unpickled (runs code: only files you trust)")
     score.add_argument("--force", action="store_true", help="score again even if this cell already finished")

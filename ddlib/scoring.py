@@ -32,11 +32,24 @@ from ddlib.protocols.spec import set_protocols
 from ddlib.shown import shown
 from ddlib.tracking import TAG, Tracker, config_hash, mlruns_dir
 
-__all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", "FILE_OPTIONS", "save_arrays"]
+__all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", "FILE_OPTIONS", "given_file_options",
+           "save_arrays"]
 
 # Protocols that score a set (nas also needs a ground-truth file: run it from a params file).
 SET_PROTOCOLS = tuple(set_protocols())  # from the protocols' specs (nas also needs a ground truth)
 FILE_OPTIONS = ("normalized", "allow_unequal", "experiment_index", "zca_space", "trusted")  # keys of a file source
+
+
+def given_file_options(normalized: bool | None = None, allow_unequal: bool = False, experiment_index: int | None = None,
+                       zca_space: bool | None = None, trusted: bool = False) -> dict:
+    """The file source's keys a caller gave (``ddlib score``'s flags, :func:`score`'s arguments), as a
+    grid's spec would give them: ``None`` (not given) left out, and ``trusted`` / ``allow_unequal`` only
+    when true (false is their default: the spec, and so the cell's key, stays the one a user writes).
+    ``normalized: false`` and ``zca_space: false`` are kept: they override the format's default and
+    the file's own flag. ``experiment_index`` 0 is an index, kept."""
+    given = {"normalized": normalized, "allow_unequal": allow_unequal or None, "experiment_index": experiment_index,
+             "zca_space": zca_space, "trusted": trusted or None}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def method_name(path: str | os.PathLike) -> str:
@@ -281,9 +294,7 @@ def score(images: Any = None, labels: Any = None, *, dataset: str | None = None,
     """
     named = {"seeds": seeds, "epochs": epochs, "preset": preset, "data_root": data_root, "device": device}
     params = {**{k: v for k, v in named.items() if v is not None}, **params}
-    file_options = {k: v for k, v in (("normalized", normalized), ("zca_space", zca_space), ("trusted", trusted),
-                                      ("allow_unequal", allow_unequal), ("experiment_index", experiment_index))
-                    if v is not None and v is not False}  # not `in (None, False)`: 0 == False, and 0 is an index
+    file_options = given_file_options(normalized, allow_unequal, experiment_index, zca_space, trusted)
     if path is None:
         if images is None or labels is None:
             raise ValueError("give images and labels, or path=<a set file>")

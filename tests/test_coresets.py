@@ -77,15 +77,15 @@ def test_the_coresets_are_per_class_seeded_and_cached(digits, monkeypatch, tmp_p
     assert a.class_counts == [2] * 10 and a.method == "forgetting"
     assert a.provenance["indices"] == b.provenance["indices"]
     assert (a.provenance["scores_from"], b.provenance["scores_from"]) == ("computed", "cache")
-    e = el2n_subset(digits, 2, seed=0, device="cpu", epochs=1, models=2)
+    e = el2n_subset(digits, 2, seed=0, device="cpu", epochs=1, num_models=2)
     assert e.class_counts == [2] * 10 and e.provenance["score_models"] == 2
-    assert el2n_subset(digits, 2, seed=0, device="cpu", epochs=1, models=2).provenance["scores_from"] == "cache"
+    assert el2n_subset(digits, 2, seed=0, device="cpu", epochs=1, num_models=2).provenance["scores_from"] == "cache"
     h = herding_subset(digits, 2, seed=0, device="cpu", epochs=1)
     assert h.class_counts == [2] * 10 and h.provenance["selection"].startswith("herding")
     assert len({tuple(s.provenance["indices"]) for s in (a, e, h)}) == 3  # three rules, three subsets
 
 
-@pytest.mark.parametrize("kind,spec", [("herding", {}), ("forgetting", {"epochs": 2}), ("el2n", {"epochs": 1, "models": 2})])
+@pytest.mark.parametrize("kind,spec", [("herding", {}), ("forgetting", {"epochs": 2}), ("el2n", {"epochs": 1, "num_models": 2})])
 def test_each_coreset_is_a_built_in_method_and_scores_in_a_label_robust_cell(kind, spec, mlflow_store, monkeypatch,
                                                                               tmp_path):
     from ddlib.scoring import _run_steps, resolve_cell

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 import ddlib
@@ -108,6 +109,30 @@ def test_score_refuses_a_missing_or_bad_set_before_anything_runs(npz_set, tmp_pa
     assert not (store / "mlflow.db").exists()  # a dry run writes nothing
     with pytest.raises(ValueError, match="give images and labels, or path"):
         ddlib.score(dataset="digits")
+
+
+def test_false_file_flags_and_index_0_reach_the_cell(tmp_path, monkeypatch, capsys):
+    """A DC file that holds pixels needs ``normalized: false`` (the format's default is normalised):
+    ``ddlib.score(normalized=False)``, ``ddlib score --no-normalized``, ``zca_space=False`` (over a file's
+    own flag) and ``experiment_index=0`` reach the cell's source; all four were once dropped as falsy.
+    ``trusted`` and ``allow_unequal`` left false stay out of the spec (the key a user's grid gives)."""
+    from ddlib import scoring
+    from ddlib.data.datasets import load_dataset
+
+    use_store(monkeypatch, tmp_path / "store")
+    ds = load_dataset("digits")
+    idx = torch.cat([torch.nonzero(ds.train_labels == c)[:1, 0] for c in range(10)])
+    path = tmp_path / "res_DC_pixels.pt"
+    torch.save({"data": [[ds.train_images[idx], ds.train_labels[idx]]] * 2}, path)
+    cells = []
+    monkeypatch.setattr(scoring, "_run_steps", lambda protocol, experiment, cell, *a: cells.append(cell))
+    ddlib.score(path=path, dataset="digits", normalized=False, zca_space=False, experiment_index=0, seeds=[0])
+    assert cells[0]["source"] == {"kind": "file", "path": str(path), "normalized": False, "zca_space": False,
+                                  "experiment_index": 0}
+    assert cli_main(["score", str(path), "--dataset", "digits", "--seeds", "0", "--no-normalized", "--dry-run"]) == 0
+    assert '"normalized": false' in capsys.readouterr().out
+    assert cli_main(["score", str(path), "--dataset", "digits", "--seeds", "0", "--normalized", "--dry-run"]) == 0
+    assert '"normalized": true' in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- --dry-run

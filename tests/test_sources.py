@@ -23,7 +23,7 @@ HAND_WRITTEN = {
     # issue 27.4's coresets, added with the registry in place
     "herding": {"seed": int, "model": str, "epochs": int},
     "forgetting": {"seed": int, "model": str, "epochs": int},
-    "el2n": {"seed": int, "model": str, "epochs": int, "models": int},
+    "el2n": {"seed": int, "model": str, "epochs": int, "num_models": int},  # "models" until 2026-11-28
     "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
            "model": str, "init": str, "init_epochs": int, "seed": int},
     # experiment_index was "experiment" until 2026-11-28 (renamed: RENAMED_KEYS, tested below)
@@ -137,22 +137,25 @@ def test_specs_naming_the_same_shared_work_do_reuse_one_cache(tmp_path, monkeypa
     assert files() == means and sources.shared_work(dm_noise) == sources.shared_work(dm_real)
 
 
-# The keys a cell stored before the rename carries (ddlib cfe153e, 2026-11-28) for a label_robust file
-# cell of the bytes below with the DC file's first experiment: the rename must keep finding them.
+# The keys cells stored before the renames carry (ddlib cfe153e and 5a5b696, 2026-11-28): a label_robust
+# file cell of the bytes below with the DC file's first experiment, and one of EL2N over two networks.
+# The renames must keep finding them.
 STORED_KEYS = {"group": "f48b0e72f14c65da", "series": "2a1bc248d309ee28", "family": "17095dd9ef39680c"}
+STORED_EL2N_KEYS = {"group": "b2775cb8d7607c8e", "series": "5b186c48ece58647", "family": "17095dd9ef39680c"}
 
 
-def test_the_file_source_s_experiment_index_keeps_the_keys_of_its_old_name(tmp_path):
+def test_renamed_source_keys_keep_the_keys_of_their_old_names(tmp_path):
     """``experiment_index`` (which experiment of a DC-format file) was called ``experiment``, the name of a
-    grid's MLflow experiment too. The old name is still read, with a FutureWarning, and renamed in the
-    spec; giving both is refused; the cells' keys are those stored under the old name."""
+    grid's MLflow experiment too; EL2N's ``num_models`` was ``models``, elsewhere a list of architectures.
+    An old name is still read, with a FutureWarning, and renamed in the spec; giving both is refused; the
+    cells' keys are those stored under the old names."""
     from ddlib.protocols.placement import cell_tags
     from ddlib.tracking import TAG
 
     path = tmp_path / "set.pt"
     path.write_bytes(b"a DC file's bytes")
     spec = {"kind": "file", "path": str(path), "experiment": 0}
-    with pytest.warns(FutureWarning, match="method 'dsa': 'experiment' of a file source is now 'experiment_index'"):
+    with pytest.warns(FutureWarning, match="method 'dsa': 'experiment' of kind 'file' is now 'experiment_index'"):
         assert sources.validate_source("dsa", spec) == {"kind": "file", "path": str(path), "experiment_index": 0}
     with pytest.raises(ValueError, match=r"method 'dsa': give 'experiment_index' only \('experiment' is its old name\)"):
         sources.validate_source("dsa", {"kind": "file", "path": "x.pt", "experiment": 0, "experiment_index": 0})
@@ -161,6 +164,12 @@ def test_the_file_source_s_experiment_index_keeps_the_keys_of_its_old_name(tmp_p
     assert {k: tags[TAG[k]] for k in STORED_KEYS} == STORED_KEYS
     other = cell_tags("label_robust", {**cell, "source": {**spec, "experiment_index": 1}})
     assert other[TAG["group"]] != STORED_KEYS["group"]  # another experiment of the file is another row
+
+    el2n = {"kind": "el2n", "epochs": 1, "models": 2}
+    with pytest.warns(FutureWarning, match="method 'el2n': 'models' of kind 'el2n' is now 'num_models'"):
+        assert sources.validate_source("el2n", el2n) == {"kind": "el2n", "epochs": 1, "num_models": 2}
+    tags = cell_tags("label_robust", {**cell, "method": "el2n", "source": el2n})
+    assert {k: tags[TAG[k]] for k in STORED_EL2N_KEYS} == STORED_EL2N_KEYS
 
 
 @pytest.mark.slow

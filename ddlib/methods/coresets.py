@@ -18,7 +18,7 @@ subset of ``ipc`` real training images per class, selected per class, evaluated 
   class the most-forgotten images are kept, as DC's tables do ("samples that are easy to forget");
   ties (the many never-forgotten images) are broken by a permutation drawn from ``seed``.
 * ``el2n`` (Paul et al., NeurIPS 2021): the L2 norm of softmax output minus one-hot label, averaged
-  over ``models`` networks (10, as Paul et al.) each trained ``epochs`` (20: Paul et al.'s CIFAR-10
+  over ``num_models`` networks (10, as Paul et al.) each trained ``epochs`` (20: Paul et al.'s CIFAR-10
   scores are taken at epoch 20) with DC's recipe, in eval mode on the un-augmented training image;
   per class the highest-scoring (hardest) images are kept, Paul et al.'s pruning keeps those.
 
@@ -199,13 +199,13 @@ def forgetting_subset(dataset: Dataset, ipc: int, seed: int = 0, model: str | No
 
 
 def el2n_subset(dataset: Dataset, ipc: int, seed: int = 0, model: str | None = None, device: str = "auto",
-                epochs: int = 20, models: int = 10) -> DistilledSet:
-    """The ``ipc`` highest-EL2N images per class, the score averaged over ``models`` networks at ``epochs``."""
+                epochs: int = 20, num_models: int = 10) -> DistilledSet:
+    """The ``ipc`` highest-EL2N images per class, the score averaged over ``num_models`` networks at ``epochs``."""
     _check_ipc(dataset, ipc)
-    if models < 1:
-        raise ValueError(f"el2n: models must be at least 1, got {models}")
+    if num_models < 1:
+        raise ValueError(f"el2n: num_models must be at least 1, got {num_models}")
     model = model or feature_model_name(dataset)
-    scores, about = _el2n_scores(dataset, seed, model, resolve_device(device), epochs, models)
-    provenance = {"seed": seed, "ipc": ipc, "score_model": model, "score_epochs": epochs, "score_models": models,
+    scores, about = _el2n_scores(dataset, seed, model, resolve_device(device), epochs, num_models)
+    provenance = {"seed": seed, "ipc": ipc, "score_model": model, "score_epochs": epochs, "score_models": num_models,
                   **about, "selection": "highest EL2N per class (Paul et al.)"}
     return subset_from_indices(dataset, _top_per_class(dataset, scores, ipc, seed), "el2n", provenance)

@@ -5,7 +5,7 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
 * ``{kind: random, seed: 0}``, ``{kind: kcenter, seed: 0}`` (DC-Bench's K-Center: the real images
   nearest per-class k-means centres) and ``{kind: kcenter_greedy}`` (greedy farthest-point
   selection): selection baselines (:mod:`ddlib.methods.select`);
-* ``{kind: herding}``, ``{kind: forgetting, epochs: 20}`` and ``{kind: el2n, epochs: 20, models: 10}``:
+* ``{kind: herding}``, ``{kind: forgetting, epochs: 20}`` and ``{kind: el2n, epochs: 20, num_models: 10}``:
   the coreset baselines of the DD literature (:mod:`ddlib.methods.coresets`);
 * ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.methods.dm.distribution_matching`;
 * ``{kind: file, path: "sets/dc_cifar10_ipc{ipc}.pt"}``: a published set; ``{ipc}`` and
@@ -14,9 +14,7 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
   with ``--zca``, see :mod:`ddlib.data.distilled`): the protocol turns it back into pixels before
   training; ``trusted: true`` lets a ``.pt`` file be fully unpickled when the safe loader refuses it
   (unpickling can run code: only for files you trust); ``experiment_index: 0`` picks one of a DC-format
-  file's experiments (default: the last; ``--experiment-index`` of ``ddlib score``). Its old name,
-  ``experiment``, clashed with the grid's MLflow ``experiment:``: it is still read, with a
-  ``FutureWarning``, and cells keep the keys they had under it (:data:`RENAMED_KEYS`);
+  file's experiments (default: the last; ``--experiment-index`` of ``ddlib score``);
 * ``{kind: full}``: the whole real training set, the reference every compression is measured
   against (the cell's ``ipc`` does not apply to it);
 * ``{kind: checkpoint, path: "model_pool/BACON_ConvNet_CIFAR10_{ipc}_seed{seed}.pth", model: convnet}``:
@@ -27,6 +25,11 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
   must reach on the cell's data: weights that load into the wrong architecture (max for average
   pooling, another normalisation layer) or were trained on other data pass every shape check, and
   only their accuracy shows it.
+
+Two keys were renamed (:data:`RENAMED_KEYS`) so that a name means one thing across grids, the CLI
+and the API: a file's ``experiment`` (a grid's ``experiment:`` is its MLflow experiment) is
+``experiment_index``, and EL2N's ``models`` (elsewhere a list of architectures) ``num_models``. The
+old names are still read, with a ``FutureWarning``, and cells keep the keys they had under them.
 
 The names ``random``, ``kcenter``, ``kcenter_greedy``, ``herding``, ``forgetting``, ``el2n``, ``dm`` and
 ``full`` work without a spec.
@@ -59,7 +62,8 @@ SOURCES: Registry = Registry("source kind")
 # A spec key's old name -> its name now, per kind. The old name is read with a FutureWarning; the
 # cells' keys still spell the key the old way (ddlib.protocols.placement), so a rename never makes
 # stored cells look new.
-RENAMED_KEYS: dict[str, dict[str, str]] = {"file": {"experiment": "experiment_index"}}
+RENAMED_KEYS: dict[str, dict[str, str]] = {"file": {"experiment": "experiment_index"},
+                                           "el2n": {"models": "num_models"}}  # `models` lists architectures elsewhere
 
 
 @dataclass(frozen=True)
@@ -123,10 +127,11 @@ def _forgetting(req: SetRequest, *, seed: int = 0, model: str = None, epochs: in
 
 
 @SOURCES.register("el2n", builtin=True, revision=SET_REVISIONS["el2n"], shares=lambda spec: [f"el2n {sorted(spec.items())}"])
-def _el2n(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20, models: int = 10) -> DistilledSet:
+def _el2n(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20, num_models: int = 10) -> DistilledSet:
     from ddlib.methods.coresets import el2n_subset
 
-    return el2n_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs, models=models)
+    return el2n_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs,
+                       num_models=num_models)
 
 
 def _dm_shares(spec: dict) -> list[str]:
@@ -235,7 +240,7 @@ def validate_source(method: str, spec: dict) -> dict:
         if old in spec:
             if new in spec:
                 raise ValueError(f"method {method!r}: give {new!r} only ({old!r} is its old name)")
-            warnings.warn(f"method {method!r}: {old!r} of a {kind} source is now {new!r}", FutureWarning, stacklevel=2)
+            warnings.warn(f"method {method!r}: {old!r} of kind {kind!r} is now {new!r}", FutureWarning, stacklevel=2)
             spec[new] = spec.pop(old)
     allowed = source_keys(kind)
     for key, value in spec.items():
