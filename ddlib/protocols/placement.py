@@ -17,15 +17,24 @@ __all__ = ["NON_GROUP_PARAMS", "group_params", "cell_tags", "run_name"]
 NON_GROUP_PARAMS = ("seeds", "device", "run_id", "experiment", "data_root")
 
 
-def _without_later_defaults(params: dict) -> dict:
+def _as_stored(params: dict) -> dict:
     """Params that joined after cells were stored are left out of every key at their first defaults
-    (:mod:`ddlib.keys`), so the cells stored before them keep their config, group, series and family."""
-    return without_later_defaults(params, LATER_PARAM_DEFAULTS)
+    (:mod:`ddlib.keys`), and a source key renamed since keeps its old name in them
+    (:data:`ddlib.methods.sources.RENAMED_KEYS`), so the cells stored before keep their config, group,
+    series and family."""
+    params = without_later_defaults(params, LATER_PARAM_DEFAULTS)
+    source = params.get("source")
+    if isinstance(source, dict) and (renamed := RENAMED_KEYS.get(source.get("kind"))):
+        old_name = {new: old for old, new in renamed.items()}
+        params = {**params, "source": {old_name.get(k, k): v for k, v in source.items()}}
+    return params
+
+
 def group_params(params: dict, protocol: str | None = None) -> dict:
     """What a leaderboard row means: the params without those of ``NON_GROUP_PARAMS``, in the
     protocol's canonical form (its module's ``group_identity(params)``, where it has one: e.g.
     attacks spelled two ways, or a score weight the summary recomputes anyway, are one row)."""
-    out = {k: v for k, v in _without_later_defaults(params).items() if k not in NON_GROUP_PARAMS}
+    out = {k: v for k, v in _as_stored(params).items() if k not in NON_GROUP_PARAMS}
     if protocol is not None:
         from ddlib.protocols import PROTOCOLS, protocol_module
 
@@ -40,7 +49,7 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
     the same setting for every method)."""
     from ddlib.protocols import PROTOCOLS, protocol_revision
 
-    raw = _without_later_defaults(params)
+    raw = _as_stored(params)
     params = _identity(raw)
     group = group_params(params, protocol)
     series = {k: v for k, v in group.items() if k != "ipc"}
@@ -65,13 +74,8 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
 def _identity(params: dict) -> dict:
     """The params as a cell's keys see them: a file's or checkpoint's path is a label, its content
     (the input digests, beside) is its identity, so one set reached by two paths is one cell and one
-    row, and another file at the same path is another. A source key that was renamed keeps its old
-    name here (:data:`ddlib.methods.sources.RENAMED_KEYS`), so the cells stored under it are still found."""
+    row, and another file at the same path is another."""
     source = params.get("source")
-    if isinstance(source, dict) and (renamed := RENAMED_KEYS.get(source.get("kind"))):
-        old_name = {new: old for old, new in renamed.items()}
-        source = {old_name.get(k, k): v for k, v in source.items()}
-        params = {**params, "source": source}
     if isinstance(source, dict) and source.get("kind") in ("file", "checkpoint") and "path" in source:
         path = source["path"]
         placeholders = [p for p in ("{ipc}", "{dataset}", "{seed}") if p in path]
