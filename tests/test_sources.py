@@ -173,19 +173,15 @@ def test_renamed_source_keys_keep_the_keys_of_their_old_names(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_grid_with_the_old_name_reuses_the_cell_scored_with_the_new_one(tmp_path, monkeypatch, capsys):
+def test_a_grid_with_the_old_name_reuses_the_cell_scored_with_the_new_one(mlflow_store, tmp_path, monkeypatch, capsys):
     """End to end, in process: ``ddlib.score(path, experiment_index=0)`` scores the DC file's first
     experiment (not its last, the default); a grid that still says ``experiment: 0`` resolves to the same
     cell and finds it finished. About 5 s: one cell of two tiny trainings and a 1-epoch reference."""
     import ddlib
-    from ddlib import tracking
     from ddlib.cli import main as cli_main
     from ddlib.scoring import cell_result, resolve_cell
 
-    monkeypatch.setenv("DDLIB_MLRUNS", str(tmp_path / "store"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
     monkeypatch.setenv("DDLIB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(tracking, "_CLIENTS", {})
     ds = load_dataset("digits")
     mean, std = ds.mean[0], ds.std[0]
     labels = ds.train_labels
