@@ -75,10 +75,10 @@ def main() -> None:
             out = adversarial.evaluate(cell, None, models)
             cell.close()
             row = out.per_seed.iloc[0]
-            entry = {"mode": mode, "space": space, "clean_acc": 100 * row.clean_acc,
+            entry = {"mode": mode, "space": space, "clean_acc": row.clean_acc,  # a result's accuracies are in %
                      "test_accuracy_full": 100 * models[0].accuracy, "rr": row.rr, "ae": row.ae, "crei": row.crei,
                      "device": cell.tracker.client.get_run(cell.run_id).data.tags.get("ddlib.device_name"),
-                     "attacks": {a: {"robust_acc": 100 * row[f"{a}.robust_acc"], "max_linf": row[f"{a}.max_linf"],
+                     "attacks": {a: {"robust_acc": row[f"{a}.robust_acc"], "max_linf": row[f"{a}.max_linf"],
                                      "attack_seconds": row[f"{a}.attack_seconds"],
                                      "clean_seconds": row[f"{a}.clean_seconds"]}
                                  for a in args.attacks if f"{a}.robust_acc" in row}}

@@ -40,35 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info, write_results  # noqa: E402  (bench/machine.py)
 
 from ddlib.beyond import TRAIN_FLOPS_PER_FORWARD, flops_per_image  # noqa: E402
+from ddlib.calibrate import CONV_SHAPES, peak  # noqa: E402,F401  (the peak probe, shared with ddlib's estimates)
 from ddlib.engine.device import bf16_supported, tune_cpu_allocator  # noqa: E402
 from ddlib.models import create_model  # noqa: E402
-
-CONV_SHAPES = ((3, 32), (128, 16), (128, 8))  # ConvNet-3 on 32x32 images: (input channels, side) per layer
-
-
-def _best_seconds(fn, repeats: int = 5) -> float:
-    fn()  # warm-up: primitive creation, allocator
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def peak(dtype: torch.dtype, batch: int = 1024) -> dict:
-    """GFLOP/s of each probe and their best, in ``dtype`` at the current thread count."""
-    rows = {}
-    with torch.no_grad():
-        for cin, side in CONV_SHAPES:
-            x = torch.randn(batch, cin, side, side).to(dtype)
-            w = torch.randn(128, cin, 3, 3).to(dtype)
-            flops = 2 * batch * 128 * side * side * cin * 9
-            rows[f"conv {cin}->128 at {side}x{side}"] = flops / _best_seconds(
-                lambda: torch.nn.functional.conv2d(x, w, padding=1)) / 1e9
-        a, b = torch.randn(2048, 2048).to(dtype), torch.randn(2048, 2048).to(dtype)
-        rows["matmul 2048"] = 2 * 2048 ** 3 / _best_seconds(lambda: a @ b) / 1e9
-    return {"gflops": {k: round(v, 1) for k, v in rows.items()}, "best_gflops": round(max(rows.values()), 1)}
 
 
 def convnet_flops(channels: int = 3, side: int = 32, classes: int = 10) -> float:

@@ -52,7 +52,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from ddlib import units
 from ddlib.cache import cache_dir
+from ddlib.tracking import run_metrics
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # before anything imports tqdm
 
@@ -249,7 +251,7 @@ def _child_trials(cell) -> list[dict]:
                                   filter_string=f"tags.mlflow.parentRunId = '{cell.run_id}'", max_results=1000)
     out = []
     for r in children:
-        m, p = r.data.metrics, r.data.params
+        m, p = run_metrics(r), r.data.params  # fractions, as the peer's side of the JSON
         out.append({"role": p.get("role"), "seed": int(p.get("seed", -1)),
                     "lr": float(p["recipe.lr"]) if "recipe.lr" in p else None,
                     "acc": m.get("test_accuracy"), "train_seconds": round(m.get("train_seconds", float("nan")), 2),
@@ -292,9 +294,10 @@ def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, exp
     t_eval = time.perf_counter() - t1
 
     metrics = cell.tracker.client.get_run(cell.run_id).data.metrics
-    return {
-        "per_seed": result.per_seed.to_dict("records"),
-        "summary": dict(result.summary),
+    return {  # accuracies as fractions, as the peer's side and every earlier record of this JSON
+        "per_seed": [{k: v if k == "seed" else units.computed(k, v) for k, v in row.items()}
+                     for row in result.per_seed.to_dict("records")],
+        "summary": {k: units.computed(k, v) for k, v in result.summary.items()},
         "lr_chosen": {k[:-3]: v for k, v in metrics.items() if k.endswith("_lr")},
         # lr searches this cell ran and those it found in the store (a search is keyed by what it
         # trains, so with one store ARS reuses the searches of LRS's soft-label sides)

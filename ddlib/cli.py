@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="execute a params grid with papermill, tracked in MLflow")
-    run.add_argument("params", help="params YAML file, e.g. params/demo.yaml")
+    run.add_argument("params", help="params YAML file, e.g. my_grid.yaml, or a shipped grid by name (demo, cifar10, ...)")
     run.add_argument("--workers", type=int, default=None,
                      help="notebooks executed in parallel (default 1, or one per GPU with --gpus)")
     run.add_argument("--force", action="store_true", help="rerun cells that already have a FINISHED run")
@@ -253,8 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         if why := unreachable_server():
             print(f"error: {why}", file=sys.stderr)
             return 2
+    from ddlib.protocols.spec import ProtocolLoadError
+
     try:
         return args.func(args)
+    except ProtocolLoadError as e:  # a protocol of DDLIB_PROTOCOL_PATH asked for that cannot be imported
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as stop:  # `ddlib score` and the rest: one line, not a traceback
         from ddlib.executors import stop_signal
 

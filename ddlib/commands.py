@@ -11,12 +11,12 @@ import sys
 
 import pandas as pd
 
+from ddlib.report.ui import UI_HOST, UI_PORT  # `ddlib ui`'s address, where the run links point
 from ddlib.shown import one_line, shown
+from ddlib.tables import FORMATS
 
 __all__ = ["register", "UI_HOST", "UI_PORT", "ui_argv"]
 
-UI_HOST = "127.0.0.1"  # this machine only; reach it from elsewhere with an SSH tunnel
-UI_PORT = 5000
 STRICT_HELP = ("refuse a set that holds test images (exact or near-duplicates): its cell FAILS before training "
                "(default: scored and flagged; also DDLIB_STRICT=1)")
 
@@ -24,27 +24,40 @@ STRICT_HELP = ("refuse a set that holds test images (exact or near-duplicates): 
 # --------------------------------------------------------------------------- score
 
 
-def _value(key: str, text: str):
-    """``--param key=value``: the value as YAML reads it (numbers, lists, mappings, null); a
-    ValueError naming the option and the key otherwise."""
-    import yaml
-
+def _utf8(option: str, text: str, what: str = "the value") -> None:
+    """Refuse an option whose text holds bytes that are not UTF-8 (the shell passes any bytes; the params
+    file ``ddlib score`` writes, and MLflow, take UTF-8 text only), before anything is written."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"--param {key}: the value holds bytes that are not UTF-8") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValueError(f"--param {key}: not a YAML value ({one_line(e, 200)})") from None
+        raise ValueError(f"{option}: {what} holds bytes that are not UTF-8") from None
+
+
+def _value(key: str, text: str):
+    """``--param key=value``: the value as YAML reads it (numbers, lists, mappings, null), with the
+    checks a params file gets (:func:`ddlib.yamlfile.parse_yaml`: no alias bomb, no recursive alias,
+    no control character, no key twice); a ValueError naming the option and the key otherwise."""
+    from ddlib.yamlfile import parse_yaml
+
+    _utf8(f"--param {key}", text)
+    return parse_yaml(text, f"--param {key}")
 
 
 def _score_params(args) -> dict:
+    """The protocol parameters ``ddlib score``'s options give; a ValueError naming the option first
+    (a name or path that is not UTF-8 included: nothing is written before they are checked)."""
+    for option in ("method", "dataset", "preset", "data_root", "like"):
+        if getattr(args, option) is not None:
+            _utf8(f"--{option.replace('_', '-')}", str(getattr(args, option)))
+    if args.method is not None and (not args.method.strip() or "/" in args.method):
+        raise ValueError(f"--method: a name for the leaderboards (it also names the params file), without /, "
+                         f"got {shown(args.method)}")
     params = {}
     for item in args.param or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--param takes key=value, got {shown(item)}")
+        _utf8("--param", key, "the key")
         params[key.strip()] = _value(key.strip(), value)
     if args.seeds is not None:
         params["seeds"] = args.seeds
@@ -57,6 +70,15 @@ def _score_params(args) -> dict:
     return params
 
 
+def _written_grid(grid: dict) -> dict:
+    """The grid with its path-valued parameters absolute (:func:`ddlib.runner.absolute_paths`), so the
+    params file ``ddlib score`` writes reruns from any folder ("rerun with")."""
+    from ddlib.protocols.spec import get_spec
+    from ddlib.runner import absolute_paths
+
+    return {**grid, "params": absolute_paths(grid["params"], get_spec(grid["protocol"]).path_params)}
+
+
 def _cmd_score(args) -> int:
     from ddlib.runner import GridError, run_grid
     from ddlib.scoring import FILE_OPTIONS, cell_result, given_file_options, resolve_cell, score_grid, write_grid
@@ -64,12 +86,22 @@ def _cmd_score(args) -> int:
     options = given_file_options(**{k: getattr(args, k) for k in FILE_OPTIONS})
     try:
         grid = score_grid(args.set, args.dataset, args.protocol, method=args.method, ipc=args.ipc,
-                          file_options=options, dry_run=args.dry_run, like=args.like, **_score_params(args))
+                          file_options=options, dry_run=args.dry_run, like=args.like, quick=args.quick,
+                          **_score_params(args))
+        grid = _written_grid(grid)
+        from ddlib.tracking import check_store_writable
+
+        check_store_writable()  # the params file goes into the store: a StoreError is one line, not a traceback
     except ValueError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     path = write_grid(grid)
-    print(f"params file: {path}")
+    note = sys.stderr if getattr(args, "format", "table") in ("csv", "json") else sys.stdout  # stdout: the numbers only
+    print(f"params file: {path}", file=note)
+    if args.quick:
+        from ddlib.scoring import quick_note
+
+        print(quick_note(grid["protocol"]), file=note)
     if args.dry_run:
         from ddlib.plan import print_plan
 
@@ -88,19 +120,45 @@ def _cmd_score(args) -> int:
     if result is None:
         print("error: the cell finished but its run is not in the store", file=sys.stderr)
         return 1
+    if args.quick:
+        from ddlib.scoring import tag_quick
+
+        tag_quick(result.run_id, protocol)
     verb = "reused the finished cell" if report.skipped else "scored"
     preset = f", preset {cell['preset']}" if cell.get("preset") is not None else ""  # the one a protocol picks, too
-    print(f"{verb} {result.name} on {result.data or cell['dataset']} ({protocol}{preset}; MLflow run {result.run_id}, "
-          f"experiment {experiment!r})")
-    from ddlib.report.core import readable
-
-    with pd.option_context("display.width", 200, "display.max_columns", 40):
-        print("per seed (accuracies and their differences in points, scores 0-100):")
-        print(readable(result.per_seed).to_string(index=False))
-        print()
-        print(readable(result.table()).to_string())
+    seeds = len(result.per_seed)
+    print(f"{verb} {result.name} on {result.data or cell['dataset']} ({protocol}{preset}, {seeds} "
+          f"seed{'s' if seeds != 1 else ''}); MLflow run: {run_link(experiment, result.run_id)}", file=note)
+    _print_values(result, args.columns, args.format, note)
     _print_flags(result)
     return 0
+
+
+def run_link(experiment: str, run_id: str) -> str:
+    """The run's page in MLflow's UI as ``ddlib ui`` serves it (a tracking server's own address where
+    the store is one)."""
+    from ddlib.report.ui import cell_link
+    from ddlib.tracking import client
+
+    found = client().get_experiment_by_name(experiment)
+    return cell_link(found.experiment_id, run_id) if found is not None else run_id
+
+
+def _print_values(result, columns: str, fmt: str, note) -> None:
+    """The result's values in their units (:mod:`ddlib.tables`): the scores, or every value."""
+    from ddlib.tables import render
+
+    table = result.values(columns)
+    print(render(table, fmt))
+    if fmt in ("csv", "json"):
+        return
+    rest = len([c for c in result.per_seed.columns if c != "seed"]) - len(table)
+    if rest > 0:
+        print(f"({rest} more values: --columns all; as CSV or JSON: --format csv|json)", file=note)
+    facts = result.facts
+    if "models_trained" in facts:
+        print(f"models: {facts['models_trained']:.0f} trained, {facts.get('models_reused', 0):.0f} reused from "
+              "the store", file=note)
 
 
 def _print_flags(result) -> None:
@@ -127,11 +185,16 @@ def _add_score_parser(sub) -> None:
     score.add_argument("--protocol", choices=SET_PROTOCOLS, help="default label_robust (LRS); with --like, the grid's")
     score.add_argument("--like", metavar="GRID.yaml",
                        help="score the set in an existing grid's setting (its protocol, experiment, recipe, seeds, "
-                            "reference epochs), so its row sits beside the grid's rows")
+                            "reference epochs), so its row sits beside the grid's rows; a file, or a shipped grid's "
+                            "name (cifar10)")
     score.add_argument("--preset", help="the method's evaluation preset (params/methods/<name>.yaml or a path)")
     score.add_argument("--seeds", type=int, nargs="+", help="evaluation seeds (default: the protocol's, 5)")
     score.add_argument("--epochs", type=int, help="what the set is trained for (a preset's preset_epochs, else the "
                                                   "recipe's epochs; default: the protocol's)")
+    score.add_argument("--columns", choices=("scores", "all"), default="scores",
+                       help="scores: the protocol's scores and the accuracies they come from (default); all: every value")
+    score.add_argument("--format", choices=FORMATS, default="table",
+                       help="table (default), markdown, or the numbers (in their units) as csv or json on stdout")
     score.add_argument("--method", help="the name the set gets in leaderboards (default: the file's name)")
     score.add_argument("--ipc", type=int, help="images per class (default: read from the set)")
     score.add_argument("--data-root", help="where the dataset is (else DDLIB_DATA)")
@@ -148,6 +211,8 @@ def _add_score_parser(sub) -> None:
                        help="a .pt file the safe loader refuses may be fully unpickled (runs code: only files you trust)")
     score.add_argument("--force", action="store_true", help="score again even if this cell already finished")
     score.add_argument("--dry-run", action="store_true", help="check the set and list the cell; run nothing")
+    score.add_argument("--quick", action="store_true", help="a first look in a minute or two (one seed, few epochs, "
+                                                            "a small lr grid: ddlib.scoring.QUICK), not a result")
     score.add_argument("--quiet", action="store_true", help="no progress bar")
     score.add_argument("--strict", action="store_true", help=STRICT_HELP)
     score.set_defaults(func=_cmd_score)
@@ -159,13 +224,14 @@ def _add_score_parser(sub) -> None:
 def _cmd_runs(args) -> int:
     from ddlib.report.runs import list_cell_runs  # not report.export: no torch, no SciPy
 
-    table = list_cell_runs(args.status, args.experiment)
+    table = list_cell_runs(args.status, args.experiment, links=args.links)
     if table.empty:
         print("no cell runs" + (f" with status {args.status}" if args.status else "")
               + " (python -m ddlib run params/demo.yaml)")
         return 0
     shown = table if args.ids else table.drop(columns="run_id")
-    with pd.option_context("display.width", 250, "display.max_columns", 20, "display.max_colwidth", 80):
+    width = max(80, int(table["link"].str.len().max())) if args.links else 80  # a link is shown whole
+    with pd.option_context("display.width", 250, "display.max_columns", 20, "display.max_colwidth", width):
         print(shown.to_string(index=False))
     counts = table["status"].value_counts().to_dict()
     print(f"{len(table)} cell runs: " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
@@ -214,7 +280,11 @@ def _cmd_export(args) -> int:
         if args.bundle is not None:
             from ddlib.report.bundle import write_bundle
 
-            paths = write_bundle(args.bundle, boards, w=args.w, gamma=args.gamma)
+            try:
+                paths = write_bundle(args.bundle, boards, w=args.w, gamma=args.gamma, methods=args.method)
+            except OSError as e:
+                print(f"error: {_unwritable('--bundle', args.bundle, e)}", file=sys.stderr)
+                return 1
             if not paths:
                 from ddlib.report.core import nothing_on_the_boards
 
@@ -231,9 +301,25 @@ def _cmd_export(args) -> int:
 
         print(nothing_on_the_boards("nothing to export"), file=sys.stderr)
         return 1
-    path = write_export(args.out, args.format, tables)
+    try:
+        path = write_export(args.out, args.format, tables)
+    except OSError as e:  # a full disk (/dev/full), a read-only or missing place, a file where a folder should be
+        print(f"error: {_unwritable('--out', args.out, e)}", file=sys.stderr)
+        return 1
     print(f"wrote {', '.join(f'{n} ({len(t)} rows)' for n, t in tables.items())} to {path}")
     return 0
+
+
+def _unwritable(option: str, path, error: OSError) -> str:
+    """One line naming where an output option could not be written, and why (the OS's words)."""
+    import os
+
+    part = os.fsdecode(error.filename) if error.filename is not None else str(path)
+    if isinstance(error, (FileExistsError, NotADirectoryError)):  # mkdir of a parent that is a file
+        why = f"{part} is a file, not a folder" if isinstance(error, FileExistsError) else "a folder on its way is a file"
+    else:
+        why = f"{error.strerror or error}" + (f" ({part})" if part != str(path) else "")
+    return f"cannot write {option} {path}: {why}"
 
 
 def _cmd_import(args) -> int:
@@ -258,6 +344,7 @@ def _add_runs_export_parsers(sub) -> None:
     runs.add_argument("--status", type=str.lower, choices=("finished", "failed", "running", "killed"))
     runs.add_argument("--experiment", help="only this experiment (e.g. label_robust)")
     runs.add_argument("--ids", action="store_true", help="show the MLflow run ids")
+    runs.add_argument("--links", action="store_true", help="show each run's page in MLflow's UI (as `ddlib ui` serves it)")
     runs.set_defaults(func=_cmd_runs)
     export = sub.add_parser("export", help="write the leaderboards (with recipe, epochs, data source, code version)")
     export.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
@@ -266,6 +353,8 @@ def _add_runs_export_parsers(sub) -> None:
                         "digest, config, per-seed results, code version, data label), ddranking.csv (DD-Ranking's "
                         "leaderboard columns) and leaderboards.csv")
     export.add_argument("--board", action="append", help="only this leaderboard (lrs, ars, beard, augmentation, ...)")
+    export.add_argument("--method", action="append", metavar="METHOD",
+                        help="with --bundle: only this set's rows (repeat for several; default: every set in the store)")
     board_options(export)
     export.set_defaults(func=_cmd_export)
     imp = sub.add_parser("import", help="read published leaderboard rows (DD-Ranking's columns, as in ddranking.csv) "
@@ -288,13 +377,19 @@ def ui_argv(port: int = UI_PORT, host: str = UI_HOST) -> list[str]:
 
 def _cmd_ui(args) -> int:
     from ddlib.report.ui import ui_urls
-    from ddlib.server import JOB_EXECUTION_ENV, ServerError, mlflow_server_env, run_foreground
-    from ddlib.tracking import init_store
+    from ddlib.server import JOB_EXECUTION_ENV, ServerError, check_port_free, mlflow_server_env, run_foreground
+    from ddlib.tracking import StoreError, check_store_writable, init_store
 
     argv, env = ui_argv(args.port), mlflow_server_env()
     if args.print:
         print(shlex.join(["env", f"{JOB_EXECUTION_ENV}={env[JOB_EXECUTION_ENV]}", *argv]))  # as it would start
         return 0
+    try:  # a taken port, a store that cannot be written: one line, before MLflow prints a traceback
+        check_port_free(UI_HOST, args.port)
+        check_store_writable()
+    except (ServerError, StoreError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
     init_store()
     base = f"http://{UI_HOST}:{args.port}"
     pages = "".join(f"runs of {name}: {url}\n" for name, url in ui_urls(base).items())

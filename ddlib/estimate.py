@@ -1,21 +1,25 @@
 """Per cell of a grid: whether it runs, what it reuses and trains (models, image-epochs) and its
-minutes, from what the store holds (see :mod:`ddlib.plan` for the rules). The runner tags each cell
-with its estimate (:func:`estimates`); the dry run (:mod:`ddlib.plan`) prints them. Reads the store,
-writes nothing; imports nothing of the runner."""
+minutes, from the model of its work (:mod:`ddlib.work`) and what the store holds (see :mod:`ddlib.plan`
+for the rules). The runner tags each cell with its estimate (:func:`estimates`); the dry run
+(:mod:`ddlib.plan`) prints them. Reads the store, writes nothing to it (the machine's calibration
+goes to the ddlib cache); imports nothing of the runner."""
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 
 from ddlib.protocols.cell import TRAININGS_TAG, cell_tags, role_stem, run_name
 from ddlib.tracking import TAG, Tracker
 
-__all__ = ["CellPlan", "Count", "plan_cell", "estimates", "Store", "SHARED_ROLES", "IPC_FREE_ROLES"]
+__all__ = ["CellPlan", "Count", "Machine", "FIRST_RUN", "plan_cell", "estimates", "Store", "SHARED_ROLES", "IPC_FREE_ROLES"]
 
 # Evaluations that do not depend on the method's set: trained once per setting (and IPC, seed).
 SHARED_ROLES = ("rdm", "real", "full", "teacher")
+FIRST_RUN = "no earlier run of this recipe: from its work at this machine's measured rates"  # a first run's basis
 IPC_FREE_ROLES = ("real", "full", "teacher")  # ... and not on the IPC either
 
 
@@ -26,9 +30,10 @@ class CellPlan:
     action: str  # "run" | "skip"
     reuse: list[str] = field(default_factory=list)  # roles (and seeds) expected to come from the store
     train: list[str] = field(default_factory=list)
-    minutes: float | None = None  # estimate; None: no earlier run of this recipe
+    minutes: float | None = None  # estimate; None: neither an earlier run of this recipe nor a model of its work
     basis: str = ""  # what the estimate rests on
-    count: Count | None = None  # models needed, trained, image-epochs; None: no earlier cell recorded its trainings
+    count: Count | None = None  # models needed, trained, image-epochs; None: not known
+    work_seconds: float | None = None  # the model of its work, at this machine's rates (whatever the basis)
 
 
 class Store:
@@ -151,11 +156,16 @@ def _evaluations(found: dict[str, set], any_cell: bool, params: dict) -> tuple[l
 
 @dataclass
 class Count:
-    """The models a cell needs, and how many of them (and image-epochs) it trains, per role stem."""
+    """The models a cell needs, and how many of them (and image-epochs) it trains, per role stem.
+    ``tested``: models that are tested only (an lr search trained them); ``outside``: stems kept outside
+    the store (selection networks in this machine's cache, teachers in experiment ``teachers``: trained
+    unless an earlier cell made them)."""
 
     models: dict[str, int]
     trained: dict[str, int]
     image_epochs: dict[str, float]  # of the trained models
+    tested: dict[str, int] = field(default_factory=dict)
+    outside: dict[str, str] = field(default_factory=dict)  # stem -> where it is kept
 
     @property
     def total_trained(self) -> int:
@@ -163,15 +173,27 @@ class Count:
 
     @property
     def total_image_epochs(self) -> float:
-        return sum(self.image_epochs.values())
+        """Of the evaluations a cell records (``ddlib.trainings``): what earlier cells' minutes are fitted on."""
+        return sum(v for s, v in self.image_epochs.items() if s not in self.outside)
 
     def line(self) -> str:
-        trains = ", ".join(f"{s} {n}" for s, n in sorted(self.trained.items()) if n)
-        reused = {s: self.models[s] - self.trained[s] for s in self.models}
-        reuses = ", ".join(f"{s} {n}" for s, n in sorted(reused.items()) if n)
+        from ddlib.work import shown_stem
+
+        def grouped(values: dict[str, int]) -> str:
+            out: dict[str, int] = {}
+            for stem, n in sorted(values.items()):
+                if n:
+                    shown = shown_stem(stem) + (f" ({self.outside[stem]})" if stem in self.outside else "")
+                    out[shown] = out.get(shown, 0) + n
+            return ", ".join(f"{s} {n}" for s, n in out.items())
+
+        reused = {s: self.models[s] - self.trained[s] - self.tested.get(s, 0) for s in self.models}
+        trains, tests, reuses = grouped(self.trained), grouped(self.tested), grouped(reused)
+        every = sum(self.image_epochs.values())
         return (f"{sum(self.models.values())} models; trains {self.total_trained}" + (f" ({trains})" if trains else "")
-                + f" = {_amount(self.total_image_epochs)} image-epochs; reuses {sum(reused.values())}"
-                + (f" ({reuses})" if reuses else ""))
+                + f" = {_amount(every)} image-epochs"
+                + (f"; tests {sum(self.tested.values())} an lr search trained ({tests})" if tests else "")
+                + f"; reuses {sum(reused.values())}" + (f" ({reuses})" if reuses else ""))
 
 
 def _amount(value: float) -> str:
@@ -183,16 +205,117 @@ def _amount(value: float) -> str:
 
 def _count(needs: dict[str, tuple[float, float]], found: dict[str, set], params: dict) -> Count:
     seeds = {str(s) for s in params.get("seeds") or []}
-    available: dict[str, int] = {}
-    for role, got in found.items():
-        stem = role_stem(role)
-        available[stem] = available.get(stem, 0) + len(got & seeds)
+    available = _available(found, seeds)
     models, trained, image_epochs = {}, {}, {}
     for stem, (n, per_model) in needs.items():
         models[stem] = round(n)
         trained[stem] = max(0, models[stem] - available.get(stem, 0))
         image_epochs[stem] = trained[stem] * per_model
     return Count(models, trained, image_epochs)
+
+
+def _available(found: dict[str, set], seeds: set[str]) -> dict[str, int]:
+    available: dict[str, int] = {}
+    for role, got in found.items():
+        stem = role_stem(role)
+        available[stem] = available.get(stem, 0) + len(got & seeds)
+    return available
+
+
+def _count_work(work: list, found: dict[str, set], params: dict) -> tuple[Count, dict[int, int]]:
+    """The count of :func:`ddlib.work.cell_work`'s models, less those the store holds (by role stem, as
+    :func:`_count`), and how many models of each training entry are made here (trained, or tested)."""
+    from ddlib.work import Training
+
+    available = _available(found, {str(s) for s in params.get("seeds") or []})
+    count, trains = Count({}, {}, {}), {}
+    for i, item in enumerate(work):
+        if not isinstance(item, Training):
+            continue
+        stem = item.stem
+        count.models[stem] = count.models.get(stem, 0) + item.models
+        if item.kept != "store":
+            count.outside[stem] = "cached on this machine" if item.kept == "cache" else "kept in experiment teachers"
+        left = available.get(stem, 0) if item.kept == "store" else 0
+        trains[i] = max(0, item.models - left)  # trained (or, for a tested-only entry, tested) here
+        if item.kept == "store":
+            available[stem] = max(0, left - item.models)
+        if not item.trained:
+            count.tested[stem] = count.tested.get(stem, 0) + trains[i]
+            continue
+        count.trained[stem] = count.trained.get(stem, 0) + trains[i]
+        count.image_epochs[stem] = count.image_epochs.get(stem, 0) + trains[i] * item.images * item.epochs
+    for stem in count.models:
+        count.trained.setdefault(stem, 0)
+        count.image_epochs.setdefault(stem, 0)
+    return count, trains
+
+
+class Machine:
+    """This machine's rates for a cell's work (:mod:`ddlib.calibrate`): the device the cells resolve,
+    the threads each gets, and the pace now against each probe's calibration."""
+
+    def __init__(self, device=None, threads: int | None = None, budget: float = 120.0):
+        import torch
+
+        from ddlib.calibrate import pace
+        from ddlib.engine.device import resolve_device, usable_cores
+
+        self.device = resolve_device(device or "auto") if not isinstance(device, torch.device) else device
+        env = os.environ.get("DDLIB_NUM_THREADS")
+        self.threads = threads or (int(env) if env else usable_cores())
+        self.budget = budget  # seconds this pass may spend calibrating probes not calibrated yet
+        self.pace = pace(self.device, self.threads)
+        self.pace_one = pace(self.device, 1) if self.threads != 1 else self.pace  # what single-threaded overheads go at
+        self.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        self.calibrated: list[str] = []  # probes measured by this planning pass
+        self.slowest = 1.0  # the largest now/then pace ratio a rate was scaled by
+        self._rates: dict = {}
+
+    def rates(self, probe):
+        from ddlib.calibrate import describe, rates
+
+        if probe not in self._rates:
+            found = rates(probe, self.device, self.threads, measure_missing=False)
+            if found is None:
+                if self.budget <= 0:
+                    raise LookupError(f"{describe(probe)}: not calibrated here yet")
+                started = time.perf_counter()
+                self.calibrated.append(describe(probe))
+                found = rates(probe, self.device, self.threads)
+                self.budget -= time.perf_counter() - started
+            ratio = self.pace / found.reference if found.reference > 0 else 1.0
+            self.slowest = max(self.slowest, ratio)
+            self._rates[probe] = replace(found, step=found.step * ratio, image=found.image * ratio,
+                                         test_image=found.test_image * ratio, call=found.call * ratio,
+                                         reference=self.pace)
+        return self._rates[probe]
+
+    def overhead_scale(self) -> float:
+        """Single-threaded overheads (a kernel's start, the store's writes) here against the reference machine's."""
+        from ddlib.calibrate import REFERENCE_PACE
+
+        return max(0.25, self.pace_one / REFERENCE_PACE)
+
+    def start_seconds(self) -> float:
+        """A cell's start here (:data:`ddlib.calibrate.CELL_SECONDS`)."""
+        from ddlib.calibrate import CELL_FIXED_SECONDS, CELL_SECONDS
+
+        return CELL_FIXED_SECONDS + CELL_SECONDS * self.overhead_scale()
+
+    def seconds(self, work: list, trained: dict[int, int] | None = None, cell: bool = True) -> float:
+        """A cell's seconds: its work at these rates, and its start (:meth:`start_seconds`)."""
+        from ddlib.calibrate import RECORD_SECONDS, seconds
+
+        total = seconds(work, self.rates, RECORD_SECONDS * self.overhead_scale(), trained)
+        return total + (self.start_seconds() if cell else 0.0)
+
+    def describe(self) -> str:
+        from ddlib.engine.device import _cpu_model
+
+        where = _cpu_model() or "this CPU" if self.device.type == "cpu" else str(self.device)
+        return (f"{where}, {self.threads} thread(s), load {self.load:.1f}"
+                + (f", running {self.slowest:.1f}x slower than when calibrated" if self.slowest >= 1.15 else ""))
 
 
 def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -235,37 +358,76 @@ def _last_time(runs: list) -> str:
     return ""
 
 
-def plan_cell(store: Store | None, protocol: str, params: dict, force: bool = False) -> CellPlan:
-    """One cell's plan: run or skip, what it reuses and trains (models, image-epochs), its minutes."""
+def _work(protocol: str, params: dict):
+    """The model of the cell's work, or None where it cannot be built (a protocol it does not know)."""
+    from ddlib.work import cell_work
+
+    try:
+        return cell_work(protocol, params)
+    except Exception:  # noqa: BLE001 - an estimate is advice: the plan stands without it
+        return None
+
+
+def plan_cell(store: Store | None, protocol: str, params: dict, force: bool = False,
+              machine: Machine | None = None) -> CellPlan:
+    """One cell's plan: run or skip, what it reuses and trains (models, image-epochs), its minutes:
+    from earlier FINISHED cells of its recipe where there are some, else from the model of its work
+    (:mod:`ddlib.work`) at ``machine``'s rates (none given: no first-run estimate)."""
     tags = cell_tags(protocol, params)
     name = run_name(protocol, params)
+    if store is not None and not force and store.finished(tags[TAG["family"]], TAG["config"], tags[TAG["config"]]):
+        return CellPlan(name, params, "skip")
+    plan = CellPlan(name, params, "run")
     if store is None:
-        return CellPlan(name, params, "run", train=["every model (empty store)"], basis="no earlier run of this recipe")
-    finished = not force and store.finished(tags[TAG["family"]], TAG["config"], tags[TAG["config"]])
-    plan = CellPlan(name, params, "skip" if finished else "run")
-    if plan.action == "skip":
-        return plan
-    found, any_cell = _found(store, tags, params)
-    plan.reuse, plan.train = _evaluations(found, any_cell, params)
-    basis, runs = _references(store, tags, params)
-    needs = _needs(runs[0], params) if runs else None
-    plan.count = _count(needs, found, params) if needs is not None else None
-    plan.minutes = _estimate(runs, plan.count, params)
-    if plan.minutes is None:
-        plan.basis = "no earlier run of this recipe"
+        found, any_cell = {}, False
+        plan.train = ["every model (empty store)"]
+        basis, runs = "", []
     else:
+        found, any_cell = _found(store, tags, params)
+        plan.reuse, plan.train = _evaluations(found, any_cell, params)
+        basis, runs = _references(store, tags, params)
+    work = _work(protocol, params)
+    trains = None
+    if work is not None:
+        plan.count, trains = _count_work(work, found, params)
+    elif runs:
+        needs = _needs(runs[0], params)
+        plan.count = _count(needs, found, params) if needs is not None else None
+    if work is not None and machine is not None:
+        try:
+            plan.work_seconds = machine.seconds(work, trains)
+        except LookupError:
+            plan.work_seconds = None
+    plan.minutes = _estimate(runs, plan.count, params) if runs else None
+    if plan.minutes is not None:
         how = "image-epochs" if plan.count is not None and _trained_image_epochs(runs[0]) else "minutes per seed"
         plan.basis = f"{basis}: {len(runs)} earlier run(s), by {how}{_last_time(runs)}"
+    elif plan.work_seconds is not None:
+        plan.minutes = plan.work_seconds / 60
+        plan.basis = FIRST_RUN
+    else:
+        plan.basis = "no earlier run of this recipe"
     return plan
 
 
-def estimates(tracker: Tracker, protocol: str, cells: list[dict]) -> dict[str, float]:
+RUNNER_CALIBRATION_SECONDS = 10.0  # what the runner may spend calibrating before a grid (a dry run: more)
+
+
+def estimates(tracker: Tracker, protocol: str, cells: list[dict], machine: Machine | None = None,
+              threads: int | None = None) -> dict[str, float]:
     """The runner's estimate of each cell's minutes (tagged on its run when it starts, so that the
-    next dry run can say how good it was)."""
+    next dry run can say how good it was): from earlier runs of its recipe, else from its work on
+    this machine (calibrating what is not calibrated yet for up to :data:`RUNNER_CALIBRATION_SECONDS`,
+    once per machine; a dry run calibrates the rest). ``threads``: what each cell gets (the runner's
+    cores shared out between its workers)."""
     store = Store(tracker)
     out = {}
     for params in cells:
-        plan = plan_cell(store, protocol, params, force=True)
+        try:
+            machine = machine or Machine(params.get("device", "auto"), threads=threads, budget=RUNNER_CALIBRATION_SECONDS)
+        except Exception:  # noqa: BLE001 - no device to time here (a grid for other machines): earlier runs only
+            machine = None
+        plan = plan_cell(store, protocol, params, force=True, machine=machine)
         if plan.minutes is not None:
             out[plan.name] = plan.minutes
     return out

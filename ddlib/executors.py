@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ddlib import kernels, progress
-from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag, release_store_locks
+from ddlib.shown import one_line
+from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag, release_store_locks, write_failure
 
 __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell", "next_job",
-           "RAY_INSTALL_HINT"]
+           "RAY_INSTALL_HINT", "quiet_raised_store_errors"]
 
 # ipykernel 7 warns on every start that its local TCP transport is unencrypted; the kernels of a
 # batch run talk only to this process over loopback, and a shutdown logs a spurious
@@ -274,6 +275,7 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
     import papermill as pm
 
     os.environ.update(job.env)  # this worker's kernel inherits the store and its share of the cores
+    quiet_raised_store_errors()
     tracker = Tracker(job.experiment)
     config = {TAG["config"]: job.tags[TAG["config"]]}
     if not job.force and tracker.find_finished(config, all_experiments=False):
@@ -329,20 +331,19 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
             if error is not None or reason or not kernels.warm_kernels_enabled():
                 kernels.release_kernel()  # the next cell starts from a fresh kernel
             if reason and reason.startswith("interrupted"):
-                tracker.kill_run(run_id, reason)
+                _unwritten(lambda: tracker.kill_run(run_id, reason))  # else the next run marks it KILLED
                 shutil.rmtree(tmp, ignore_errors=True)  # os._exit skips the context manager's cleanup
                 os._exit(128 + signum if signum else 1)
-            if out.exists():
-                tracker.log_artifact(run_id, out, "notebook")
-            if reason:  # timed out: the kernel was killed; the notebook holds what it did
-                tracker.fail_run(run_id, reason)
-                return CellOutcome(job.name, "failed", run_id, reason)
-            if error is not None:
-                message = short_error(error)
-                tracker.fail_run(run_id, message)
-                return CellOutcome(job.name, "failed", run_id, message)
-            tracker.end_run(run_id)
-            return CellOutcome(job.name, "finished", run_id)
+            # timed out (the kernel was killed; the notebook holds what it did), or the notebook's own error
+            message = reason or (short_error(error) if error is not None else None)
+            if out.exists() and (unstored := _unwritten(lambda: tracker.log_artifact(run_id, out, "notebook"))):
+                message = unstored if message in (None, unstored) else f"{message}; its notebook not stored: {unstored}"
+            if message is None:
+                if (message := _unwritten(lambda: tracker.end_run(run_id))) is None:
+                    return CellOutcome(job.name, "finished", run_id)
+            # where even this cannot be written the run stays RUNNING: the runner marks it with the message
+            _unwritten(lambda: tracker.fail_run(run_id, message))
+            return CellOutcome(job.name, "failed", run_id, message)
     finally:
         watch.done.set()
         papermill_log.removeFilter(watch)
@@ -353,11 +354,36 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
 
 
 def short_error(error: BaseException) -> str:
-    """The notebook's own exception line, not papermill's wrapper with the whole traceback."""
+    """The notebook's own exception, on one line, not papermill's wrapper with the whole traceback; a
+    write the disk refused (full, read-only) as :func:`ddlib.tracking.write_failure` says it, not as a
+    page of MLflow's SQL."""
+    if why := write_failure(error):
+        return why
     ename, evalue = getattr(error, "ename", None), getattr(error, "evalue", None)
-    if ename:
-        return f"{ename}: {evalue}"
-    return f"{type(error).__name__}: {error}"
+    return one_line(f"{ename}: {evalue}" if ename else f"{type(error).__name__}: {error}")
+
+
+def _unwritten(write: Callable[[], object]) -> str | None:
+    """Do one store write; where the store cannot be written (a full disk, a read-only one), return why
+    in one line instead of raising: the cell then ends with that, not with a traceback."""
+    try:
+        write()
+    except Exception as error:  # noqa: BLE001 - only a refused write is caught; the rest is raised
+        if (why := write_failure(error)) is None:
+            raise
+        return why
+    return None
+
+
+def _raised_anyway(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("SQLAlchemy database error")
+
+
+def quiet_raised_store_errors() -> None:
+    """MLflow logs each failed SQLite write with its traceback, then raises it: on a full disk, a page on
+    the runner's terminal per heartbeat and per cell. What is raised is handled (:func:`short_error`,
+    :func:`_unwritten`, the monitor's retries); the log record goes."""
+    logging.getLogger("mlflow.store.db.utils").addFilter(_raised_anyway)
 
 
 # --------------------------------------------------------------------------- the runner side

@@ -12,11 +12,17 @@ CSV: the runner's own :func:`ddlib.runner.check_cell_inputs`), then reads the st
   cell trained (an interrupted grid). Trained means a FINISHED evaluation, whatever became of its
   cell. The store decides, not this list (an evaluation's key also holds the exact training
   tensors): read it as the expected split;
-* the time, estimated from earlier FINISHED cells of the same recipe: the same row (every param
-  but the seeds), else the same setting and IPC, else the same setting: their minutes per seed,
-  times this cell's seeds. Cells with no earlier run of their recipe say "no estimate".
+* the models it needs and trains, from the model of its work (:mod:`ddlib.work`): every model,
+  the set's selection networks, each lr search's candidates, teachers, the full-data reference and
+  shadow models included, less those the store holds;
+* the time, estimated from earlier FINISHED cells of the same recipe where there are some: the same
+  row (every param but the seeds), else the same setting and IPC, else the same setting (fitted on
+  the image-epochs they trained, else their minutes per seed times this cell's seeds); a first run
+  of a recipe from its work at this machine's rates (:mod:`ddlib.calibrate`: measured once per
+  machine in a few seconds, scaled to its load now).
 
-Nothing is written to the store and nothing is trained.
+It also checks that the store can be written and that each cell's device exists here. Nothing is
+written to the store and nothing is trained (a first calibration writes to the ddlib cache).
 """
 
 
@@ -26,7 +32,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from ddlib.estimate import SHARED_ROLES, CellPlan, Count, Store, estimates, plan_cell  # noqa: F401 (re-exported)
+from ddlib.estimate import (FIRST_RUN, SHARED_ROLES, CellPlan, Count, Machine, Store, estimates,  # noqa: F401 (re-exported)
+                            plan_cell)
 from ddlib.shown import one_line
 from ddlib.tracking import Tracker, client
 
@@ -42,6 +49,7 @@ class GridPlan:
     data: list[str]  # the data roots checked, with what they hold
     notes: list[str] = field(default_factory=list)  # input files a dry run did not load, and why
     leakage: list[str] = field(default_factory=list)  # file sets that hold test images (protocols.leakage)
+    machines: list[Machine] = field(default_factory=list)  # what the first-run estimates were timed on
 
     def minutes(self, workers: int = 1) -> float | None:
         todo = [c for c in self.cells if c.action == "run"]
@@ -50,19 +58,58 @@ class GridPlan:
         return sum(c.minutes for c in todo) / max(1, min(workers, len(todo)))
 
 
-def plan_grid(path: str | os.PathLike, force: bool = False) -> GridPlan:
-    """Validate, check every data root and input file, and plan each cell (see the module docstring)."""
-    from ddlib.runner import check_cell_inputs, check_cell_leakage, check_data, expand, load_grid
+def plan_grid(path: str | os.PathLike, force: bool = False, workers: int = 1) -> GridPlan:
+    """Validate, check every data root, input file, device and the store, and plan each cell (see
+    the module docstring); first runs are timed at the threads each of ``workers`` gets."""
+    from ddlib.engine.device import usable_cores
+    from ddlib.runner import GridError, check_cell_inputs, check_cell_leakage, check_data, expand, load_grid
+    from ddlib.tracking import StoreError, check_store_writable
 
     spec = load_grid(path)
     cells = expand(spec)
     data = check_data(spec, cells)  # the runner's own checks: every data root, set, preset, checkpoint, ground truth
     notes = check_cell_inputs(spec, cells, run_code=False)  # a dry run unpickles nothing (trusted: true)
     leakage = check_cell_leakage(spec, cells)
+    for params in cells:
+        try:
+            check_device_here(params.get("device", "auto"))
+        except ValueError as e:
+            from ddlib.protocols.cell import run_name
+
+            raise GridError(f"{path}: cell {run_name(spec.protocol, params)}: {e}") from None
+    try:
+        check_store_writable()
+    except StoreError as e:
+        raise GridError(str(e)) from None
     tracker = _read_only_tracker(spec.experiment)
     store = Store(tracker) if tracker is not None else None
-    plans = [plan_cell(store, spec.protocol, params, force=force) for params in cells]
-    return GridPlan(str(path), spec.protocol, spec.experiment, plans, data, notes, leakage)
+    threads = int(os.environ.get("DDLIB_NUM_THREADS") or 0) or max(1, usable_cores() // max(1, workers))
+    machines: dict[str, Machine] = {}
+    plans = []
+    for params in cells:
+        device = params.get("device", "auto")
+        if device not in machines:
+            machines[device] = Machine(device, threads)
+        plans.append(plan_cell(store, spec.protocol, params, force=force, machine=machines[device]))
+    return GridPlan(str(path), spec.protocol, spec.experiment, plans, data, notes, leakage, list(machines.values()))
+
+
+def check_device_here(device: str) -> None:
+    """A ValueError naming ``device`` where this machine has no such device (a dry run plans this
+    machine's run: a grid for another machine's GPUs is dry-run there)."""
+    import torch
+
+    if device in (None, "auto", "cpu"):
+        return
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError("device 'mps': this machine has no MPS device")
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        have = f"CUDA devices 0-{count - 1}" if count > 1 else ("CUDA device 0" if count else "no CUDA device")
+        raise ValueError(f"device {device!r}: this machine has {have}")
 
 
 class _Reader(Tracker):
@@ -97,7 +144,7 @@ def print_plan(path: str | os.PathLike, workers: int = 1, force: bool = False, o
 
     out = out or sys.stdout
     try:
-        plan = plan_grid(path, force=force)
+        plan = plan_grid(path, force=force, workers=workers)
     except GridError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         print("dry run: stopped before anything ran", file=sys.stderr)
@@ -120,6 +167,8 @@ def print_plan(path: str | os.PathLike, workers: int = 1, force: bool = False, o
             print(f"\n[skip] {cell.name}: already FINISHED (--force reruns it)", file=out)
             continue
         when = f"~{cell.minutes:.1f} min ({cell.basis})" if cell.minutes is not None else cell.basis
+        if cell.minutes is not None and cell.work_seconds is not None and not cell.basis.startswith(FIRST_RUN):
+            when += f"; its work at this machine's rates: ~{cell.work_seconds / 60:.1f} min"
         print(f"\n[run]  {cell.name}: {when}", file=out)
         print(f"  params: {_compact(cell.params)}", file=out)
         unknown = "not known: no earlier cell of this setting recorded its trainings"
@@ -129,7 +178,12 @@ def print_plan(path: str | os.PathLike, workers: int = 1, force: bool = False, o
     todo = sum(c.action == "run" for c in plan.cells)
     total = plan.minutes(workers)
     estimate = f"~{total:.1f} min with {workers} worker(s)" if total is not None else \
-        "no time estimate for every cell (no earlier runs of their recipe)"
+        "no time estimate for every cell (no earlier runs of their recipe, no model of their work)"
     print(f"\nwould run {todo}, skip {len(plan.cells) - todo} already finished; {estimate}", file=out)
+    for machine in plan.machines:
+        if machine.calibrated:
+            print(f"calibrated this machine for {', '.join(machine.calibrated)} (once per machine; ddlib cache)", file=out)
+        if any(c.basis.startswith(FIRST_RUN) for c in plan.cells if c.action == "run"):
+            print(f"first runs timed on {machine.describe()}; the running cell's line updates its time from its own "
+                  "epochs", file=out)
     return 0
-

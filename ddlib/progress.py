@@ -9,6 +9,14 @@ learning rates), its epoch and the ETA of the call there, at most every ``DDLIB_
 line per running cell under its bar. The worker also mirrors the line to the cell run's
 ``ddlib.progress`` tag at most every :data:`TAG_SECONDS` (what ``ddlib runs`` shows, and what the
 runner reads for cells on Ray nodes). Nothing here imports torch or MLflow.
+
+The cell's own remaining time (``cell ~M:SS left``): the cell gives its writer the model of its work
+(:meth:`ProgressWriter.plan`: its predicted seconds at the machine's calibrated rates, :mod:`ddlib.work`)
+and, per training call, the predicted seconds of one model-epoch (``unit``). The writer adds up the
+predicted seconds of what is done (trained epochs, and models found in the store) and scales what is
+left by the cell's measured pace: remaining = (predicted total - predicted done) x seconds since the
+cell opened / predicted seconds trained. A busy machine or a slow augmentation shows in it within
+an epoch or two, whatever the dry run said.
 """
 
 from __future__ import annotations
@@ -38,9 +46,34 @@ class ProgressWriter:
         self.path, self.cell = Path(path), cell
         self.every = _every() if every is None else every
         self._last, self.started = 0.0, time.time()
+        self.total: float | None = None  # the cell's predicted seconds of work (plan)
+        self.done = 0.0  # predicted seconds of the calls finished, and of models found in the store
+        self.trained = 0.0  # ... of the epochs trained here (what the pace is measured on)
+        self._call = (0.0, None)  # the current call's predicted seconds done so far, and its last progress
 
-    def __call__(self, role: str, progress) -> None:
-        """``progress``: an :class:`ddlib.engine.train.EpochProgress` of a call training ``role``."""
+    def plan(self, seconds: float | None) -> None:
+        """The cell's work, in predicted seconds (None: not known here: no cell estimate is shown)."""
+        self.total = seconds
+
+    def skipped(self, seconds: float) -> None:
+        """Predicted work the cell will not do (models found in the store)."""
+        self.done += seconds
+
+    def remaining(self) -> float | None:
+        """Seconds the cell has left at its own pace so far (None before a first epoch, or without a plan)."""
+        done = self.trained + self._call[0]
+        if self.total is None or done <= 0:
+            return None
+        return max(0.0, self.total - self.done - done) * (time.time() - self.started) / done
+
+    def __call__(self, role: str, progress, unit: float | None = None) -> None:
+        """``progress``: an :class:`ddlib.engine.train.EpochProgress` of a call training ``role``;
+        ``unit``: the predicted seconds of one of its model-epochs (the cell's estimate)."""
+        if unit is not None:
+            if progress.epoch == 0 and progress.models_before == 0:
+                self.trained += self._call[0]  # a new call: the previous one is done
+            self._call = ((progress.models_before * progress.epochs + len(progress.runs) * progress.epoch) * unit,
+                          progress)
         now = time.monotonic()
         if progress.epoch not in (0, progress.epochs) and now - self._last < self.every:
             return
@@ -48,7 +81,8 @@ class ProgressWriter:
         record = {"cell": self.cell, "role": role, "seeds": sorted({s for s, _ in progress.runs}),
                   "lrs": sorted({lr for _, lr in progress.runs}), "epoch": progress.epoch, "epochs": progress.epochs,
                   "model": progress.models_before + 1, "in_step": len(progress.runs), "models": progress.models,
-                  "eta": progress.eta_seconds, "time": time.time(), "started": self.started}
+                  "eta": progress.eta_seconds, "time": time.time(), "started": self.started,
+                  "cell_eta": self.remaining()}
         self._write(record)
 
 
@@ -101,4 +135,6 @@ def describe(record: dict) -> str:
     parts.append(f"epoch {record['epoch']}/{record['epochs']}")
     if record.get("eta") is not None:
         parts.append(f"ETA {_clock(record['eta'])}")
+    if record.get("cell_eta") is not None:
+        parts.append(f"cell ~{_clock(record['cell_eta'])} left")
     return " · ".join(parts)

@@ -41,15 +41,16 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ddlib.executors import (CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor, interrupted, short_error,
-                             stop_signal)
+from ddlib.executors import (CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor, interrupted,
+                             quiet_raised_store_errors, short_error, stop_signal)
 from ddlib import progress as cell_progress
 from ddlib.console import CellLines, progress_files, progress_tags
 from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.protocols.cell import cell_tags, run_name
 from ddlib.protocols.leakage import LEAKAGE_TAG, STRICT_ENV, test_leaked
-from ddlib.tracking import (TAG, Tracker, config_hash, default_tags, init_store, is_server_uri, project_folder,
-                            owner_is_gone, release_store_locks, store_environment, tracking_uri)
+from ddlib.tracking import (TAG, StoreError, Tracker, check_store_writable, config_hash, default_tags, init_store,
+                            is_server_uri, owner_is_gone, project_folder, release_store_locks, store_environment,
+                            tracking_uri, write_failure)
 from ddlib.shown import shown
 from ddlib.yamlfile import YamlFileError, load_yaml
 
@@ -103,8 +104,11 @@ def notebooks_dir() -> Path:
 
 
 def load_grid(path: str | os.PathLike) -> GridSpec:
-    path = Path(path)
+    """The params file at ``path``, or the shipped grid it names (``demo``: :mod:`ddlib.shipped_grids`)."""
+    from ddlib.shipped_grids import grid_file
+
     try:
+        path = grid_file(path)
         raw = load_yaml(path)
     except YamlFileError as e:
         raise GridError(str(e)) from None
@@ -160,6 +164,22 @@ def _absolute(value: str) -> str:
     return os.path.abspath(os.path.expanduser(value))
 
 
+def absolute_paths(params: dict, path_params: tuple[str, ...] = ()) -> dict:
+    """``params`` with every path taken from where ddlib runs, absolute (kernels run in notebooks/, and a
+    params file ``ddlib score`` writes is rerun from anywhere): ``data_root``, the protocol's
+    ``path_params``, ``teacher_checkpoints`` and a ``preset`` given as a file."""
+    out = dict(params)
+    for key in ("data_root", *path_params):
+        if isinstance(out.get(key), str):
+            out[key] = _absolute(out[key])
+    if isinstance(out.get("teacher_checkpoints"), list):
+        out["teacher_checkpoints"] = [_absolute(c) if isinstance(c, str) else c for c in out["teacher_checkpoints"]]
+    preset = out.get("preset")
+    if isinstance(preset, str) and (preset.endswith((".yaml", ".yml")) or "/" in preset):
+        out["preset"] = _absolute(preset)
+    return out
+
+
 def cell_shares(params: dict) -> frozenset[str]:
     """The cached work a cell's set shares with other cells of its data (K-Center's features, DM's
     real means: :func:`ddlib.methods.sources.shared_work`), so the local pool starts no two cells that
@@ -198,15 +218,7 @@ def expand(spec: GridSpec) -> list[dict]:
                 cell = module.fill_sources(cell, spec.methods)
             except ValueError as e:
                 raise GridError(f"{spec.path}: {e}") from None
-        # Every path is taken from where `ddlib run` runs (kernels run in notebooks/).
-        for key in ("data_root", *module.SPEC.path_params):
-            if isinstance(cell.get(key), str):
-                cell[key] = _absolute(cell[key])
-        if isinstance(cell.get("teacher_checkpoints"), list):
-            cell["teacher_checkpoints"] = [_absolute(c) if isinstance(c, str) else c for c in cell["teacher_checkpoints"]]
-        preset = cell.get("preset")
-        if isinstance(preset, str) and (preset.endswith((".yaml", ".yml")) or "/" in preset):
-            cell["preset"] = _absolute(preset)
+        cell = absolute_paths(cell, module.SPEC.path_params)
         try:
             cell = module.validate(cell)
         except ValueError as e:
@@ -350,6 +362,11 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
                 "MLFLOW_TRACKING_URI=http://127.0.0.1:5000")
     workers = workers or (len(gpu_ids) if gpu_ids else 1)
     report = RunReport()
+    try:  # a read-only mount, a file in the way, a full disk: one line naming the store, before anything runs
+        check_store_writable()
+    except StoreError as e:
+        raise GridError(str(e)) from None
+    quiet_raised_store_errors()
     init_store()  # create the database once, before any worker touches it
     tracker = Tracker(spec.experiment)
     report.reaped = reap_stale_runs(tracker)
@@ -375,7 +392,6 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     if not todo:
         report.seconds = time.perf_counter() - started
         return report
-    guesses = _estimates(tracker, spec.protocol, todo)
     if executor == "ray":
         runner = RayExecutor(address, min(workers, len(todo)), spec.cpus_per_cell, spec.gpus_per_cell)
     else:
@@ -385,6 +401,7 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     # (CPU results are bit-identical only for the same thread count). MLflow prints a "View run ...
     # at" line per finished run on a server: not into every notebook.
     threads = os.environ.get("DDLIB_NUM_THREADS") or str(runner.threads_per_cell())
+    guesses = _estimates(tracker, spec.protocol, todo, int(threads))
     env = {**store_environment(), "DDLIB_NUM_THREADS": threads, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
            **({STRICT_ENV: "1"} if strict else {})}
     progress_dir = tempfile.mkdtemp(prefix="ddlib-progress-") if executor == "local" and progress else None
@@ -399,10 +416,15 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
     source = progress_files(progress_dir, guesses) if progress_dir else progress_tags(tracker, runner_id)
     lines = CellLines(min(runner.workers, len(jobs)), source, disable=not progress)
 
+    errors: dict[str, str] = {}  # run id -> why its cell failed
+    from ddlib.report.ui import cell_link
+
     def record(job: CellJob, outcome: CellOutcome) -> None:
         lines.finish(job.name)
         if outcome.status == "finished":
             report.finished.append(job.name)
+            if outcome.run_id:  # its page in MLflow's UI, as `ddlib ui` serves it
+                bar.write(f"finished {job.name}: {cell_link(tracker.experiment_id, outcome.run_id)}")
             if outcome.run_id and (flag := _sanity_flag(tracker, outcome.run_id)):
                 report.flags.append((job.name, flag))
                 bar.write(f"warning: {job.name}: {flag}")
@@ -412,6 +434,8 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
             report.elsewhere.append(job.name)
         else:
             report.failed.append((job.name, outcome.error or outcome.status))
+            if outcome.run_id and outcome.error:
+                errors[outcome.run_id] = outcome.error  # what _settle marks it with if its worker could not
         bar.update(1)
 
     previous = _handle_sigterm()
@@ -431,18 +455,18 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
             shutil.rmtree(progress_dir, ignore_errors=True)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    _settle(tracker, runner_id, "FAILED", "its worker process died")
+    _settle(tracker, runner_id, "FAILED", "its worker process died", errors)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _estimates(tracker: Tracker, protocol: str, todo: list) -> dict[str, float]:
-    """Each cell's estimated minutes (:func:`ddlib.estimate.estimates`), tagged on its run when it starts:
-    the next dry run says how good the estimate was."""
+def _estimates(tracker: Tracker, protocol: str, todo: list, threads: int) -> dict[str, float]:
+    """Each cell's estimated minutes at the threads it gets (:func:`ddlib.estimate.estimates`), tagged on
+    its run when it starts: the next dry run says how good the estimate was."""
     from ddlib.estimate import estimates
 
     try:
-        guesses = estimates(tracker, protocol, [params for _, params, _ in todo])
+        guesses = estimates(tracker, protocol, [params for _, params, _ in todo], threads=threads)
     except Exception:  # noqa: BLE001 - an estimate is advice: it must not stop a grid
         return {}
     for name, _, tags in todo:
@@ -472,8 +496,15 @@ def _handle_sigterm():
     return signal.signal(signal.SIGTERM, stop)
 
 
-def _settle(tracker: Tracker, runner_id: str, status: str, reason: str) -> None:
-    """Runs of this runner still RUNNING once its executor returned: their worker died (FAILED) or
-    the runner was interrupted (KILLED)."""
-    for run in tracker.find_running({TAG["runner"]: runner_id}):
-        tracker.fail_run(run.info.run_id, reason, status=status)
+def _settle(tracker: Tracker, runner_id: str, status: str, reason: str, errors: dict[str, str] | None = None) -> None:
+    """Runs of this runner still RUNNING once its executor returned: their worker died or could not mark
+    its failed cell itself (a full disk; ``errors``: why each such cell failed), FAILED; or the runner was
+    interrupted, KILLED. Where the store still cannot be written they stay RUNNING, with no traceback: the
+    cell's outcome said why in one line, and the next run marks them KILLED (their owner is gone)."""
+    errors = errors or {}
+    try:
+        for run in tracker.find_running({TAG["runner"]: runner_id}):
+            tracker.fail_run(run.info.run_id, errors.get(run.info.run_id, reason), status=status)
+    except Exception as error:
+        if write_failure(error) is None:
+            raise

@@ -30,14 +30,52 @@ import pandas as pd
 
 from ddlib.protocols.spec import set_protocols
 from ddlib.shown import shown
+from ddlib import tracking
 from ddlib.tracking import TAG, Tracker, config_hash, mlruns_dir
 
 __all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", "FILE_OPTIONS", "given_file_options",
-           "save_arrays"]
+           "save_arrays", "QUICK", "QUICK_TAG", "quick_params", "quick_note", "tag_quick"]
 
 # Protocols that score a set (nas also needs a ground-truth file: run it from a params file).
 SET_PROTOCOLS = tuple(set_protocols())  # from the protocols' specs (nas also needs a ground truth)
 FILE_OPTIONS = ("normalized", "allow_unequal", "experiment_index", "zca_space", "trusted")  # keys of a file source
+
+# ``--quick`` (``ddlib.score(quick=True)``): a first look in a minute or two on digits-sized data, never a
+# result: one seed, few epochs, a small lr grid, a short full-data reference, two attacks on 200 images.
+# They are parameters, so a quick cell has keys (and leaderboard rows) of its own; given parameters win.
+_SHORT = {"seeds": [0], "epochs": 30}
+_ATTACKS = {"seeds": [0], "epochs": 50, "attacks": ["fgsm", "pgd"], "attack_size": 200}
+QUICK = {"label_robust": {**_SHORT, "lr_grid": [0.005, 0.01, 0.05], "real_recipe": {"epochs": 10, "batch_size": 64,
+                                                                                    "lr": 0.05}},
+         "augmentation_robust": {**_SHORT, "lr_grid": [0.005, 0.01, 0.05]},
+         "adversarial": _ATTACKS, "blackbox": {**_ATTACKS, "target_models": ["random"]},
+         "augmentation": {**_SHORT, "augmentations": ["none", "dsa"]},
+         "transfer": {**_SHORT, "models": ["convnet", "mlp"]},
+         "compression": {**_SHORT, "real_recipe": {"epochs": 10}},
+         "privacy": {**_SHORT, "members": 200, "real_recipe": {"epochs": 10}}}
+QUICK_TAG = TAG["quick"]  # on a quick cell's run: what it is (a first look, not a result; every board says so)
+_EPOCH_KEYS = ("epochs", "recipe", "preset_epochs", "aug_epochs")  # a given one: the quick epochs step aside
+
+
+def quick_params(protocol: str, params: dict) -> dict:
+    """``params`` over the protocol's quick settings (:data:`QUICK`)."""
+    quick = dict(QUICK.get(protocol, {"seeds": [0]}))
+    if any(k in params for k in _EPOCH_KEYS):
+        quick.pop("epochs", None)
+    return {**quick, **params}
+
+
+def quick_note(protocol: str) -> str:
+    """What a quick cell is, in one line (``ddlib score --quick`` prints it; the cell run is tagged with it)."""
+    shown_settings = ", ".join(f"{k} {shown(v)}" for k, v in QUICK.get(protocol, {"seeds": [0]}).items())
+    return f"quick look ({shown_settings}): a first look, not a result; its cells are rows of their own"
+
+
+def tag_quick(run_id: str, protocol: str) -> None:
+    """Tag a quick cell's run (:data:`QUICK_TAG`) so that the store says what it is."""
+    from ddlib.tracking import client
+
+    client().set_tag(run_id, QUICK_TAG, quick_note(protocol))
 
 
 def given_file_options(normalized: bool | None = None, allow_unequal: bool = False, experiment_index: int | None = None,
@@ -81,12 +119,16 @@ def set_ipc(path: str | os.PathLike, dataset: str, data_root: str | None = None,
 
 def like_grid(like: str | os.PathLike, protocol: str | None, dataset: str | None) -> tuple[str, str, dict]:
     """(protocol, experiment, params) of an existing grid's setting, to score a set beside its rows
-    (``--like GRID.yaml``): the grid's parameters, and every crossed value that is one value only;
-    ``method``, ``ipc`` and ``source`` are the set's. A grid that crosses anything else (two presets,
-    two recipes) has several settings: the error names the key to choose."""
+    (``--like GRID.yaml``, or a shipped grid's name: ``--like demo``): the grid's parameters, and every
+    crossed value that is one value only; ``method``, ``ipc`` and ``source`` are the set's. A grid that
+    crosses anything else (two presets, two recipes) has several settings: the error names the key to
+    choose. A grid of a protocol that scores no single set (``nas``) is refused naming the file."""
     from ddlib.runner import load_grid
 
-    spec = load_grid(like)
+    spec = load_grid(like)  # a path, or a shipped grid's name (`--like demo`)
+    if spec.protocol not in SET_PROTOCOLS:
+        raise ValueError(f"--like {like}: its protocol {spec.protocol!r} does not score one set; --like takes a grid "
+                         f"of {', '.join(SET_PROTOCOLS)}")
     if protocol is not None and protocol != spec.protocol:
         raise ValueError(f"--like {like}: its protocol is {spec.protocol!r}, not {protocol!r}")
     params = {k: v for k, v in spec.params.items() if k not in ("method", "ipc", "source")}
@@ -106,7 +148,7 @@ def like_grid(like: str | os.PathLike, protocol: str | None, dataset: str | None
 def score_grid(path: str | os.PathLike, dataset: str | None = None, protocol: str | None = None,
                method: str | None = None, ipc: int | None = None, file_options: dict | None = None,
                experiment: str | None = None, dry_run: bool = False, like: str | os.PathLike | None = None,
-               **params) -> dict:
+               quick: bool = False, **params) -> dict:
     """The one-cell params grid (a params-file mapping) that scores the set at ``path``.
 
     ``ipc`` is read from the file when not given; ``file_options`` are the file source's keys
@@ -114,7 +156,8 @@ def score_grid(path: str | os.PathLike, dataset: str | None = None, protocol: st
     protocol's parameters (``seeds``, ``preset``, ``epochs``, ...). ``like``: a grid whose setting
     (protocol, experiment, parameters) the set is scored in, so its row sits beside the grid's
     (``params`` still win). ``dry_run``: nothing that runs a file's code is read (a ``trusted`` file
-    only full unpickling reads needs ``ipc``)."""
+    only full unpickling reads needs ``ipc``). ``quick``: the protocol's quick settings under the
+    given parameters (:data:`QUICK`)."""
     if like is not None:
         protocol, like_experiment, base = like_grid(like, protocol, dataset)
         experiment = experiment or like_experiment
@@ -125,6 +168,8 @@ def score_grid(path: str | os.PathLike, dataset: str | None = None, protocol: st
         raise ValueError("give the dataset the set was distilled from (--dataset)")
     if protocol not in SET_PROTOCOLS:
         raise ValueError(f"protocol must be one of {list(SET_PROTOCOLS)}, got {protocol!r}")
+    if quick:
+        params = quick_params(protocol, params)
     options = dict(file_options or {})
     source = _file_source(path, options)
     if not Path(source["path"]).exists():
@@ -201,17 +246,27 @@ def resolve_cell(grid: dict) -> tuple[str, str, dict]:
 
 
 class CellResult:
-    """A finished cell as MLflow holds it: ``per_seed`` (one row per seed), ``summary`` (mean and
-    std of each value), the run's id and its data label."""
+    """A finished cell as MLflow holds it, in shown units (:mod:`ddlib.units`): ``per_seed`` (one row
+    per seed), ``summary`` (``<value>_mean`` and ``<value>_std``), ``facts`` (what the cell logged once:
+    models trained and reused, ...), the run's id, its data label and its protocol."""
 
     def __init__(self, run_id: str, per_seed: pd.DataFrame, summary: dict[str, float], data: str | None,
-                 name: str):
+                 name: str, protocol: str = "", facts: dict[str, float] | None = None):
         self.run_id, self.per_seed, self.summary, self.data, self.name = run_id, per_seed, summary, data, name
+        self.protocol, self.facts = protocol, dict(facts or {})
 
     def table(self) -> pd.DataFrame:
-        cols = [c for c in self.per_seed.columns if f"{c}_mean" in self.summary]  # values, not logged lrs
+        cols = [c for c in self.per_seed.columns if f"{c}_mean" in self.summary]
         return pd.DataFrame({"mean": [self.summary[f"{c}_mean"] for c in cols],
                              "std": [self.summary.get(f"{c}_std", np.nan) for c in cols]}, index=cols)
+
+    def values(self, columns: str = "scores") -> pd.DataFrame:
+        """As :meth:`ddlib.protocols.spec.Result.values`: the scores (or ``"all"`` values) with their
+        units, mean, std, interval and seeds."""
+        from ddlib.protocols.spec import value_names
+        from ddlib.tables import value_table
+
+        return value_table(self.per_seed, value_names(self.protocol, self.per_seed, columns))
 
     def __repr__(self) -> str:
         return f"CellResult({self.name!r}, run {self.run_id}, seeds={list(self.per_seed.get('seed', []))})"
@@ -219,7 +274,9 @@ class CellResult:
 
 def cell_result(protocol: str, experiment: str, params: dict) -> CellResult | None:
     """The newest FINISHED cell run of these params (its config key), read back from MLflow."""
+    from ddlib import units
     from ddlib.protocols.cell import cell_tags, run_name
+    from ddlib.tracking import per_seed_key, per_seed_names
 
     tags = cell_tags(protocol, params)
     tracker = Tracker(experiment)
@@ -227,17 +284,22 @@ def cell_result(protocol: str, experiment: str, params: dict) -> CellResult | No
     if not runs:
         return None
     run = runs[0]
-    summary = {k: v for k, v in run.data.metrics.items() if k.endswith(("_mean", "_std"))}
+    # as stored where the run holds shown units (no round trip through fractions: the same floats as
+    # ddlib.score() returns), else (a run written before) converted
+    to_shown = (lambda _key, value: value) if tracking.in_shown_units(run) else units.shown
+    logged = {k: to_shown(k, v) for k, v in run.data.metrics.items()}
+    summary = {k: v for k, v in logged.items() if k.endswith(("_mean", "_std"))}
     columns: dict[str, dict[int, float]] = {}
-    for key in sorted(run.data.metrics):
-        if key.endswith(("_mean", "_std")):
-            continue
-        history = tracker.client.get_metric_history(run.info.run_id, key)
-        if len({m.step for m in history}) == len(history):  # per-seed values (step = seed)
-            columns[key] = {m.step: m.value for m in history}
+    for key in per_seed_names(run):
+        if not tracking.in_shown_units(run) and f"{key}_mean" not in summary:
+            continue  # a run before per_seed/: a value logged once (models_trained) is no per-seed value
+        stored = {m.step: m.value for m in tracker.client.get_metric_history(run.info.run_id, per_seed_key(run, key))}
+        columns[key] = {s: to_shown(key, v) for s, v in stored.items()}
     seeds = sorted(set().union(*(c.keys() for c in columns.values()))) if columns else []
     per_seed = pd.DataFrame([{"seed": s, **{k: v.get(s, np.nan) for k, v in columns.items()}} for s in seeds])
-    return CellResult(run.info.run_id, per_seed, summary, run.data.tags.get(TAG["data"]), run_name(protocol, params))
+    facts = {k: v for k, v in logged.items() if k not in summary and not k.startswith(units.PER_SEED) and k not in columns}
+    return CellResult(run.info.run_id, per_seed, summary, run.data.tags.get(TAG["data"]), run_name(protocol, params),
+                      protocol, facts)
 
 
 # --------------------------------------------------------------------------- in process
@@ -264,7 +326,7 @@ def score(images: Any = None, labels: Any = None, *, dataset: str | None = None,
           like: str | os.PathLike | None = None, data_root: str | None = None, device: str | None = None,
           experiment: str | None = None, normalized: bool | None = None, zca_space: bool | None = None,
           trusted: bool = False, allow_unequal: bool = False, experiment_index: int | None = None,
-          progress: bool = False, strict: bool = False, **params):
+          progress: bool = False, strict: bool = False, quick: bool = False, **params):
     """Score a set in this process and return the protocol's result (``per_seed``, ``summary``, and
     ``run_id``, the MLflow cell run). The same names as ``ddlib score``'s options, the notebooks'
     parameters and the grids' keys.
@@ -288,6 +350,8 @@ def score(images: Any = None, labels: Any = None, *, dataset: str | None = None,
     The cell is the one ``ddlib score`` runs for the same file: a finished one is reused.
     ``strict=True`` refuses (:class:`ddlib.protocols.leakage.LeakageRefused`, the cell FAILED) a set that
     holds images of the test split, exact or near; without it such a set is scored and flagged.
+    ``quick=True``: the protocol's quick settings (:data:`QUICK`: one seed, few epochs) under the given
+    parameters, a first look (its run is tagged :data:`QUICK_TAG`), not a result.
 
     >>> result = ddlib.score(images, labels, dataset="cifar10", seeds=[0, 1, 2])   # doctest: +SKIP
     >>> result.per_seed, result.summary["lrs_mean"]                                 # doctest: +SKIP
@@ -303,9 +367,12 @@ def score(images: Any = None, labels: Any = None, *, dataset: str | None = None,
     elif images is not None or labels is not None:
         raise ValueError("give images and labels, or path, not both")
     grid = score_grid(path, dataset, protocol, method=method, ipc=ipc, file_options=file_options,
-                      experiment=experiment, like=like, **params)
+                      experiment=experiment, like=like, quick=quick, **params)
     try:
         protocol, experiment, cell = resolve_cell(grid)
     except ValueError as e:  # GridError names a placeholder file: say what was called
         raise ValueError(str(e).replace("<score>: ", "ddlib.score: ")) from None
-    return _run_steps(protocol, experiment, cell, progress, strict)
+    result = _run_steps(protocol, experiment, cell, progress, strict)
+    if quick:
+        tag_quick(result.run_id, protocol)
+    return result

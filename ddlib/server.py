@@ -10,8 +10,10 @@ It binds to 127.0.0.1 unless told otherwise: MLflow's server has no authenticati
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,7 +25,7 @@ from typing import IO
 from ddlib.tracking import artifact_root, create_sqlite_store, is_server_uri, tracking_uri
 
 __all__ = ["ServerError", "server_command", "mlflow_server_env", "JOB_EXECUTION_ENV", "start_server", "stop_server",
-           "wait_healthy", "serve", "run_foreground", "LOOPBACK"]
+           "wait_healthy", "serve", "run_foreground", "LOOPBACK", "check_port_free"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -77,6 +79,52 @@ def server_command(backend_store_uri: str | None = None, artifacts_destination: 
     return command, mlflow_server_env(MLFLOW_BACKEND_STORE_URI=backend)
 
 
+def check_port_free(host: str, port: int) -> None:
+    """A :class:`ServerError` in one line where nothing can listen on ``host:port`` (another server has
+    it, or the port or host is not one this process may take), before MLflow starts: its server would
+    print uvicorn's traceback first. Checked with the ``SO_REUSEADDR`` uvicorn binds with, so closed
+    connections still waiting on the port (TIME_WAIT) do not count."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as error:
+        if getattr(error, "errno", None) == errno.EADDRINUSE:
+            raise ServerError(f"port {port} on {host} is in use (another MLflow UI or server?): "
+                              "choose another with --port") from None
+        raise ServerError(f"cannot listen on {host} port {port}: {error.strerror or error}") from None
+    except OverflowError:
+        raise ServerError(f"--port must be 0-65535, got {port}") from None
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _stops_with_this_process():
+    """A ``preexec_fn`` for the MLflow server or UI process ddlib starts: Linux sends it SIGTERM when this
+    process ends, however it ends (SIGKILL, the OOM killer), as the kernels of a grid end with their
+    worker (ipykernel watches its parent) and the workers with their runner. The MLflow command
+    forwards SIGTERM to its uvicorn server, which stops its workers: nothing is left listening. The
+    child checks its parent once more after asking, in case that died first. Linux counts the thread
+    that started the child as its parent: start it from one that lives as long (the main thread). None
+    where there is no ``prctl`` (not Linux): Ctrl-C or SIGTERM still stop the group (:func:`run_foreground`)."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 def wait_healthy(url: str, process: subprocess.Popen | None = None, timeout: float = 180.0) -> None:
     """Poll ``url/health`` until it answers OK; :class:`ServerError` if the process exits or time runs out
     (the first start on an empty PostgreSQL database runs MLflow's schema migrations: tens of seconds)."""
@@ -99,8 +147,9 @@ def start_server(backend_store_uri: str | None = None, artifacts_destination: st
                  timeout: float = 180.0) -> subprocess.Popen:
     """Start the server in the background and return once ``/health`` answers (the caller stops it)."""
     command, env = server_command(backend_store_uri, artifacts_destination, host, port, workers)
+    check_port_free(host, port)
     process = subprocess.Popen(command, env=env, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else
-                               subprocess.DEVNULL, start_new_session=True)
+                               subprocess.DEVNULL, start_new_session=True, preexec_fn=_stops_with_this_process())
     try:
         wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}", process, timeout)
     except BaseException:
@@ -132,6 +181,7 @@ def serve(backend_store_uri: str | None = None, artifacts_destination: str | os.
         print(f"warning: binding to {host}: anyone who can reach this port can read and write every run "
               "(MLflow's server has no authentication)", file=sys.stderr)
     url = f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{port}"
+    check_port_free(host, port)
     return run_foreground(command, env, url, f"MLflow server at {url} (store {_redact(backend)}, artifacts "
                                              f"{destination})\npoint runs at it:  export MLFLOW_TRACKING_URI={url}")
 
@@ -141,8 +191,9 @@ def run_foreground(command: list[str], env: dict[str, str] | None, url: str, rea
     process is told to stop. It runs in its own process group, stopped as a whole (MLflow runs
     uvicorn and job workers under it) on Ctrl-C, SIGTERM and SIGHUP: stopping ``ddlib server`` or
     ``ddlib ui`` must not leave a server listening. ``ready`` is printed once ``url/health`` answers,
-    not before (the first start can take a minute under load)."""
-    process = subprocess.Popen(command, env=env, start_new_session=True)
+    not before (the first start can take a minute under load). A SIGKILL of this process stops it too
+    (:func:`_stops_with_this_process`)."""
+    process = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_stops_with_this_process())
 
     def stop_on_signal(signum, frame):
         raise KeyboardInterrupt

@@ -20,6 +20,7 @@ host, or its heartbeat is older than the stale limit): the runner then marks it 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -28,6 +29,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -35,24 +37,28 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 
 import ddlib
+from ddlib import units
 from ddlib.cache import cache_dir
 
 __all__ = [
     "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "create_sqlite_store", "client", "Tracker", "runs",
     "config_hash", "flatten", "default_tags", "git_commit", "code_version", "project_folder", "TAG", "is_server_uri", "owner_tag",
-    "owner_is_gone", "STALE_AFTER_SECONDS", "unreachable_server", "release_store_locks",
+    "owner_is_gone", "STALE_AFTER_SECONDS", "unreachable_server", "release_store_locks", "StoreError",
+    "check_store_writable", "write_failure", "SHOWN_UNITS",
+    "in_shown_units", "run_metrics", "computed_history", "per_seed_names", "per_seed_key", "as_stored",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # A checkout (editable install) holds pyproject.toml beside the package; a wheel's site-packages does not.
 IN_CHECKOUT = (PROJECT_ROOT / "pyproject.toml").exists()
 # Folders of the checkout that a wheel carries inside the package (pyproject's package-dir).
-_WHEEL_FOLDERS = {"notebooks": "notebooks", "params/methods": "presets"}
+_WHEEL_FOLDERS = {"notebooks": "notebooks", "params/methods": "presets", "params": "grids"}
 
 
 def project_folder(name: str) -> Path:
-    """``notebooks`` or ``params/methods``: in place in a checkout, else the copy a wheel carries
-    under ``ddlib/_files/`` (so a ``pip install``ed ddlib runs its protocols' notebooks)."""
+    """``notebooks``, ``params/methods`` or ``params`` (the shipped grids): in place in a checkout, else
+    the copy a wheel carries under ``ddlib/_files/`` (so a ``pip install``ed ddlib runs its protocols'
+    notebooks and ``ddlib run demo``)."""
     if IN_CHECKOUT:
         return PROJECT_ROOT / name
     return Path(__file__).resolve().parent / "_files" / _WHEEL_FOLDERS[name]
@@ -81,7 +87,14 @@ TAG = {
     "runner": "ddlib.runner",  # id of the `ddlib run` invocation that executes a cell
     "estimate": "ddlib.estimate_minutes",  # the runner's estimate of a cell's minutes when it started (ddlib.plan)
     "boards_from": "ddlib.boards_from",  # the experiment a summary's or card's boards read (not the protocols' own)
+    "units": "ddlib.units",  # "shown": the run's metrics are in ddlib.units' units, per-seed values under per_seed/
+    "quick": "ddlib.quick",  # a quick cell (ddlib score --quick): a first look, not a result
 }
+# What TAG["units"] says on every run whose metrics the Tracker wrote: each metric in the unit ddlib.units
+# gives its name (accuracies in %, ...), and a cell's per-seed values as histories ``per_seed/<name>`` (step =
+# seed) beside their ``<name>_mean`` and ``<name>_std``. Runs without it (written before) hold computed units
+# (fractions) and per-seed histories under the value's own name; the readers below take both.
+SHOWN_UNITS = "shown"
 
 # A RUNNING cell whose heartbeat is older than this is taken for dead (its process may be on a
 # host this one cannot look at). Heartbeats are written every HEARTBEAT_SECONDS.
@@ -118,6 +131,135 @@ def artifact_root() -> Path:
 def is_server_uri(uri: str | None = None) -> bool:
     """Whether the store is a tracking server (reachable from other machines), not a database file."""
     return (uri or tracking_uri()).startswith(("http://", "https://"))
+
+
+# --------------------------------------------------------------------------- a store that cannot be written
+
+
+class StoreError(ValueError):
+    """The store cannot be written (a read-only mount, a file where its folder should be, a full disk,
+    no permission); the one-line message names it."""
+
+
+_FULL = "no space left on its disk: free some, then rerun (finished cells are kept)"
+_READ_ONLY = "its file system is read-only: set DDLIB_MLRUNS to a folder you can write"
+_DENIED = "permission denied: set DDLIB_MLRUNS to a folder you can write"
+# What a write failure says, by errno. EACCES and EPERM also come from reads: they count only inside the store.
+_WRITE_ERRNOS = {errno.ENOSPC: _FULL, errno.EDQUOT: "its disk quota is used up: free some, then rerun",
+                 errno.EROFS: _READ_ONLY}
+_DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
+# The same failures in the words of SQLite and of the OS, as a notebook's error reaches its worker (text only).
+_WRITE_WORDS = {"database or disk is full": _FULL, "no space left on device": _FULL,
+                "disk quota exceeded": _WRITE_ERRNOS[errno.EDQUOT], "read-only file system": _READ_ONLY,
+                "attempt to write a readonly database": "its database is read-only"}
+_ERRNO_IN_TEXT = re.compile(r"\[Errno (\d+)\] [^:\]]*: '([^']+)'")
+
+
+def _store_label(folder: Path | None = None) -> str:
+    """The store as a message names it: its folder (with the variable that chose it), or the database
+    that ``MLFLOW_TRACKING_URI`` names where that is elsewhere."""
+    folder = folder or mlruns_dir()
+    return f"{folder} (DDLIB_MLRUNS)" if os.environ.get("DDLIB_MLRUNS") else str(folder)
+
+
+def _database_label() -> str:
+    """The store's database as a message names it: the store's folder where it lies there, else its URI
+    (a server's, another database's, without a password)."""
+    uri, database = tracking_uri(), _sqlite_file(tracking_uri())
+    if database is not None and database.parent.is_relative_to(mlruns_dir()):
+        return _store_label()
+    from ddlib.server import _redact
+
+    return f"{database or _redact(uri)} (MLFLOW_TRACKING_URI)"
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def _check_folder(folder: Path, label: str) -> None:
+    """A folder this process can create or write files in: the nearest one of it and its parents that exists
+    must be a folder, and a file written there must fit (no read-only mount, full disk or permission)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise StoreError(f"the store {label} cannot be written: {existing} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=existing, prefix=".ddlib-write-check-") as probe:
+            probe.write(b"\0" * 4096)  # a page: a full tmpfs refuses it, an empty file it would take
+            probe.flush()
+    except OSError as error:
+        why = _WRITE_ERRNOS.get(error.errno) or (_DENIED if error.errno in _DENIED_ERRNOS else f"{error.strerror} ({existing})")
+        raise StoreError(f"the store {label} cannot be written: {why}") from None
+
+
+def check_store_writable(path_or_uri: str | os.PathLike | None = None) -> None:
+    """Refuse, before anything runs, a store this process cannot write: a :class:`StoreError` whose one
+    line names it (MLflow would fail mid-grid instead, in pages of tracebacks). ``path_or_uri``: a store
+    folder (``DDLIB_MLRUNS``), or a tracking URI (a ``sqlite:///`` database: its folder and file; a
+    server or another database: nothing here to check, :func:`unreachable_server` asks a server);
+    default: this process's store, its folder (locks, artifacts) and its database. Creates nothing."""
+    if path_or_uri is None:
+        folder, database = mlruns_dir(), _sqlite_file(tracking_uri())
+        _check_folder(folder, _store_label(folder))
+    elif "://" in str(path_or_uri):
+        folder, database = None, _sqlite_file(str(path_or_uri))
+    else:
+        folder, database = Path(path_or_uri).expanduser().absolute(), None
+        _check_folder(folder, _store_label(folder) if folder == mlruns_dir() else str(folder))
+    if database is None:
+        return
+    label = f"{database} (MLFLOW_TRACKING_URI)" if os.environ.get("MLFLOW_TRACKING_URI") else str(database)
+    if folder is None or not database.parent.is_relative_to(folder):
+        _check_folder(database.parent, label)
+    if database.is_dir() or (database.exists() and not os.access(database, os.W_OK)):
+        raise StoreError(f"the store {label} cannot be written: "
+                         + ("it is a folder, not a database file" if database.is_dir() else "the file is read-only"))
+
+
+def write_failure(error: BaseException) -> str | None:
+    """One line saying what could not be written and why, where ``error`` or one of its causes is a full
+    disk, a read-only one or, inside the store, a refused permission (the store is named as
+    :func:`check_store_writable` names it, another file by its path); None for any other error. What a cell
+    whose writes fail midway ends with, instead of MLflow's page of SQL. A notebook's error (papermill's:
+    text only, ``evalue``) is read for the same failures in SQLite's and the OS's words."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno is not None:
+            if why := _why_not_written(error.errno, error.filename):
+                return _cannot_write(error.filename, why)
+        text = f"{getattr(error, 'evalue', '') or ''} {error}"
+        for number, filename in _ERRNO_IN_TEXT.findall(text):
+            if why := _why_not_written(int(number), filename):
+                return _cannot_write(filename, why)
+        lowered = text.lower()
+        for words, why in _WRITE_WORDS.items():
+            if words in lowered:
+                return _cannot_write(None, why)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _why_not_written(number: int, filename) -> str | None:
+    if number in _DENIED_ERRNOS:
+        return _DENIED if filename is not None and _in_store(filename) else None
+    return _WRITE_ERRNOS.get(number)
+
+
+def _in_store(filename) -> bool:
+    path = Path(os.fsdecode(filename)).absolute()
+    database = _sqlite_file(tracking_uri())
+    return path.is_relative_to(mlruns_dir()) or (database is not None and path.is_relative_to(database.parent))
+
+
+def _cannot_write(filename, why: str) -> str:
+    if filename is None:  # the database said it
+        return f"the store {_database_label()} cannot be written: {why}"
+    if _in_store(filename):
+        return f"the store {_store_label()} cannot be written: {why}"
+    return f"cannot write {os.fsdecode(filename)}: {why}"
 
 
 def unreachable_server(uri: str | None = None, timeout: float = 5.0) -> str | None:
@@ -446,6 +588,12 @@ class Tracker:
         """Several metrics in one database round trip (one ``log_metric`` each costs ~30 ms)."""
         self._log(run_id, [(k, v, step) for k, v in metrics.items()])
 
+    def log_per_seed(self, run_id: str, rows: Iterable[dict]) -> None:
+        """A cell's per-seed values (each row: ``seed`` and values) as histories ``per_seed/<value>``
+        (step = seed) in one batch: what the boards pool seed by seed over runs."""
+        self._log(run_id, [(f"{units.PER_SEED}{k}", v, int(row["seed"])) for row in rows for k, v in row.items()
+                           if k != "seed"])
+
     def log_series(self, run_id: str, key: str, values: Iterable[float], steps: Iterable[int] | None = None) -> None:
         """A metric history (e.g. per-epoch loss) in batches of 1,000."""
         values = list(values)
@@ -453,12 +601,15 @@ class Tracker:
         self._log(run_id, [(key, v, s) for v, s in zip(values, steps)])
 
     def _log(self, run_id: str, triples: list[tuple[str, float, int]]) -> None:
-        from mlflow.entities import Metric
+        """Computed values (fractions) written in their shown units (:mod:`ddlib.units`: what the MLflow UI
+        then shows is what every other surface shows), the run tagged so that readers convert back."""
+        from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, int(s)) for k, v, s in triples]
+        metrics = [Metric(k, units.shown(k, float(v)), now, int(s)) for k, v, s in triples]
+        tags = [RunTag(TAG["units"], SHOWN_UNITS)]
         for i in range(0, len(metrics), 1000):
-            self.client.log_batch(run_id, metrics=metrics[i : i + 1000])
+            self.client.log_batch(run_id, metrics=metrics[i : i + 1000], tags=tags if i == 0 else [])
 
     def log_artifact(self, run_id: str, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)
@@ -513,6 +664,49 @@ class Tracker:
             [e.experiment_id for e in self.client.search_experiments()] if all_experiments else [self.experiment_id]
         )
         return list(self.client.search_runs(experiment_ids, filter_string=filters, order_by=["attributes.start_time DESC"]))
+
+
+# --------------------------------------------------------------------------- reading metrics back
+
+
+def in_shown_units(run) -> bool:
+    """Whether a run's metrics were written in shown units (:data:`SHOWN_UNITS`), not as computed."""
+    return run.data.tags.get(TAG["units"]) == SHOWN_UNITS
+
+
+def run_metrics(run) -> dict[str, float]:
+    """A run's latest metric values in computed units (fractions: what :mod:`ddlib.metrics` takes),
+    whichever units it was written in."""
+    if not in_shown_units(run):
+        return dict(run.data.metrics)
+    return {k: units.computed(k, v) for k, v in run.data.metrics.items()}
+
+
+def computed_history(run, key: str, values: dict[int, float]) -> dict[int, float]:
+    """A history read from ``run`` (``{step: value}`` of the stored ``key``) in computed units."""
+    if not in_shown_units(run):
+        return dict(values)
+    return {step: units.computed(key, v) for step, v in values.items()}
+
+
+def per_seed_key(run, name: str) -> str:
+    """The stored name of a cell run's per-seed history of ``name``."""
+    return f"{units.PER_SEED}{name}" if in_shown_units(run) else name
+
+
+def per_seed_names(run) -> list[str]:
+    """The values a cell run logged per seed (names without :data:`ddlib.units.PER_SEED`). A run
+    written before the prefix: every history but the ``_mean`` / ``_std`` summaries (as read then)."""
+    if in_shown_units(run):
+        return sorted(k[len(units.PER_SEED):] for k in run.data.metrics if k.startswith(units.PER_SEED))
+    return sorted(k for k in run.data.metrics if not k.endswith(("_mean", "_std")))
+
+
+def as_stored(metrics: dict[str, float]) -> dict[str, float]:
+    """Computed values as the store gives them back (shown, then computed again; one rounding of the
+    last bit at most), so that a freshly computed result and the same result read back from the store
+    are the same floats: a rerun that reuses it gives identical numbers."""
+    return {k: units.computed(k, units.shown(k, float(v))) for k, v in metrics.items()}
 
 
 def runs(protocol: str, status: str | None = "FINISHED", kind: str | None = None, **filters) -> pd.DataFrame:

@@ -124,10 +124,16 @@ if os.environ.get("DDLIB_PROBE_PROGRESS"):  # a cell that says where its trainin
     writer_from_env(os.environ["DDLIB_PROBE_PROGRESS"])("syn_hard", SimpleNamespace(
         runs=((seeds[0], 0.01),), epoch=12, epochs=30, models_before=1, models=2, eta_seconds=54.0))
 time.sleep(float(os.environ.get("DDLIB_PROBE_SLEEP", "0")))  # a cell that takes a while, without using a core
+if os.environ.get("DDLIB_PROBE_GATE"):  # a cell that runs until the test releases it (tests/waiting.py)
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, TESTS)
+    from waiting import hold
+    hold(Path(os.environ["DDLIB_PROBE_GATE"]), run_id)
 tracker = Tracker(experiment)
 values = {seed: {"acc_syn_hard": 0.5 + ipc / 100 + seed / 1000, "acc_real_hard": 0.9 + seed / 1000,
                  "lrs": 100 * w * ipc / 10 + seed} for seed in seeds}
-tracker._log(run_id, [(k, v, seed) for seed, row in values.items() for k, v in row.items()])  # per seed, batched
+tracker.log_per_seed(run_id, [{"seed": seed, **row} for seed, row in values.items()])  # per seed, batched
 tracker.log_metrics(run_id, {f"{k}_mean": sum(row[k] for row in values.values()) / len(values) for k in values[seeds[0]]})
 if os.environ.get("DDLIB_PROBE_FLAG"):  # a cell whose numbers must be read with a caveat (Cell.flag)
     tracker.set_tags(run_id, {"ddlib.sanity": os.environ["DDLIB_PROBE_FLAG"]})
@@ -140,15 +146,17 @@ def probe_notebooks(tmp_path_factory) -> Path:
     (``PROBE_PER_SEED``, step = seed) through ddlib's tracking layer as the protocol notebooks do,
     without importing torch or training: a kernel start costs ~3 CPU-s instead of ~10, so tests of
     the runner and the stores can run dozens of cells. ``DDLIB_PROBE_SLEEP`` (seconds) makes each
-    cell last that long (kill and timeout tests); ``DDLIB_PROBE_FLAG`` sets the cell's ``ddlib.sanity`` tag;
-    ``DDLIB_PROBE_PROGRESS`` (the cell's name) writes a training progress record (:mod:`ddlib.progress`)."""
+    cell last that long; ``DDLIB_PROBE_FLAG`` sets the cell's ``ddlib.sanity`` tag;
+    ``DDLIB_PROBE_PROGRESS`` (the cell's name) writes a training progress record (:mod:`ddlib.progress`);
+    ``DDLIB_PROBE_GATE`` (a folder) holds each cell, its run id its name, until the test releases it
+    (tests/waiting.py: tests that order or stop cells wait on that, not on how long cells sleep)."""
     import nbformat
 
     folder = tmp_path_factory.mktemp("probe_notebooks")
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell("run_id = None\nexperiment = 'label_robust'\nseeds = [0]\nipc = 1\nw = 0.5")
     params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(PROBE)]
+    nb.cells = [params, nbformat.v4.new_code_cell(f"TESTS = {str(Path(__file__).resolve().parent)!r}\n{PROBE}")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / "label_robust.ipynb")
     return folder

@@ -142,7 +142,7 @@ def _lrs_cell(method: str, rows: list[dict]) -> str:
     tracker = Tracker("label_robust")
     run_id = tracker.start_run(method, params=params, tags={**default_tags("label_robust"),
                                                             **cell_tags("label_robust", params)})
-    tracker._log(run_id, [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"])
+    tracker.log_per_seed(run_id, rows)
     tracker.end_run(run_id)
     return run_id
 
@@ -166,7 +166,7 @@ def test_the_lrs_board_shows_the_distilled_sides_scores_and_the_cells_cost(mlflo
 
 
 def test_system_metrics_are_mlflows_own_switch(mlflow_store, monkeypatch):
-    import time
+    from waiting import BOUND_SECONDS, wait_for
 
     from ddlib.protocols.cell import Cell
 
@@ -176,11 +176,13 @@ def test_system_metrics_are_mlflows_own_switch(mlflow_store, monkeypatch):
     monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
     on = Cell.open("pool", dict(params), experiment="beyond", progress=False)
-    time.sleep(2.5)  # two samples at one per second (not a timing assert: the thread needs the time to sample)
-    on.close()
     client = tracking.client()
+    try:  # MLflow's sampling thread logs a sample a second: wait until one is there, not for a while
+        wait_for(lambda: any(k.startswith("system/cpu") for k in client.get_run(on.run_id).data.metrics),
+                 BOUND_SECONDS, "a system metric of the run", every=0.5)
+    finally:
+        on.close()
     assert not any(k.startswith("system/") for k in client.get_run(off.run_id).data.metrics)
-    assert any(k.startswith("system/cpu") for k in client.get_run(on.run_id).data.metrics)
 
 
 def test_board_columns_take_each_rows_own_role():

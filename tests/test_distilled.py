@@ -499,6 +499,10 @@ def test_refuses_values_far_outside_pixel_range(tmp_path, cifar10):
     message = refused(path, dataset=cifar10)
     assert "far outside [0, 1]" in message and "normalized=True" in message and "uint8" in message
 
+    tens = tmp_path / "tens.npz"  # 0-10 values declared as pixels: never trained on as pixels
+    np.savez(tens, images=images.numpy() * 10, labels=labels.numpy())
+    assert "read as pixels (declared) but values span" in refused(tens, dataset=cifar10, normalized=False)
+
     stored = normalise(images, CIFAR10_MEAN, CIFAR10_STD)
     pt = save_plain(tmp_path / "normalised.pt", images=stored, labels=labels)
     assert "normalized=True" in refused(pt, dataset=cifar10)

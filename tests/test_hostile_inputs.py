@@ -136,6 +136,32 @@ def _teacher_for_another_arch(tmp: Path):
     return grid
 
 
+def _nan_teacher(tmp: Path):
+    """An SRe2L teacher (a ResNet-18 for digits) whose first convolution's weights are NaN."""
+    from ddlib.models import create_model
+
+    path = tmp / "nan_teacher.pt"
+    state = create_model("resnet18_bn", 1, 10, (8, 8)).state_dict()
+    state["conv1.weight"][0, 0, 0, 0] = float("nan")
+    torch.save(state, path)
+    return _params(preset="sre2l", teacher_checkpoints=[str(path)])(tmp)
+
+
+def _mtt_nan_lr(tmp: Path) -> Path:
+    """An MTT folder whose learned lr (lr_best.pt) is NaN."""
+    root = tmp / "mtt_set"
+    root.mkdir()
+    images, labels = good_images()
+    for name, value in (("images", images), ("labels", labels), ("lr", torch.tensor(float("nan")))):
+        torch.save(value, root / f"{name}_best.pt")
+    return root
+
+
+def _privacy_members(members: int, test_size: int):
+    return lambda tmp: {"protocol": "privacy", "grid": {"method": ["random"], "ipc": [1]},
+                        "params": {"dataset": "digits", "seeds": [0], "members": members, "test_size": test_size}}
+
+
 def _model_for_another_arch(tmp: Path):
     """A released model (``kind: checkpoint``) whose weights are a ResNet-18's, named as a ConvNet."""
     from ddlib.models import create_model
@@ -273,6 +299,20 @@ TABLE = [
     ("duplicate-yaml-key", _text("protocol: label_robust\nparams: {dataset: digits}\ngrid: {method: [random], ipc: [1]}\n"
                                  "grid: {method: [dm], ipc: [1]}\n"),
      r"duplicate key 'grid' \(first given on line 3\)"),
+    # issue 53.7: control bytes, a learned lr or teacher weights no training can use, members past the data
+    ("params-nul-byte", _text(b"protocol: label_robust\nparams: {dataset: digits}\x00\n"),
+     r"control character 0x00 on line 2, column 26"),
+    ("params-bel-byte", _text('protocol: label_robust\nparams: {dataset: "dig\x07its"}\n'),
+     r"control character 0x07 on line 2, column 23"),
+    ("learned-lr-negative", _pt("lrneg.pt", {"images": images, "labels": labels, "lr": -1.0}),
+     r"lrneg\.pt: the learned learning rate \(lr\) must be a positive finite number, got -1\.0"),
+    ("learned-lr-nan-mtt", _with_set(_mtt_nan_lr),
+     r"mtt_set: the learned learning rate \(lr\) must be a positive finite number, got nan"),
+    ("teacher-nan-weights", _nan_teacher,
+     r"nan_teacher\.pt: 1 weight tensor\(s\) hold NaN/Inf values \(conv1\.weight\)"),
+    ("privacy-members-past-the-data", _privacy_members(100000, 50),
+     r"members must be at most 25 here \(half of the smaller split: \d+ training and 50 test images of digits\), "
+     r"got 100000"),
 ]
 
 
@@ -297,7 +337,7 @@ def test_hostile_input_is_refused_before_anything_runs(case, build, message, tmp
 
 def test_the_table_covers_every_case_of_the_issue():
     ids = {row[0] for row in TABLE}
-    assert len(TABLE) == 44 and len(ids) == len(TABLE)
+    assert len(TABLE) == 50 and len(ids) == len(TABLE)
 
 
 # --------------------------------------------------------------------------- what reads correctly now
@@ -420,19 +460,6 @@ def test_a_dry_run_unpickles_nothing_even_for_a_trusted_file(tmp_path, mlflow_st
     assert "not loaded (trusted: true" in capsys.readouterr().out
     assert not (tmp_path / "PWNED").exists()
     assert not mlflow_store.exists() or not (mlflow_store / "mlflow.db").exists()  # a dry run writes no store
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--param", "lr_policy=[unclosed"], r"^error: --param lr_policy: not a YAML value \(.*\)$"),
-    (["--param", "lr_policy=\udcff"], r"^error: --param lr_policy: the value holds bytes that are not UTF-8$"),
-    (["--param", "=3"], r"^error: --param takes key=value, got '=3'$"),
-], ids=["unclosed-yaml", "not-utf8", "no-key"])
-def test_score_options_that_are_not_yaml_are_one_line(args, message, tmp_path, mlflow_store, capsys):
-    path = tmp_path / "set.npz"
-    np.savez(path, images=images.numpy(), labels=labels.numpy())
-    assert cli_main(["score", str(path), "--dataset", "digits", *args]) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1 and re.match(message, err.strip()), err
 
 
 def test_a_set_whose_file_name_is_not_utf8_is_refused_before_mlflow(tmp_path, mlflow_store, capsys):

@@ -39,11 +39,12 @@ def test_lrs_and_soft_label_ars_on_dc_cifar10_ipc10(mlflow_store, shared_data, c
     row = lrs.per_seed.iloc[0]
     # the hard side is DSA's own evaluation (DSA augmentation), HLR and IOR from that one accuracy
     assert lrs.sides.loc["syn_hard", "augment"].startswith("dsa(") and lrs.sides.loc["real_hard", "augment"] == "none"
-    assert row["acc_syn_any"] == row["acc_syn_hard"] and row["ior"] == row["acc_syn_hard"] - row["acc_rdm_hard"]
-    assert row["acc_syn_hard"] > 0.18  # the DC set trains a ConvNet well above chance (0.1) in 15 DSA epochs
+    assert row["acc_syn_any"] == row["acc_syn_hard"] and row["ior"] == pytest.approx(row["acc_syn_hard"] - row["acc_rdm_hard"])
+    assert row["acc_syn_hard"] > 18  # in %: the DC set trains a ConvNet well above chance (10 %) in 15 DSA epochs
     ars = _run(augmentation_robust, **common, preset=convnet_teacher_preset, preset_epochs=3)
     sides = ars.sides
     assert set(sides.index) == {"syn_aug", "rdm_aug", "syn_noaug", "rdm_noaug"}
     assert sides["loss"].str.startswith("relabel(1x").all() and sides["loss"].nunique() == 1  # one teacher for all
     assert sides.loc["syn_noaug", "augment"] == "none" and "cutmix" in sides.loc["syn_aug", "augment"]
-    assert ars.per_seed.iloc[0]["ior_aug"] == ars.per_seed.iloc[0]["acc_syn_aug"] - ars.per_seed.iloc[0]["acc_rdm_aug"]
+    first = ars.per_seed.iloc[0]
+    assert first["ior_aug"] == pytest.approx(first["acc_syn_aug"] - first["acc_rdm_aug"])

@@ -250,7 +250,8 @@ def test_get_teachers_trains_once_and_reuses_the_mlflow_artifact(small_digits, m
     runs = tracking.Tracker("teachers").find_finished({"ddlib.kind": "teacher"})
     assert len(runs) == 2
     assert {r.data.params["seed"] for r in runs} == {"0", "1"}
-    assert all(0.0 <= r.data.metrics["test_accuracy"] <= 1.0 for r in runs)
+    assert all(0.0 <= r.data.metrics["test_accuracy"] <= 100.0 for r in runs)  # in % (ddlib.units), as shown
+    assert all(r.data.tags["ddlib.units"] == "shown" for r in runs)
     assert all(r.data.params["arch"] == "convnet" and r.data.params["dataset"] == "digits" for r in runs)
     assert all(r.data.tags[teachers.TEACHER_KEY_TAG] for r in runs)
 

@@ -198,7 +198,7 @@ def test_every_leaderboard_shows_a_sets_leakage_in_its_sanity_column(tmp_path, m
         run_id = tracker.start_run("cell", params=params, tags={**default_tags(protocol), **cell_tags(protocol, params),
                                                                LEAKAGE_TAG: note})
         for seed in (0, 1):
-            tracker.log_metrics(run_id, {k: v + 0.01 * seed for k, v in values.items()}, step=seed)
+            tracker.log_per_seed(run_id, [{"seed": seed, **{k: v + 0.01 * seed for k, v in values.items()}}])
         tracker.end_run(run_id)
     boards = board_specs()
     assert set(boards) == {"lrs", "ars", "beard", "beard_unified", "augmentation", "transfer", "compression", "nas",

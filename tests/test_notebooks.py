@@ -1,5 +1,6 @@
 """Notebooks are committed without outputs, their parameters match the protocol, and they run."""
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -125,6 +126,13 @@ def test_every_protocol_notebook_runs_then_the_summary_shows_them(mlflow_store, 
                             progress_bar=False, parameters=params, cwd=str(NOTEBOOKS))
         cells = tracking.runs(protocol, kind="cell")
         assert list(cells["status"]) == ["FINISHED"], protocol
+    import sqlite3
+
+    from ddlib import units
+
+    with contextlib.closing(sqlite3.connect(mlflow_store / "mlflow.db")) as db:  # every value has its one unit
+        logged = {key for (key,) in db.execute("select distinct key from metrics")}
+    assert not [k for k in logged if not units.explicit(k) and not k.startswith("system/")]
     out = tmp_path / "summary.ipynb"
     pm.execute_notebook(str(NOTEBOOKS / "summary.ipynb"), str(out), kernel_name="python3", progress_bar=False,
                         cwd=str(NOTEBOOKS))

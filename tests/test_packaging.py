@@ -122,8 +122,9 @@ def test_listed_packages_are_every_package_of_the_checkout():
 
 
 @pytest.mark.slow
-def test_wheel_carries_the_notebooks_and_presets(tmp_path):
-    """A non-editable install runs notebooks from the wheel: they and the presets are inside it."""
+def test_wheel_carries_the_notebooks_presets_and_grids(tmp_path):
+    """A non-editable install runs notebooks from the wheel: they, the presets and the shipped grids
+    (`ddlib run demo` from any folder) are inside it."""
     src = tmp_path / "src"  # a copy: setuptools writes build/ and ddlib.egg-info/ beside the sources
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "mlruns", "build", "*.egg-info", "__pycache__",
                                                              "tests", "bench", "site", "docs"))
@@ -134,20 +135,31 @@ def test_wheel_carries_the_notebooks_and_presets(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"ddlib/_files/notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")} <= names
     assert {f"ddlib/_files/presets/{p.name}" for p in (ROOT / "params" / "methods").glob("*.yaml")} <= names
+    grids = {name for name in names if name.startswith("ddlib/_files/grids/")}
+    assert grids == {f"ddlib/_files/grids/{p.name}" for p in (ROOT / "params").glob("*.yaml")}  # *.yaml only
     metadata = zipfile.ZipFile(wheel).read(f"ddlib-{ddlib.__version__}.dist-info/METADATA").decode()
     assert "Requires-Dist: torch<3,>=2.4" in metadata
     assert "Provides-Extra: adversarial" in metadata
 
 
-def test_wheel_layout_reads_notebooks_and_presets_from_the_package(monkeypatch):
-    from ddlib import tracking
+def test_wheel_layout_reads_notebooks_presets_and_grids_from_the_package(monkeypatch, tmp_path):
+    from ddlib import shipped_grids, tracking
 
     monkeypatch.setattr(tracking, "IN_CHECKOUT", False)
     package = Path(ddlib.__file__).resolve().parent
     assert tracking.project_folder("notebooks") == package / "_files" / "notebooks"
     assert tracking.project_folder("params/methods") == package / "_files" / "presets"
+    assert tracking.project_folder("params") == package / "_files" / "grids"
+    installed = tmp_path / "site-packages" / "ddlib" / "_files" / "grids"  # as a wheel lays them out
+    installed.mkdir(parents=True)
+    shutil.copy(ROOT / "params" / "demo.yaml", installed)
+    monkeypatch.setattr(shipped_grids, "project_folder", lambda name: installed if name == "params" else None)
+    monkeypatch.chdir(tmp_path)
+    assert shipped_grids.grid_file("demo") == installed / "demo.yaml"
+    assert shipped_grids.grid_file("params/demo.yaml") == installed / "demo.yaml"
     monkeypatch.setattr(tracking, "IN_CHECKOUT", True)
     assert tracking.project_folder("notebooks") == ROOT / "notebooks"
+    assert tracking.project_folder("params") == ROOT / "params"
 
 
 def test_version_prints_version_and_commit(capsys):

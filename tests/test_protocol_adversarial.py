@@ -88,14 +88,14 @@ def test_targeted_then_untargeted_reuses_the_pool_and_skips_what_cannot_target(m
         assert {f"{attack}.asr", f"{attack}.asr_beard", f"{attack}.robust_acc"} <= set(row.index)
     assert row["fgsm.max_linf"] == pytest.approx(8 / 255, abs=1e-6)  # FGSM moves unclamped pixels by exactly ε
     assert 0.9 * 8 / 255 <= row["pgd.max_linf"] <= 8 / 255 + 1e-6
-    accs = [100 * row[f"{a}.robust_acc"] for a in ("fgsm", "pgd", "cw")]
+    accs = [row[f"{a}.robust_acc"] for a in ("fgsm", "pgd", "cw")]  # a result's accuracies are in % (ddlib.units)
     times = [row[f"{a}.attack_seconds"] for a in ("fgsm", "pgd", "cw")]
     # AE compares with the clean passes timed with these attacks (one before each)
     assert row.clean_seconds == pytest.approx(sum(row[f"{a}.clean_seconds"] for a in ("fgsm", "pgd", "cw")) / 3)
-    assert row.rr == pytest.approx(metrics.rr(100 * row.clean_acc, accs))
+    assert row.rr == pytest.approx(metrics.rr(row.clean_acc, accs))
     assert row.ae == pytest.approx(metrics.ae(row.clean_seconds, times))
     assert row.crei == pytest.approx(0.5 * row.rr + 0.5 * row.ae)
-    assert row.rcr == pytest.approx(metrics.rcr(100 * row.clean_acc, accs))
+    assert row.rcr == pytest.approx(metrics.rcr(row.clean_acc, accs))
     assert row["curve.fgsm.0.031373"] == row["fgsm.robust_acc"]  # the 8/255 point is the FGSM attack itself
 
     cell_u, models_u, untargeted = _run(mode="untargeted")
@@ -128,8 +128,8 @@ def test_unified_scores_pool_the_ipcs(mlflow_store):
     for ipc in (1, 3):
         _, _, result = _run(ipc=ipc, attacks=["fgsm", "pgd"])
         results.append(result.per_seed.iloc[0])
-    clean = [100 * r.clean_acc for r in results]
-    accs = [[100 * r["fgsm.robust_acc"], 100 * r["pgd.robust_acc"]] for r in results]
+    clean = [r.clean_acc for r in results]
+    accs = [[r["fgsm.robust_acc"], r["pgd.robust_acc"]] for r in results]
     times = [[r["fgsm.attack_seconds"], r["pgd.attack_seconds"]] for r in results]
     unified = report.unified_leaderboard()
     assert len(unified) == 1 and unified.loc[0, "ipcs"] == "1,3"
@@ -307,8 +307,7 @@ def test_a_seed_timed_in_two_processes_has_no_ae(mlflow_store, monkeypatch):
     assert (row["pgd.clean_seconds"], row["pgd.attack_seconds"]) == (10, 40)
     assert metrics.ae(6.0, [4.0, 40.0]) == pytest.approx(100 * 16 / 34)  # the mixed number (47.06) ...
     assert pd.isna(row.ae) and pd.isna(row.crei) and pd.isna(row.clean_seconds)  # ... is not reported
-    assert row.rr == pytest.approx(metrics.rr(100 * row.clean_acc, [100 * row["fgsm.robust_acc"],
-                                                                   100 * row["pgd.robust_acc"]]))
+    assert row.rr == pytest.approx(metrics.rr(row.clean_acc, [row["fgsm.robust_acc"], row["pgd.robust_acc"]]))
     cell = tracking.runs("adversarial", kind="cell").iloc[0]  # the newest
     assert "seed 0: the attack times come from 2 processes" in cell["tags.ddlib.sanity"]
     assert cell["tags.ddlib.timing_mixed.seed0"] == "process 1: fgsm; process 2: pgd"
@@ -339,9 +338,9 @@ def test_a_targeted_row_with_one_runnable_attack_has_no_rr_ae_crei(mlflow_store)
 def test_rome_variants_are_logged_and_crei_can_use_them(mlflow_store):
     _, _, result = _run(attacks=["fgsm", {"pgd": {"steps": 3}}])
     row = result.per_seed.iloc[0]
-    accs = [100 * row["fgsm.robust_acc"], 100 * row["pgd.robust_acc"]]
-    assert row.rr_rome == pytest.approx(metrics.rr(100 * row.clean_acc, accs, "rome"))
-    assert row.rr_rome_plus == pytest.approx(metrics.rr(100 * row.clean_acc, accs, "rome+"))
+    accs = [row["fgsm.robust_acc"], row["pgd.robust_acc"]]
+    assert row.rr_rome == pytest.approx(metrics.rr(row.clean_acc, accs, "rome"))
+    assert row.rr_rome_plus == pytest.approx(metrics.rr(row.clean_acc, accs, "rome+"))
     board = report.robustness_leaderboard(rr_variant="rome").iloc[0]
     assert board.rr_rome_mean == pytest.approx(row.rr_rome) and board.rr_mean == pytest.approx(row.rr)
     assert board.crei_mean == pytest.approx(0.5 * row.rr_rome + 0.5 * row.ae)
@@ -406,8 +405,9 @@ def test_beard_compat_space_is_its_own_tagged_row(mlflow_store):
     assert c_row["fgsm.max_linf"] > 0.2  # the [0, 1] clamp on normalised digits moves background pixels to the mean
     board = report.robustness_leaderboard().set_index("space")
     assert sorted(board.index) == ["beard_compat", "pixel"] and set(board.seeds) == {1}
-    assert board.loc["pixel", "fgsm.robust_acc_mean"] == p_row["fgsm.robust_acc"]
-    assert board.loc["beard_compat", "fgsm.robust_acc_mean"] == c_row["fgsm.robust_acc"]
+    # the board computes in fractions, a result shows % (ddlib.units)
+    assert 100 * board.loc["pixel", "fgsm.robust_acc_mean"] == pytest.approx(p_row["fgsm.robust_acc"])
+    assert 100 * board.loc["beard_compat", "fgsm.robust_acc_mean"] == pytest.approx(c_row["fgsm.robust_acc"])
 
 
 def _beard_checkpoint(path, seed: int) -> float:
@@ -440,10 +440,10 @@ def test_a_released_checkpoint_joins_the_pool_and_is_attacked(mlflow_store, tmp_
         run = tracking.client().get_run(model.run_id)
         assert run.data.tags["ddlib.model_stored"] == "true" and run.data.params["checkpoint"].endswith(
             f"BACON_ConvNet_digits_10_None_seed{model.seed}.pth")
-        assert run.data.metrics["test_accuracy"] == pytest.approx(accuracy[model.seed])
+        assert run.data.metrics["test_accuracy"] == pytest.approx(100 * accuracy[model.seed])  # in % (ddlib.units)
     # its clean accuracy, logged per seed (the attacks see the whole test set here)
     clean = dict(zip(result.per_seed.seed, result.per_seed.clean_acc))
-    assert clean == pytest.approx(accuracy)
+    assert clean == pytest.approx({seed: 100 * value for seed, value in accuracy.items()})
     assert min(clean.values()) > 0.7  # trained: far above chance (10 %)
     assert (result.per_seed["fgsm.robust_acc"] < result.per_seed.clean_acc).all()
     n_results = len(tracking.runs("adversarial", kind="result"))
@@ -561,7 +561,7 @@ def test_the_notebook_attacks_a_checkpoint_in_beard_compat_space(mlflow_store, t
                                     "attack_size": 50, "space": "beard_compat"})
     cells = tracking.runs("adversarial", kind="cell")
     assert list(cells["status"]) == ["FINISHED"] and list(cells["tags.ddlib.attack_space"]) == ["beard_compat"]
-    assert cells.iloc[0]["metrics.clean_acc_mean"] > 0.7
+    assert cells.iloc[0]["metrics.clean_acc_mean"] > 70  # in % (ddlib.units)
 
 
 @pytest.mark.slow
@@ -622,6 +622,6 @@ def test_the_cells_scores_from_known_accuracies_and_times_by_hand(mlflow_store, 
     row = result.per_seed.iloc[0]
     assert (row.rr, row.ae, row.crei, row.rcr) == pytest.approx((100 / 3, 400 / 9, 370 / 9, 40.0))
     assert row.rr_rome == pytest.approx(46.0)
-    assert (row["pgd.asr"], row["pgd.asr_beard"], row["pgd.robust_acc"]) == pytest.approx((0.30, 0.25, 0.25))
+    assert (row["pgd.asr"], row["pgd.asr_beard"], row["pgd.robust_acc"]) == pytest.approx((30.0, 25.0, 25.0))  # in %
     board = report.robustness_leaderboard(alpha=0.3).iloc[0]
     assert (board.rr_mean, board.ae_mean, board.crei_mean) == pytest.approx((100 / 3, 400 / 9, 370 / 9))

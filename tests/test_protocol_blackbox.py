@@ -115,14 +115,15 @@ def test_surrogates_and_targets_come_from_the_pool_and_fill_the_board(mlflow_sto
     fgsm = board[board["attack"] == "fgsm"].set_index("method")
     assert set(fgsm.index) == {"random", "kcenter", "random/mlp"}
     # target random: white-box from itself, transfer from the other surrogate (kcenter) only
-    assert fgsm.loc["random", "white_box_acc_mean"] == white["fgsm.robust_acc"]
-    assert fgsm.loc["random", "transfer_acc_mean"] == pytest.approx(other["transfer.fgsm.random"])
-    assert fgsm.loc["kcenter", "transfer_acc_mean"] == pytest.approx(row["transfer.fgsm.kcenter"])
-    assert fgsm.loc["kcenter", "white_box_acc_mean"] == pytest.approx(other["fgsm.robust_acc"])
-    assert fgsm.loc["random/mlp", "transfer_acc_mean"] == pytest.approx(row["transfer.fgsm.random/mlp"])
+    # the board computes in fractions, a result shows % (ddlib.units)
+    assert 100 * fgsm.loc["random", "white_box_acc_mean"] == pytest.approx(white["fgsm.robust_acc"])
+    assert 100 * fgsm.loc["random", "transfer_acc_mean"] == pytest.approx(other["transfer.fgsm.random"])
+    assert 100 * fgsm.loc["kcenter", "transfer_acc_mean"] == pytest.approx(row["transfer.fgsm.kcenter"])
+    assert 100 * fgsm.loc["kcenter", "white_box_acc_mean"] == pytest.approx(other["fgsm.robust_acc"])
+    assert 100 * fgsm.loc["random/mlp", "transfer_acc_mean"] == pytest.approx(row["transfer.fgsm.random/mlp"])
     assert pd.isna(fgsm.loc["random/mlp", "white_box_acc_mean"])
     shown = transfer_matrix(board, "fgsm")
-    assert shown.loc["kcenter", "random"] == pytest.approx(100 * other["transfer.fgsm.random"])
+    assert shown.loc["kcenter", "random"] == pytest.approx(other["transfer.fgsm.random"])
     from ddlib.report.boards import build_board
 
     assert not build_board("blackbox").empty

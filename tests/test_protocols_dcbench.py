@@ -150,10 +150,10 @@ def test_best_augmentation_is_the_highest_mean_not_the_mean_of_per_seed_maxima(m
     result = augmentation.evaluate(cell, augmentation.obtain(cell))
     cell.close()
     assert result.best == "flip"
-    assert list(result.per_seed.acc_aug_best) == [0.6, 0.8]
-    assert result.summary["acc_aug_best_mean"] == pytest.approx(0.7)
-    assert result.summary["acc_aug_best_std"] == pytest.approx(0.1)
-    assert result.summary["acc_aug_avg_mean"] == pytest.approx(0.675)
+    assert list(result.per_seed.acc_aug_best) == pytest.approx([60.0, 80.0])  # in % (ddlib.units)
+    assert result.summary["acc_aug_best_mean"] == pytest.approx(70.0)
+    assert result.summary["acc_aug_best_std"] == pytest.approx(10.0)
+    assert result.summary["acc_aug_avg_mean"] == pytest.approx(67.5)
     assert tracking.client().get_run(cell.run_id).data.tags["ddlib.aug_best"] == "flip"
     board = report.augmentation_leaderboard()
     assert board.loc[0, "aug_best"] == "flip"
@@ -185,8 +185,8 @@ def test_transfer_reports_dcbench_four_architecture_average_beside_the_mean_over
     result = transfer.evaluate(cell, transfer.obtain(cell))
     cell.close()
     row = result.per_seed.iloc[0]
-    assert round(100 * row.acc_transfer, 2) == 24.16
-    assert row.acc_others_avg == pytest.approx((0.2508 + 0.2952 + 0.1584 + 0.2621 + 0.2000) / 5)
+    assert round(row.acc_transfer, 2) == 24.16  # in % (ddlib.units)
+    assert row.acc_others_avg == pytest.approx(100 * (0.2508 + 0.2952 + 0.1584 + 0.2621 + 0.2000) / 5)
     board = report.transfer_leaderboard()
     assert round(100 * board.loc[0, "acc_transfer_mean"], 2) == 24.16
     assert "acc_others_avg_mean" in board
@@ -199,7 +199,7 @@ def test_transfer_average_is_absent_without_dcbench_four_architectures(mlflow_st
     cell = transfer.open_cell(**TINY, method="random", ipc=1, models=["convnet", "mlp"])
     result = transfer.evaluate(cell, transfer.obtain(cell))
     cell.close()
-    assert "acc_transfer" not in result.per_seed and result.per_seed.iloc[0].acc_others_avg == 0.3
+    assert "acc_transfer" not in result.per_seed and result.per_seed.iloc[0].acc_others_avg == pytest.approx(30.0)
 
 
 def test_radar_never_shows_the_other_architecture_mean_as_dcbench_transfer():
@@ -261,8 +261,8 @@ def test_compression_trains_the_full_data_once_for_every_cell(mlflow_store):
         assert result.images == 10 * ipc and result.ratio == pytest.approx(10 * ipc / 1347)
     assert len({r.acc_full for r in rows}) == 1
     # relative (ddlib's own column, no benchmark defines it): each seed's set accuracy over that seed's
-    # full-data accuracy, so 1.0 means the set trains as well as the whole training set
-    assert [r.relative for r in rows] == pytest.approx([r.acc_set / r.acc_full for r in rows])
+    # full-data accuracy, so 100 % means the set trains as well as the whole training set
+    assert [r.relative for r in rows] == pytest.approx([100 * r.acc_set / r.acc_full for r in rows])
     real = tracking.runs("compression", kind="eval")
     assert (real["tags.ddlib.role"] == "real-full").sum() == 1  # trained once, reused twice
     assert (real["params.augment"] == "dsa(strategy=color_crop_cutout_flip_scale_rotate, mode=one)").all()

@@ -162,7 +162,7 @@ def test_every_board_keys_its_rows_by_precision_and_set(mlflow_store):
                                          ("fp32", "set-b", 0.03)):
             run_id = tracker.start_run("cell", params=params, tags={**default_tags(protocol), **cell_tags(protocol, params),
                                                                   PRECISION_TAG: precision, SET_DIGEST_TAG: digest})
-            tracker.log_metrics(run_id, {k: v + shift for k, v in values.items()}, step=0)
+            tracker.log_per_seed(run_id, [{"seed": 0, **{k: v + shift for k, v in values.items()}}])
             tracker.end_run(run_id)
         rows = board()
         assert len(rows) == 3 and (rows["seeds"] == 1).all(), protocol  # the two fp32 set-a cells: one row
@@ -493,7 +493,7 @@ def _write_cell_into(experiment: str, protocol: str, params: dict, rows: list[di
     tracker = Tracker(experiment)
     run_id = tracker.start_run(f"{params['method']}-ipc{params['ipc']}", params=params,
                                tags={**default_tags(protocol), **cell_tags(protocol, params)})
-    tracker._log(run_id, [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"])
+    tracker.log_per_seed(run_id, rows)
     tracker.end_run(run_id)
     return run_id
 

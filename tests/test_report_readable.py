@@ -139,7 +139,7 @@ def test_accuracy_against_ipc_shows_the_random_baseline(store):
     np.testing.assert_allclose(np.asarray(baseline.lines[0].get_ydata(), dtype=float), 100 * own["acc_rdm_any_mean"].to_numpy())
     assert baseline.has_yerr and own["acc_rdm_any_low"].notna().all()  # 2 seeds: an interval, drawn as error bars
     history = {name: sorted((m.step, m.value) for m in tracking.client().get_metric_history(
-        own["runs"].iloc[0].split()[0], name)) for name in ("acc_rdm_hard", "acc_rdm_any")}
+        own["runs"].iloc[0].split()[0], f"per_seed/{name}")) for name in ("acc_rdm_hard", "acc_rdm_any")}
     assert history["acc_rdm_hard"] == history["acc_rdm_any"] and len(history["acc_rdm_hard"]) == 2
 
 

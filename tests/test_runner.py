@@ -176,7 +176,7 @@ def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path)
     assert run.info.status == "FINISHED"
     assert list(result.per_seed["seed"]) == [0, 1]
     assert run.data.metrics["lrs_mean"] == pytest.approx(result.summary["lrs_mean"])
-    history = client.get_metric_history(cell.run_id, "acc_syn_hard")
+    history = client.get_metric_history(cell.run_id, "per_seed/acc_syn_hard")
     assert sorted(m.step for m in history) == [0, 1]
 
     # the same evaluations again: reused, not retrained
@@ -358,41 +358,67 @@ def test_ray_hands_cells_over_as_slots_free_keeping_shared_work_apart(monkeypatc
     assert RayExecutor("auto", workers=1, cpus_per_cell=0).cells_at_once({}, 5) == 5  # asks for nothing: all
 
 
-def _stub_cell(job, watch_parent=False):
-    """A cell that sleeps and says when it ran (a pool worker imports it from this module)."""
-    import json
-    import time
+def _gated_cell(job, watch_parent=False):
+    """A cell that runs until the test releases it (tests/waiting.py: ``start <name>`` when it starts,
+    ``end <name>`` when it returns, in its gate folder's events): which cell starts when is the pool's
+    choice, which ends when is the test's. A pool worker imports it from this module."""
+    from waiting import hold, note
 
     from ddlib.executors import CellOutcome
 
-    start = time.time()
-    time.sleep(job.params["seconds"])
-    with open(job.params["log"], "a") as log:
-        log.write(json.dumps([job.name, start, time.time()]) + "\n")
+    gate = Path(job.params["gate"])
+    hold(gate, job.name)
+    note(gate, f"end {job.name}")
     return CellOutcome(job.name, "finished")
 
 
+def _held(gate: Path, name: str, shares=()):
+    from ddlib import executors
+
+    return executors.CellJob("label_robust", "e", name, {"gate": str(gate)}, {}, {}, "", "", shares=frozenset(shares))
+
+
 def test_the_local_pool_starts_a_cell_sharing_work_only_after_the_cell_computing_it(tmp_path, monkeypatch):
-    """The real LocalExecutor, two spawned workers, cells that only sleep: the second K-Center cell
-    starts after the first ended (its features cached), the cell sharing nothing meanwhile. (Where
-    only such cells are left, a free worker starts one anyway: computing again beats idling.)"""
-    import json
+    """The real LocalExecutor, two spawned workers, cells that run until the test ends them: while the
+    first K-Center cell computes the features, the pool starts cells sharing nothing (on the worker free
+    at first, and on the one the test frees), not the second K-Center cell that comes before them in the
+    grid; that one starts once the first has ended. The order is forced by events (a cell ends when the
+    test says), not by how long cells sleep. (Where only such cells are left, a free worker starts one
+    anyway: computing again beats idling; ``next_job``'s test above.)"""
+    import threading
+
+    from waiting import BOUND_SECONDS, events, release, started, wait_for
 
     from ddlib import executors
 
-    monkeypatch.setattr(executors, "execute_cell", _stub_cell)
-    log = tmp_path / "log.jsonl"
+    monkeypatch.setattr(executors, "execute_cell", _gated_cell)
+    jobs = [_held(tmp_path, "kcenter-1", {"features"}), _held(tmp_path, "kcenter-10", {"features"}),
+            _held(tmp_path, "random-1"), _held(tmp_path, "random-10")]
+    outcomes, errors = [], []
 
-    def job(name, seconds, shares=()):
-        return executors.CellJob("label_robust", "e", name, {"seconds": seconds, "log": str(log)}, {}, {}, "", "",
-                                 shares=frozenset(shares))
+    def run() -> None:
+        try:
+            executors.LocalExecutor(2).run(jobs, lambda job, outcome: outcomes.append(outcome.status))
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
 
-    outcomes = []
-    executors.LocalExecutor(2).run([job("kcenter-1", 1.0, {"features"}), job("kcenter-10", 0.1, {"features"}),
-                                    job("random-1", 3.0)], lambda j, outcome: outcomes.append(outcome.name))
-    ran = {name: (start, end) for name, start, end in map(json.loads, log.read_text().splitlines())}
-    assert sorted(outcomes) == sorted(ran) == ["kcenter-1", "kcenter-10", "random-1"]
-    assert ran["kcenter-10"][0] >= ran["kcenter-1"][1] and ran["random-1"][0] < ran["kcenter-10"][0]
+    pool = threading.Thread(target=run, daemon=True)
+    pool.start()
+    try:
+        wait_for(lambda: len(started(tmp_path)) == 2, BOUND_SECONDS, "two cells started")
+        assert sorted(started(tmp_path)) == ["kcenter-1", "random-1"]  # not kcenter-10, second in the grid
+        release(tmp_path, "random-1")
+        wait_for(lambda: len(started(tmp_path)) == 3, BOUND_SECONDS, "a third cell started")
+        assert started(tmp_path)[2] == "random-10"  # the freed worker: kcenter-1 still computes the features
+        release(tmp_path, "kcenter-1")
+        wait_for(lambda: len(started(tmp_path)) == 4, BOUND_SECONDS, "the fourth cell started")
+        order = events(tmp_path)
+        assert order.index("end kcenter-1") < order.index("start kcenter-10"), order
+    finally:
+        release(tmp_path)
+        pool.join(BOUND_SECONDS)
+    assert not pool.is_alive() and not errors, errors
+    assert outcomes == ["finished"] * 4
 
 
 def _idle_worker_with_a_kept_kernel(pids) -> None:
@@ -404,27 +430,27 @@ def _idle_worker_with_a_kept_kernel(pids) -> None:
     executors._init_pool_worker(None)
     km = kernels.kernel_for(os.getcwd(), {}, {}, executors.KERNEL_ARGUMENTS)
     pids.put(km.provisioner.pid)
-    time.sleep(120)
+    time.sleep(600)  # until the test's SIGTERM
 
 
 def test_a_worker_stopped_between_cells_takes_its_kept_kernel_with_it():
     """The kept kernel runs in a session of its own (a Ctrl-C to the runner's process group misses it):
     a worker stopped while no cell runs exits at once, and its kernel, which watches its parent, ends
-    too: no kernel outlives the grid."""
+    too: no kernel outlives the grid. (Its bounds only bound a failure: the worker would sleep 600 s.)"""
     import multiprocessing
     import signal
-    import time
 
     import psutil
+    from waiting import BOUND_SECONDS, wait_for
 
     context = multiprocessing.get_context("spawn")
     pids = context.Queue()
     worker = context.Process(target=_idle_worker_with_a_kept_kernel, args=(pids,))
     worker.start()
-    kernel = pids.get(timeout=120)
+    kernel = pids.get(timeout=BOUND_SECONDS)
     assert psutil.pid_exists(kernel)
     os.kill(worker.pid, signal.SIGTERM)
-    worker.join(30)
+    worker.join(120)
     assert worker.exitcode == 128 + signal.SIGTERM
 
     def gone() -> bool:
@@ -433,10 +459,7 @@ def test_a_worker_stopped_between_cells_takes_its_kept_kernel_with_it():
         except psutil.NoSuchProcess:
             return True
 
-    deadline = time.monotonic() + 10
-    while not gone() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert gone()
+    wait_for(gone, 120, "the kept kernel gone with its worker")
 
 
 def _idle_worker_whose_main_thread_blocks_the_stop_signals(pids) -> None:
@@ -449,10 +472,10 @@ def _idle_worker_whose_main_thread_blocks_the_stop_signals(pids) -> None:
     from ddlib import executors
 
     executors._init_pool_worker(None)
-    threading.Thread(target=time.sleep, args=(120,), daemon=True).start()  # a thread that takes it
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # a thread that takes it
     signal.pthread_sigmask(signal.SIG_BLOCK, executors.STOP_SIGNALS)
     pids.put(os.getpid())
-    time.sleep(120)
+    time.sleep(600)
 
 
 def test_a_worker_stops_at_once_whichever_of_its_threads_the_signal_reaches():
@@ -460,17 +483,20 @@ def test_a_worker_stops_at_once_whichever_of_its_threads_the_signal_reaches():
     Python runs the handler only in the main thread, once that thread runs: an idle worker, its main
     thread blocked in a read of the pool's queue, stayed alive after SIGTERM (the test above failed 1
     run in 10). Here the main thread blocks the signal, so another thread must take it; the worker
-    exits with 128 + SIGTERM within seconds (before the relay: not before its 120 s sleep ended)."""
+    exits with 128 + SIGTERM on the signal (before the relay: not before its 600 s sleep ended; the
+    join's bound only bounds the failure)."""
     import multiprocessing
     import signal
+
+    from waiting import BOUND_SECONDS
 
     context = multiprocessing.get_context("spawn")
     pids = context.Queue()
     worker = context.Process(target=_idle_worker_whose_main_thread_blocks_the_stop_signals, args=(pids,))
     worker.start()
-    assert pids.get(timeout=120) == worker.pid
+    assert pids.get(timeout=BOUND_SECONDS) == worker.pid
     os.kill(worker.pid, signal.SIGTERM)
-    worker.join(20)
+    worker.join(120)
     alive = worker.exitcode is None
     if alive:
         worker.kill()
@@ -508,13 +534,13 @@ print("left out:", sys.modules.get("rfc3987_syntax", "never imported") is None)
 def test_the_pool_workers_exit_when_their_runner_is_killed(tmp_path):
     """SIGKILL of the runner alone (the OOM killer, `kill -9 PID`): ProcessPoolExecutor's workers wait on
     their call queue for ever, an idle one with its kept kernel. Each worker watches its parent: here
-    one is idle (its 0.5 s cell done) and one runs a 60 s stub cell that has no monitor; both exit
-    within seconds (before: both were still there, adopted by init)."""
+    one is idle (its cell, released at once, has ended) and one runs a held stub cell that has no
+    monitor; both exit (before: both were still there, adopted by init)."""
     import signal
     import subprocess
-    import time
 
     import psutil
+    from waiting import BOUND_SECONDS, events, release, wait_for
 
     tests = Path(__file__).resolve().parent
     code = f"""
@@ -523,25 +549,22 @@ sys.path[:0] = [{str(tests.parent)!r}, {str(tests)!r}]
 from ddlib import executors
 import test_runner
 if __name__ == "__main__":
-    executors.execute_cell = test_runner._stub_cell
-    log = {str(tmp_path / "log")!r}
-    jobs = [executors.CellJob("label_robust", "e", f"c{{i}}", {{"seconds": s, "log": log}}, {{}}, {{}}, "", "")
-            for i, s in enumerate([0.5, 60])]
+    executors.execute_cell = test_runner._gated_cell
+    jobs = [test_runner._held(test_runner.Path({str(tmp_path)!r}), name) for name in ("idle", "busy")]
     executors.LocalExecutor(2).run(jobs, lambda job, outcome: print("ended", job.name, flush=True))
 """
+    release(tmp_path, "idle")
     runner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    workers = []
     try:
-        deadline = time.monotonic() + 120
-        workers = []
-        while time.monotonic() < deadline and len(workers) < 2:
-            workers = [p for p in psutil.Process(runner.pid).children() if "spawn_main" in " ".join(p.cmdline())]
-            time.sleep(0.2)
-        assert len(workers) == 2, runner.stdout.read() if runner.poll() is not None else "no two workers"
-        while time.monotonic() < deadline and not (tmp_path / "log").exists():
-            time.sleep(0.2)  # the first cell has ended: its worker is idle
+        # both cells started (so both workers are up), and the first has ended: its worker is idle
+        wait_for(lambda: {"start busy", "end idle"} <= set(events(tmp_path)), BOUND_SECONDS,
+                 "one cell ended and one running", runner)
+        workers = [p for p in psutil.Process(runner.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+        assert len(workers) == 2, [p.cmdline() for p in workers]
         runner.send_signal(signal.SIGKILL)
-        runner.wait(30)
-        gone, alive = psutil.wait_procs(workers, timeout=15)
+        runner.wait(120)
+        gone, alive = psutil.wait_procs(workers, timeout=120)
         assert not alive, f"workers left behind: {[p.pid for p in alive]}"
     finally:
         runner.kill()
@@ -559,38 +582,44 @@ class _Stopped(Exception):
 def test_the_runner_stops_its_cells_when_another_of_its_threads_took_the_signal(tmp_path, monkeypatch):
     """The runner waits on its cells; a SIGTERM the kernel handed to another of its threads (tqdm's
     monitor, OpenBLAS's pool) must stop the grid now, not when a cell ends. Here the main thread blocks
-    SIGTERM while a helper thread sends it, so the helper's thread takes it; the 60 s cells are
-    stopped and the handler's exception reaches the caller within seconds."""
+    SIGTERM while a helper thread sends it, once both cells run, so the helper's thread takes it; the
+    cells, held until the test releases them, are stopped, and the handler's exception reaches the
+    caller while they still run. Only if it does not (after a bound) does the helper release them, so
+    that the grid ends and the test fails: no cell may have ended."""
     import signal
     import threading
-    import time
+
+    from waiting import BOUND_SECONDS, events, release, started, wait_for
 
     from ddlib import executors
 
-    monkeypatch.setattr(executors, "execute_cell", _stub_cell)
+    monkeypatch.setattr(executors, "execute_cell", _gated_cell)
+    returned = threading.Event()
 
     def stop(signum, frame):
         raise _Stopped
 
     def send() -> None:
-        time.sleep(8)  # the workers have started (spawned, imported) and run their cells
-        os.kill(os.getpid(), signal.SIGTERM)
+        try:
+            wait_for(lambda: len(started(tmp_path)) == 2, BOUND_SECONDS, "both cells running")
+            os.kill(os.getpid(), signal.SIGTERM)
+        finally:
+            if not returned.wait(120):
+                release(tmp_path)  # the grid did not stop: end its cells, so that it returns and the test fails
 
-    jobs = [executors.CellJob("label_robust", "e", f"sleep-{i}", {"seconds": 60, "log": str(tmp_path / "log")},
-                              {}, {}, "", "") for i in range(2)]
+    jobs = [_held(tmp_path, f"held-{i}") for i in range(2)]
     previous = signal.signal(signal.SIGTERM, stop)
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-    start = time.monotonic()
     try:
         with pytest.raises(_Stopped):
             executors.LocalExecutor(2).run(jobs, lambda job, outcome: None)
     finally:
+        returned.set()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(signal.SIGTERM, previous)
-    assert time.monotonic() - start < 40  # the cells' 60 s were not waited for
-    assert not (tmp_path / "log").exists()  # no cell ended
+    assert not [event for event in events(tmp_path) if event.startswith("end")]  # no cell ended
 
 
 def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypatch):

@@ -16,9 +16,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import yaml
+from waiting import BOUND_SECONDS, release, started, wait_for
 
 from ddlib import tracking
 from ddlib.protocols.cell import cell_tags, run_name
@@ -219,14 +221,28 @@ def test_gpus_option_parsing():
 def test_gpus_give_each_worker_its_own_device(mlflow_store, tmp_path, probe_notebooks, monkeypatch):
     """--gpus 0,1 with one worker per GPU (the CLI's default): worker i's kernels see only device i
     (CUDA_VISIBLE_DEVICES), so the two workers do not share GPU 0 (on a CPU machine the kernels then
-    simply find no CUDA device). Both workers get a cell: the pool hands the first two cells out at
-    once, and a cell (a kernel's start and its 3 s sleep) outlasts a worker's start. Why it takes about
-    15 s: a fresh store, two spawned workers and their kernels, four probe cells of 3 s two at a time;
-    the device is read from what each cell's own kernel saw, so each cell needs a real kernel."""
+    simply find no CUDA device). Both workers get a cell: the first two cells are held until both
+    have started (tests/waiting.py), so one worker cannot run both. Why it takes about 15 s: a fresh
+    store, two spawned workers and their kernels, four probe cells two at a time; the device is read
+    from what each cell's own kernel saw, so each cell needs a real kernel."""
+    import threading
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
     monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
-    monkeypatch.setenv("DDLIB_PROBE_SLEEP", "3")
+    monkeypatch.setenv("DDLIB_PROBE_GATE", str(gate))
+
+    def release_both() -> None:
+        try:
+            wait_for(lambda: len(started(gate)) == 2, BOUND_SECONDS, "two cells started")
+        finally:
+            release(gate)  # then every cell runs through (too late, after the bound: the test fails below)
+
+    releaser = threading.Thread(target=release_both, daemon=True)
+    releaser.start()
     grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2, 3, 4]}}
     report = run_grid(write_grid(tmp_path, grid), workers=None, gpus="0,1", progress=False)
+    releaser.join()
     assert len(report.finished) == 4 and report.ok
     device_of = {}
     for run in cell_runs(status="FINISHED"):
@@ -275,18 +291,6 @@ def _terminal_signals() -> None:
     signals.pthread_sigmask(signals.SIG_UNBLOCK, (signals.SIGINT, signals.SIGTERM))
 
 
-def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"runner exited ({process.returncode}) before {what}:\n{process.stdout.read()}")
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 KILL_GRID = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2, 3, 4, 5, 6]}}
 
 
@@ -296,22 +300,30 @@ def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_stor
     """Kill the runner mid-grid (SIGTERM: it stops its workers and marks their cells KILLED;
     SIGKILL of the runner and its workers: nothing cleans up), then rerun the same command:
     finished cells are not recomputed, interrupted ones are redone, each cell ends with exactly one
-    FINISHED run and no run stays RUNNING. Cells: the probe notebook, 4 s each. Why it takes 40-50 s:
-    the grid runs twice (killed, then resumed), and a kill must land while cells are running."""
+    FINISHED run and no run stays RUNNING, and no process of the killed runner (workers, their kernels)
+    outlives it. Cells: the probe notebook, held until the test releases them (tests/waiting.py), so the
+    kill lands on two running cells after one finished, however loaded the machine. Why it takes 40-50 s:
+    the grid runs twice (killed, then resumed)."""
     path = write_grid(tmp_path, KILL_GRID)
     tracking.init_store()  # before the runner: this process polls the store while it runs
-    probe = {"DDLIB_NOTEBOOKS": str(probe_notebooks), "DDLIB_PROBE_SLEEP": "4"}
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    probe = {"DDLIB_NOTEBOOKS": str(probe_notebooks), "DDLIB_PROBE_GATE": str(gate)}
     runner = _runner(path, mlflow_store, "--workers", "2", env=probe)
-    # a cell that started under 2 s ago: its 4 s of sleep outlast the kill's handling even under load (a
-    # cell seen running later in its life finished before a loaded runner handled SIGTERM: nothing interrupted)
-    _wait_for(lambda: cell_runs(status="FINISHED") and [r for r in cell_runs(status="RUNNING")
-                                                      if time.time() * 1000 - r.info.start_time < 2000], 600,
-              "a finished cell and one just started", runner)
+    first = wait_for(lambda: started(gate)[:1], BOUND_SECONDS, "a running cell", runner)[0]
+    release(gate, first)
+    wait_for(lambda: [r for r in cell_runs(status="FINISHED") if r.info.run_id == first], BOUND_SECONDS,
+             "the released cell finished", runner, every=0.5)
+    wait_for(lambda: len(started(gate)) == 3, BOUND_SECONDS, "two cells running after it", runner)
+    tree = psutil.Process(runner.pid).children(recursive=True)  # its workers and their kernels
     if how == "SIGTERM":
         runner.send_signal(signal.SIGTERM)
     else:
         os.killpg(runner.pid, signal.SIGKILL)  # the runner and its pool workers (kernels live in their own sessions)
-    output = runner.communicate(timeout=120)[0]
+    output = runner.communicate(timeout=BOUND_SECONDS)[0]
+    # orphaned kernels notice their worker is gone (ipykernel polls its parent); SIGTERM: the workers stop them
+    _, alive = psutil.wait_procs(tree, timeout=BOUND_SECONDS)
+    assert not alive, [p.cmdline() for p in alive]
     done_before = {r.data.tags[TAG["config"]]: r.info.run_id for r in cell_runs(status="FINISHED")}
     interrupted = {r.data.tags[TAG["config"]] for r in cell_runs() if r.info.status != "FINISHED"}
     assert done_before and interrupted, output
@@ -321,8 +333,8 @@ def test_killed_grid_resumes_without_recomputing_or_duplicating(how, mlflow_stor
         assert {r.info.status for r in cell_runs() if r.data.tags[TAG["config"]] in interrupted} == {"KILLED"}
     else:
         assert runner.returncode == -signal.SIGKILL
-        time.sleep(3)  # orphaned kernels notice their worker is gone (ipykernel polls its parent every second)
 
+    release(gate)  # the rerun's cells run through
     rerun = _runner(path, mlflow_store, "--workers", "2", env=probe)
     output = rerun.communicate(timeout=900)[0]
     assert rerun.returncode == 0, output
@@ -377,13 +389,12 @@ def test_an_interruption_inside_a_store_read_still_marks_the_running_cells_kille
 @pytest.mark.slow
 def test_cell_over_its_timeout_fails_with_the_partial_notebook(mlflow_store, tmp_path, probe_notebooks, monkeypatch):
     """A cell over its timeout is stopped, marked FAILED with the reason, and keeps its partial notebook.
-    Why it takes about 20 s: the 15 s timeout itself (the probe cell sleeps 600 s) and the kernel's start."""
+    The probe cell is held, never released: only the timeout ends it (else the test fails after the
+    hold's bound). Why it takes about 20 s: the 15 s timeout itself and the kernel's start."""
     monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
-    monkeypatch.setenv("DDLIB_PROBE_SLEEP", "600")
+    monkeypatch.setenv("DDLIB_PROBE_GATE", str(tmp_path))
     grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}}
-    started = time.monotonic()
     report = run_grid(write_grid(tmp_path, grid), timeout=15, progress=False)
-    assert time.monotonic() - started < 300
     assert report.failed == [("random-ipc1-convnet", "timed out after 15 s")]
     (run,) = cell_runs()
     client = tracking.client()
@@ -418,17 +429,19 @@ def test_ctrl_c_stops_the_grid_in_one_line_naming_sigint(when, mlflow_store, tmp
     "Kernel died" from papermill, exit status 130, and the running cells KILLED with SIGINT in their
     error tag (the runner used to forward SIGTERM and name that). Why "cells running" takes about 15 s:
     a fresh store, the runner's own start, its two spawned workers' imports and their two probe kernels
-    must all be up before the SIGINT can land on running cells (their 120 s sleep is never waited for),
-    then the stop takes a few seconds; "workers starting" (about 6 s) stops right after the runner's start."""
+    must all be up before the SIGINT can land on running cells (held, never released: they run until
+    stopped), then the stop takes a few seconds; "workers starting" (about 6 s) stops as soon as the
+    runner's two workers exist, while they import (each used to print a KeyboardInterrupt traceback)."""
     path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1, 2]}})
     tracking.init_store()
-    probe = {"DDLIB_NOTEBOOKS": str(probe_notebooks), "DDLIB_PROBE_SLEEP": "120"}
+    probe = {"DDLIB_NOTEBOOKS": str(probe_notebooks), "DDLIB_PROBE_GATE": str(tmp_path)}
     runner = _runner(path, mlflow_store, "--workers", "2", env=probe)
-    seen = _read_until(runner, "label_robust (", 600)  # the runner's bar: next, it starts its workers
+    seen = _read_until(runner, "label_robust (", BOUND_SECONDS)  # the runner's bar: next, it starts its workers
     if when == "workers starting":
-        time.sleep(0.5)  # they take seconds to import (and used to print a KeyboardInterrupt traceback each)
+        wait_for(lambda: len([p for p in psutil.Process(runner.pid).children() if "spawn_main" in " ".join(p.cmdline())])
+                 == 2, BOUND_SECONDS, "the runner's two workers", runner)
     else:
-        _wait_for(lambda: len(cell_runs(status="RUNNING")) == 2, 600, "two running cells", runner)
+        wait_for(lambda: len(started(tmp_path)) == 2, BOUND_SECONDS, "two running cells", runner)
     os.killpg(runner.pid, signal.SIGINT)
     output = seen + runner.communicate(timeout=120)[0]
     assert runner.returncode == 130, output
@@ -478,20 +491,45 @@ def test_the_runner_shows_each_running_cells_model_epoch_and_eta(mlflow_store, t
                                                                   capsys):
     """Under the grid's bar, a line per running cell: the model it trains (role, seed, lr), the epoch
     and the ETA, read from the progress file its kernel writes (the probe writes one as
-    Cell.train_eval does); the worker mirrors it to the run's ``ddlib.progress`` tag. Why it takes
-    about 11 s: a fresh store, the spawned worker's imports and the probe kernel's start, then the cell's
-    4 s sleep, which keeps it running while the console (every 0.5 s) and the worker's tag (every 1 s)
-    read its progress file; a cell that ended at once would show neither."""
+    Cell.train_eval does); the worker mirrors it to the run's ``ddlib.progress`` tag. The cell is held
+    (tests/waiting.py) until both have shown it: a cell that ended at once would show neither. Why it
+    takes about 11 s: a fresh store, the spawned worker's imports and the probe kernel's start, then
+    the console's (every 0.5 s) and the worker's (every 1 s) reads of its progress file."""
+    import threading
+
+    from ddlib import console, runner
+
+    shown = threading.Event()
+
+    class Lines(console.CellLines):  # says when the console printed the cell's line
+        def _print_plain(self, lines):
+            super()._print_plain(lines)
+            if "random-ipc1-convnet" in lines:
+                shown.set()
+
+    def release_once_shown() -> None:
+        try:
+            shown.wait(BOUND_SECONDS)
+            wait_for(lambda: [r for r in cell_runs(status="RUNNING") if "ddlib.progress" in r.data.tags],
+                     BOUND_SECONDS, "the run's progress tag", every=0.5)
+        finally:
+            release(tmp_path)
+
+    monkeypatch.setattr(runner, "CellLines", Lines)
     monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
     monkeypatch.setenv("DDLIB_PROBE_PROGRESS", "random-ipc1-convnet")
-    monkeypatch.setenv("DDLIB_PROBE_SLEEP", "4")
+    monkeypatch.setenv("DDLIB_PROBE_GATE", str(tmp_path))
     monkeypatch.setenv("DDLIB_PROGRESS_TAG_SECONDS", "1")  # read by the spawned worker
+    releaser = threading.Thread(target=release_once_shown, daemon=True)
+    releaser.start()
     grid = {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}}
     report = run_grid(write_grid(tmp_path, grid), progress=True)
+    releaser.join()
     assert report.finished == ["random-ipc1-convnet"]
     line = "syn_hard · seed 0 · lr 0.01 · model 2/2 · epoch 12/30 · ETA 0:54"
     err = capsys.readouterr().err
-    assert re.search(rf"random-ipc1-convnet: \[\d+\.\d min\] {line}", err), err  # minutes since the cell started
+    # minutes since the cell started (of the runner's estimate, where the model of its work gives one)
+    assert re.search(rf"random-ipc1-convnet: \[\d+\.\d( of ~\d+\.\d)? min\] {line}", err), err
     assert cell_runs()[0].data.tags["ddlib.progress"] == line  # what `ddlib runs` shows, and Ray's runner reads
 
 
@@ -536,7 +574,7 @@ def test_dry_run_counts_models_and_image_epochs_and_says_how_good_the_last_estim
     from ddlib.cli import main as cli_main
     from ddlib.protocols.cell import TRAININGS_TAG
 
-    path = write_grid(tmp_path, {"protocol": "label_robust", "params": {**TINY, "seeds": [0, 1]},
+    path = write_grid(tmp_path, {"protocol": "label_robust", "params": {**TINY, "seeds": [0, 1], "lr_policy": "fixed"},
                                  "grid": {"method": ["random", "kcenter"], "ipc": [2]}})
     cells = {c["method"]: c for c in expand(load_grid(path))}
     tracking.init_store()
@@ -560,7 +598,9 @@ def test_dry_run_counts_models_and_image_epochs_and_says_how_good_the_last_estim
     out = capsys.readouterr().out
     assert "[run]  kcenter-ipc2-convnet: ~0.9 min (this setting at this IPC: 1 earlier run(s), by image-epochs; " \
            "last time (random-ipc2-convnet) estimated 2.0 min, took 3.0)" in out, out
-    assert "models: 6 models; trains 4 (rdm_hard 2, syn_hard 2) = 160 image-epochs; reuses 2 (real_hard 2)" in out, out
+    # and K-Center's feature network (1 epoch on the 180 images left by the validation split), outside the store
+    assert ("models: 7 models; trains 5 (rdm_hard 2, selection: feature network (cached on this machine) 1, syn_hard 2) "
+            "= 340 image-epochs; reuses 2 (real_hard 2)") in out, out
 
     monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
     assert run_grid(path, progress=False).finished == ["kcenter-ipc2-convnet"]
@@ -623,7 +663,7 @@ def test_matched_compute_trains_the_random_subsets_for_the_sets_images_seen(mlfl
     trainings = json.loads(run.data.tags["ddlib.trainings"])
     assert trainings["syn_hard"]["image_epochs"] == 11 * 4 and trainings["rdm_matched"]["image_epochs"] == 20 * 2
     seeds = result.per_seed
-    assert (seeds["ior_matched"] == seeds["acc_syn_any"] - seeds["acc_rdm_matched"]).all()
+    assert list(seeds["ior_matched"]) == pytest.approx(list(seeds["acc_syn_any"] - seeds["acc_rdm_matched"]))
 
     equal_cell = label_robust.open_cell(**{**params, "seeds": [0]})
     equal = label_robust.evaluate(equal_cell, label_robust.obtain(equal_cell))

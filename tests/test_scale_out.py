@@ -83,7 +83,8 @@ def cell_results(tracking_uri: str) -> dict[str, dict]:
     out = {}
     for run in finished:
         out[run.data.tags[TAG["config"]]] = {
-            key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)} for key in PER_SEED}
+            key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, f"per_seed/{key}")}
+            for key in PER_SEED}
     return out
 
 

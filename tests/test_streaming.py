@@ -107,7 +107,7 @@ def test_a_label_robust_cell_runs_on_a_streamed_dataset(tmp_path, cache, monkeyp
     ref = ddlib.score(images, labels, dataset=f"imagefolder:{tree}", **params)
     columns = ["acc_syn_hard", "acc_rdm_hard", "acc_real_hard"]
     assert lazy.per_seed[columns].to_dict() == ref.per_seed[columns].to_dict()
-    assert (ref.per_seed[columns] > 0.6).all().all(), ref.per_seed  # learned: well above chance (1/3)
+    assert (ref.per_seed[columns] > 60).all().all(), ref.per_seed  # learned: well above chance (1/3), in %
 
 
 def test_stream_dataset_names_pass_protocol_validation():

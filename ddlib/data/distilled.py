@@ -49,6 +49,9 @@ PIXEL_RANGE_SLACK = (-0.5, 1.5)
 # Pixels a set de-normalised by its format's default may reach before we suspect the guess (or the
 # file) is wrong: published DC sets reach [-1.4, 2.6]; a set stored as 0-255 floats reaches ~60.
 NORMALIZED_RANGE = (-10.0, 11.0)
+# Pixels a caller declared (normalized: false) may reach: unclamped synthetic pixels (published DC sets
+# de-normalised reach [-1.4, 2.6]; normalised CIFAR-10 read as pixels [-2.5, 2.8]), never 0-10 or 0-255 values.
+DECLARED_PIXEL_RANGE = (-3.0, 4.0)
 
 
 @dataclass(eq=False)
@@ -178,27 +181,28 @@ def load(
 def _check_range(images: torch.Tensor, path: Path, dataset: str, fmt: str, normalized: bool, declared: bool) -> None:
     """Refuse pixels that no image holds, whatever the flag said: a flag picks the transform
     (de-normalise or not), never whether the result is checked. Read as pixels by the format's guess,
-    the bound is tight (:data:`PIXEL_RANGE_SLACK`: a wrong guess shows there); otherwise it is
-    :data:`NORMALIZED_RANGE`, wide enough for the pixels of published DC sets ([-1.4, 2.6])."""
+    the bound is tight (:data:`PIXEL_RANGE_SLACK`: a wrong guess shows there); declared pixels may go
+    a little further (:data:`DECLARED_PIXEL_RANGE`: unclamped synthetic pixels, never 0-10 values);
+    de-normalised ones up to :data:`NORMALIZED_RANGE`, wide enough for published DC sets ([-1.4, 2.6])."""
     if images.dtype == torch.uint8 or images.numel() == 0:
         return
     lo, hi = float(images.min()), float(images.max())
-    bound = NORMALIZED_RANGE if normalized or declared else PIXEL_RANGE_SLACK
+    bound = NORMALIZED_RANGE if normalized else DECLARED_PIXEL_RANGE if declared else PIXEL_RANGE_SLACK
     if bound[0] <= lo and hi <= bound[1]:
         return
     said = "declared" if declared else f"the {fmt} format's default"
+    # pixels must be in [0, 1] whatever the flag: normalized=False alone never admits 0-16 or 0-255 values
+    scale = "scale them to [0, 1] (0-255 values: store them as uint8, or divide by 255)"
     if normalized:
         raise DistilledSetError(
             f"{path}: de-normalised with {dataset}'s mean/std ({said}), the images span [{lo:.3g}, {hi:.3g}] in "
             "pixels, far outside [0, 1]: the file holds something else than normalised images"
-            + ("; if they really are pixels pass normalized=False (normalized: false in the source spec)"
+            + (f"; if they are pixels in [0, 1] pass normalized=False (normalized: false in the source spec), else {scale}"
                if not declared else ""))
-    advice = ("if the images are normalised with the dataset's mean/std pass normalized=True, "
-              "if they really are pixels pass normalized=False") if not declared else \
-        "pixels (normalized: false) must lie near [0, 1]"
-    raise DistilledSetError(
-        f"{path}: read as pixels ({said}) but values span [{lo:.3g}, {hi:.3g}], far outside [0, 1]; {advice}"
-        + ("; 0-255 values must be stored as uint8 (or divided by 255)" if hi > 20 else ""))
+    advice = (f"if the images are normalised with the dataset's mean/std pass normalized=True; if they are pixels, {scale}"
+              if not declared else f"pixels (normalized: false) must lie near [0, 1]: {scale}")
+    raise DistilledSetError(f"{path}: read as pixels ({said}) but values span [{lo:.3g}, {hi:.3g}], far outside [0, 1]; "
+                            f"{advice}")
 
 
 def validate(ds: DistilledSet, dataset: Dataset, path: str | os.PathLike, allow_unequal: bool = False) -> None:
@@ -248,8 +252,8 @@ def validate(ds: DistilledSet, dataset: Dataset, path: str | os.PathLike, allow_
         n_bad = int((~torch.isfinite(soft.float())).sum())
         if n_bad:
             fail(f"soft labels contain {n_bad} NaN/Inf values")
-    if ds.learned_lr is not None and not math.isfinite(ds.learned_lr):
-        fail(f"learned learning rate is not finite: {ds.learned_lr}")
+    if ds.learned_lr is not None and not (math.isfinite(ds.learned_lr) and ds.learned_lr > 0):
+        fail(f"the learned learning rate (lr) must be a positive finite number, got {ds.learned_lr}")
 
 
 def save(ds: DistilledSet, path: str | os.PathLike) -> Path:

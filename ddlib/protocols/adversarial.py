@@ -73,7 +73,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ddlib import metrics
+from ddlib import metrics, units
 from ddlib.engine.adversarial_training import create_objective
 from ddlib.attacks import (SPACES, TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attacks, run_attack,
                            targeted_skip_reason)
@@ -262,7 +262,7 @@ class AdversarialResult(Result):
         rows = []
         for column in (c for c in self.per_seed.columns if c.startswith("curve.")):
             _, attack, eps = column.split(".", 2)
-            mean, std = metrics.mean_std(self.per_seed[column])
+            mean, std = metrics.mean_std(units.computed(column, v) for v in self.per_seed[column])  # as the boards
             rows.append({**self.cell, "group": "cell", "attack": attack, "eps": float(eps), "robust_acc_mean": mean,
                          "robust_acc_std": std, "seeds": len(self.per_seed)})
         return pd.DataFrame(rows)
@@ -275,7 +275,7 @@ class AdversarialResult(Result):
             robust_acc=("robust_acc", "mean"), asr=("asr", "mean"), asr_beard=("asr_beard", "mean"),
             attack_seconds=("attack_seconds", "mean"), queries=("queries", "mean"), status=("status", "first"))
         for col in ("robust_acc", "asr", "asr_beard"):
-            shown[col] = 100 * shown[col]
+            shown[col] = units.shown(col, 1.0) * shown[col]
         return shown.rename(columns={"robust_acc": "robust acc %", "asr": "ASR %", "asr_beard": "ASR (BEARD) %",
                                      "attack_seconds": "attack s", "queries": "queries / image"})
 
@@ -418,7 +418,8 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedMod
         per_seed, summary = cell.record_per_seed(rows)
     label = {"dataset": p["dataset"], "method": p["method"], "ipc": p["ipc"], "mode": p["mode"], "space": p["space"],
              "training": p["training"] if isinstance(p["training"], str) else str(p["training"])}
-    return AdversarialResult(per_seed=per_seed, summary=summary, attacks=pd.DataFrame(attack_rows), cell=label,
+    return AdversarialResult(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                             attacks=pd.DataFrame(attack_rows), cell=label,
                              run_id=cell.run_id)
 
 

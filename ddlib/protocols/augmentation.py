@@ -105,5 +105,6 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationResult:
         if best is not None:
             cell.tracker.set_tags(cell.run_id, {"ddlib.aug_best": best})
         per_seed, summary = cell.record_per_seed(rows)
-    return AugmentationResult(per_seed=per_seed, summary=summary, labels=[c.label for c in conditions], best=best,
+    return AugmentationResult(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                              labels=[c.label for c in conditions], best=best,
                               run_id=cell.run_id)

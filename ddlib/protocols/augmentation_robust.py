@@ -97,4 +97,5 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationRobustResult:
             rows.append({"seed": seed, **{f"acc_{k}": v for k, v in a.items()}, "ior_aug": ior_aug,
                          "ior_noaug": ior_noaug, "ars": metrics.ars(ior_aug, ior_noaug, p["gamma"])})
         per_seed, summary = cell.record_per_seed(rows)
-    return AugmentationRobustResult(per_seed=per_seed, summary=summary, sides=ev.sides(), run_id=cell.run_id)
+    return AugmentationRobustResult(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                                    sides=ev.sides(), run_id=cell.run_id)

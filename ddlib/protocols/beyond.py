@@ -147,13 +147,15 @@ def close(cell) -> None:
             value = row["values"].get(column, _NAN)
             per.setdefault(f"cost.{column}", {}).setdefault(row["seed"], []).append(value)
             per.setdefault(f"cost.{column}.{row['role']}", {}).setdefault(row["seed"], []).append(value)
-    triples, summary = [], {}
+    by_seed: dict[int, dict] = {}
+    summary = {}
     for name, seeds in per.items():
         total = name.startswith("cost.")
         values = {s: (sum(v) if total else sum(v) / len(v)) for s, v in seeds.items()}
-        triples += [(name, float(v), s) for s, v in values.items()]
+        for s, v in values.items():
+            by_seed.setdefault(s, {"seed": s})[name] = float(v)
         summary[f"{name}_mean"], summary[f"{name}_std"] = mean_std([v for v in values.values() if not math.isnan(v)])
-    cell.tracker._log(cell.run_id, triples)
+    cell.tracker.log_per_seed(cell.run_id, by_seed.values())
     cell.tracker.log_metrics(cell.run_id, summary)
     inputs = list(cell.cache.get("beyond_inputs", {}).values())
     if inputs:

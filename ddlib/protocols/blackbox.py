@@ -264,7 +264,8 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedMod
         per_seed, summary = cell.record_per_seed(rows)
         matrix = pd.DataFrame(matrix)
         _log_matrix(cell, matrix)
-    return BlackboxResult(per_seed=per_seed, summary=summary, matrix=matrix, skipped=skipped, run_id=cell.run_id)
+    return BlackboxResult(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                          matrix=matrix, skipped=skipped, run_id=cell.run_id)
 
 
 def _transfer(cell: Cell, spec, net, targets: dict, images, labels, key: dict, seed: int) -> dict[str, float]:

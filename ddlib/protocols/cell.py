@@ -32,6 +32,8 @@ import pandas as pd
 import torch
 
 import ddlib
+from ddlib import units
+from ddlib.units import shown_frame
 from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.data.digest import tensor_digest
 from ddlib.engine.device import configure_threads, forget_compiled, resolve_device, run_precision
@@ -40,11 +42,13 @@ from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
 from ddlib.protocols import beyond
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
-from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store, owner_tag, release_store_locks
+from ddlib.tracking import (TAG, Tracker, as_stored, config_hash, default_tags, file_lock, init_store, owner_tag,
+                            release_store_locks, run_metrics)
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
 from ddlib.engine.test_pass import forget_test_batches, test_trained
 from ddlib.progress import ProgressWriter, writer_from_env
+from ddlib.calibrate import epoch_unit
 
 __all__ = ["Cell", "TrainedModel", "group_params", "cell_tags", "device_name"]
 
@@ -153,6 +157,10 @@ class Cell:
             cell.unsplit = cell.dataset
             if "val_fraction" in params:
                 cell._hold_out(params["val_fraction"])
+            if cell.progress_writer is not None:  # the cell's own remaining time on the runner's line
+                from ddlib.calibrate import running_plan
+
+                cell.progress_writer.plan(running_plan(protocol, cell.params, device))
         return cell
 
     def _hold_out(self, fraction: float | None) -> None:
@@ -252,17 +260,19 @@ class Cell:
         return path
 
     def record_per_seed(self, rows: Sequence[dict]) -> tuple[pd.DataFrame, dict[str, float]]:
-        """Log per-seed values as metric histories (step = seed, so summaries can pool seeds over
-        runs) and their mean and std over seeds as run metrics; return both."""
-        triples = [(k, v, row["seed"]) for row in rows for k, v in row.items() if k != "seed"]
-        self.tracker._log(self.run_id, triples)
-        per_seed = pd.DataFrame(list(rows))
+        """Log per-seed values as metric histories ``per_seed/<value>`` (step = seed, so summaries can
+        pool seeds over runs) and their mean and std over seeds as run metrics ``<value>_mean`` and
+        ``<value>_std``, the figures MLflow's run page shows; return both in their shown units
+        (:mod:`ddlib.units`: accuracies in %, ...), as every other surface shows them. ``rows`` hold
+        computed values (fractions)."""
+        self.tracker.log_per_seed(self.run_id, rows)
+        computed = pd.DataFrame(list(rows))
         summary = {}
-        for col in per_seed.columns.drop("seed"):
-            summary[f"{col}_mean"], summary[f"{col}_std"] = mean_std(per_seed[col])
+        for col in computed.columns.drop("seed"):
+            summary[f"{col}_mean"], summary[f"{col}_std"] = mean_std(computed[col])
         self.tracker.log_metrics(self.run_id, summary)
         self.check_sanity(summary)
-        return per_seed, summary
+        return shown_frame(computed), {k: units.shown(k, v) for k, v in summary.items()}
 
     def check_sanity(self, summary: dict[str, float]) -> list[str]:
         """Flag (a warning in the notebook, tag ``ddlib.sanity`` on the run) a full-data reference or
@@ -356,6 +366,9 @@ class Cell:
         runs = list(zip(seeds, lrs))
         keys = [config_hash({**identities[lr], "seed": seed}) for seed, lr in runs]
         cost = beyond.model_cost(self, model, model_kwargs, images, targets, eval_labels, recipe)
+        unit = None if self.progress_writer is None else epoch_unit(  # one model-epoch's predicted time (ddlib.progress)
+            model, images.shape[1:], ds.num_classes, len(targets), recipe, hook_name(augment, "none"), model_kwargs,
+            hook_name(objective, "standard"), self.device)
 
         def inputs(i: int) -> list:
             return beyond.datasets(self, role_of(runs[i][1]), images, targets, identity["train"], eval_images, eval_labels,
@@ -374,7 +387,7 @@ class Cell:
                 wanted = {TAG["eval_key"]: key, **({MODEL_STORED_TAG: "true"} if keep_models else {})}
                 stored = self.tracker.find_finished(wanted)
                 if stored:
-                    m = stored[0].data.metrics
+                    m = run_metrics(stored[0])
                     net = self._load_model(stored[0].info.run_id, model, model_kwargs) if keep_models else None
                     found[i] = TrainedModel(role_of(lr), seed, m["test_accuracy"], m.get("train_seconds", float("nan")),
                                           m.get("eval_seconds", float("nan")), stored[0].info.run_id, True, net)
@@ -383,6 +396,8 @@ class Cell:
             held = {i: adopt[runs[i][0]] for i in missing if runs[i][0] in (adopt or {})}  # trained elsewhere here
             for i, (_seed, lr) in enumerate(runs):
                 self._count_training(role_of(lr), len(targets) * epochs_trained(recipes[lr]), i in missing and i not in held)
+            if unit is not None:  # found in the store: work the cell's estimate counted and it will not do
+                self.progress_writer.skipped(unit * epochs_trained(recipe) * (len(runs) - len(missing)))
             if missing:
                 train = [i for i in missing if i not in held]
                 results = dict(zip(train, train_and_test(
@@ -391,7 +406,7 @@ class Cell:
                     lrs=[runs[i][1] for i in train], augment=augment, loss=loss,
                     objective=objective, preprocess=preprocess, device=self.device, model_kwargs=model_kwargs,
                     progress=self.progress, desc=role_of(runs[missing[0]][1]), keep_models=keep_models or hold_models,
-                    on_epoch=self._on_epoch(role_of),
+                    on_epoch=self._on_epoch(role_of, unit),
                 ) if train else []))
                 results.update({i: test_trained(t, model, eval_images, eval_labels, num_classes=ds.num_classes, mean=ds.mean,
                                                 std=ds.std, recipe=recipes[runs[i][1]], preprocess=preprocess,
@@ -404,7 +419,8 @@ class Cell:
                     if keep_models:
                         self._store_model(run_id, r.model)
                     net = r.model.eval() if keep_models else None
-                    found[i] = TrainedModel(role_of(lr), r.seed, r.test_accuracy, r.train_seconds, r.eval_seconds,
+                    accuracy = as_stored({"test_accuracy": r.test_accuracy})["test_accuracy"]  # as a reuse reads it
+                    found[i] = TrainedModel(role_of(lr), r.seed, accuracy, r.train_seconds, r.eval_seconds,
                                           run_id, False, net, r if hold_models else None)
             for i, t in found.items():
                 if eval_split == "test":
@@ -428,7 +444,7 @@ class Cell:
                   TAG["eval_key"]: key, TRAIN_MODE_TAG: r.mode},
             parent_run_id=self.run_id,
         )
-        scores = (beyond.evaluation_scores(r.confusion, r.calibration), r.calibration)
+        scores = (as_stored(beyond.evaluation_scores(r.confusion, r.calibration)), r.calibration)  # as a reuse reads them
         self.tracker.log_metrics(run_id, {"test_accuracy": r.test_accuracy, "train_seconds": r.train_seconds,
                                           "eval_seconds": r.eval_seconds, **scores[0], **cost})
         beyond.log_evaluation(self, run_id, r.calibration, inputs)
@@ -449,9 +465,9 @@ class Cell:
             entry["trained"] += 1
             entry["trained_image_epochs"] += image_epochs
 
-    def _on_epoch(self, role_of: Callable[[float], str]) -> Callable[[EpochProgress], None] | None:
+    def _on_epoch(self, role_of: Callable[[float], str], unit: float | None = None) -> Callable[[EpochProgress], None] | None:
         """The training loop's progress to the runner (the role of the models training now: one name,
-        or an lr search's common stem), where a runner listens."""
+        or an lr search's common stem), where a runner listens; ``unit``: one model-epoch's predicted time."""
         writer = self.progress_writer
         if writer is None:
             return None
@@ -459,7 +475,7 @@ class Cell:
         def report(progress: EpochProgress) -> None:
             names = sorted({role_of(lr) for _, lr in progress.runs})
             name = names[0] if len(names) == 1 else os.path.commonprefix(names).rstrip("0123456789.-e") + " search"
-            writer(name, progress)
+            writer(name, progress, unit)
 
         return report
 
@@ -491,7 +507,7 @@ class Cell:
         with self.guard(), file_lock(f"result-{key}"):
             runs = self.tracker.find_finished({RESULT_KEY_TAG: key})
             if runs:
-                return dict(runs[0].data.metrics), True
+                return run_metrics(runs[0]), True
             metrics = compute()
             if not metrics:
                 raise ValueError(f"{role}: the computation returned no result; nothing is cached")
@@ -502,7 +518,7 @@ class Cell:
                 parent_run_id=self.run_id)
             self.tracker.log_metrics(run_id, metrics)
             self.tracker.end_run(run_id)
-        return metrics, False
+        return as_stored(metrics), False  # the values a later call reads back
 
 
 def hold_out_validation(dataset: Dataset, fraction: float, seed: int = VALIDATION_SEED) -> tuple[Dataset, tuple]:

@@ -92,4 +92,5 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> CompressionResult:
         ratio = len(distilled) / len(ds.train_labels)
         cell.tracker.log_metrics(cell.run_id, {"images": len(distilled), "compression_ratio": ratio})
         per_seed, summary = cell.record_per_seed(rows)
-    return CompressionResult(per_seed=per_seed, summary=summary, images=len(distilled), ratio=ratio, run_id=cell.run_id)
+    return CompressionResult(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                             images=len(distilled), ratio=ratio, run_id=cell.run_id)

@@ -156,7 +156,8 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
                          **({"acc_rdm_matched": matched[k].accuracy,
                              "ior_matched": metrics.ior(sa.accuracy, matched[k].accuracy)} if matched else {})})
         per_seed, summary = cell.record_per_seed(rows)
-    return LabelRobustResult(per_seed=per_seed, summary=summary, sides=ev.sides(), run_id=cell.run_id)
+    return LabelRobustResult(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                             sides=ev.sides(), run_id=cell.run_id)
 
 
 def matched_random(ev: SideTrainer, distilled: DistilledSet, rdm_sets: dict, rdm_any: list, setting, seeds) -> list:

@@ -1,4 +1,5 @@
-"""Every set a cell obtains is checked against the cell's test split and validation split
+"""Every set a cell obtains is checked against the dataset's test split (the whole split, also where
+``test_size`` reduces the one the cell scores on) and the cell's validation split
 (:func:`ddlib.data.leakage.find_overlap`: exact copies and near-duplicates) before anything trains.
 
 What is recorded on the cell run (tags, so that no per-seed reader takes them for values):
@@ -49,14 +50,16 @@ def strict_from_env() -> bool:
 
 def check_set(cell, distilled: DistilledSet) -> dict[str, Overlap]:
     """Check ``distilled`` (pixels) against the cell's test split and, where it holds one out, its
-    validation split; log, flag, and in strict mode refuse (:class:`LeakageRefused`)."""
-    whole = cell.unsplit if cell.unsplit is not None else cell.dataset
+    validation split; log, flag, and in strict mode refuse (:class:`LeakageRefused`). The test split is
+    the dataset's whole one, as the dry run checks it (:func:`ddlib.protocols.inputs.set_leakage`): a
+    reduced one (``test_size``) hides no test image the set holds."""
+    whole = _whole_dataset(cell)
     training = set(digests(whole.train_images))  # the data a set may use: the whole training split
-    overlaps = {"test": find_overlap(distilled.images, cell.dataset.test_images, "test", training, device=cell.device)}
+    overlaps = {"test": find_overlap(distilled.images, whole.test_images, "test", training, device=cell.device)}
     if cell.validation is not None:  # a set may use the pool, not the images held out to score lr searches on
         pool = set(digests(cell.dataset.train_images))
         overlaps["val"] = find_overlap(distilled.images, cell.validation[0], "val", pool, device=cell.device)
-    splits = {"test": cell.dataset.test_images, "val": cell.validation[0] if cell.validation is not None else None}
+    splits = {"test": whole.test_images, "val": cell.validation[0] if cell.validation is not None else None}
     _log(cell, distilled, overlaps, splits)
     summaries = [o.summary(SPLIT_NAMES[name]) for name, o in overlaps.items() if o.leaked]
     if summaries:
@@ -72,6 +75,17 @@ def check_set(cell, distilled: DistilledSet) -> dict[str, Overlap]:
                            else "the lr search was scored on images the set holds")
             cell.flag(f"leakage: {overlap.summary(SPLIT_NAMES[name])} ({overlap.pairs(4)}): {consequence}")
     return overlaps
+
+
+def _whole_dataset(cell):
+    """The cell's dataset before ``train_per_class`` / ``test_size`` reduced it (cached by
+    :func:`ddlib.data.datasets.load_dataset`: no second read)."""
+    data = cell.unsplit if cell.unsplit is not None else cell.dataset
+    if not data.extra.get("reduced"):
+        return data
+    from ddlib.data.datasets import load_dataset
+
+    return load_dataset(cell.params["dataset"], cell.params.get("data_root"))
 
 
 def test_leaked(tags: dict) -> int:

@@ -160,10 +160,10 @@ def evaluate(cell: Cell, distilled: DistilledSet, architectures: pd.DataFrame | 
         ranks = nas_space.rank_correlation(table["proxy"].to_numpy(), table["ground_truth"].to_numpy())
         summary = {k: ranks[k] for k in ("spearman", "kendall", "top1", "best_possible")}
         summary["num_archs"] = len(table)
-        histories = [(f"{kind}.{c.label}", value, seed) for seed in p["seeds"] for j, c in enumerate(conditions)
-                     for kind, value in (("proxy", table[f"proxy_seed{seed}"].iloc[j]),
-                                         ("gt", table["ground_truth"].iloc[j]))]
-        cell.tracker._log(cell.run_id, histories)  # one batch: 2 x num_archs x seeds values
+        cell.tracker.log_per_seed(cell.run_id, [  # one batch: 2 x num_archs x seeds values
+            {"seed": seed, **{f"{kind}.{c.label}": value for j, c in enumerate(conditions)
+                              for kind, value in (("proxy", table[f"proxy_seed{seed}"].iloc[j]),
+                                                  ("gt", table["ground_truth"].iloc[j]))}} for seed in p["seeds"]])
         cell.tracker.log_metrics(cell.run_id, summary)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "architectures.csv"
@@ -172,4 +172,5 @@ def evaluate(cell: Cell, distilled: DistilledSet, architectures: pd.DataFrame | 
     per_seed = pd.DataFrame([{"seed": seed, **{k: v for k, v in nas_space.rank_correlation(
         table[f"proxy_seed{seed}"].to_numpy(), table["ground_truth"].to_numpy()).items() if k in summary}}
         for seed in p["seeds"]])
-    return NasResult(per_seed=per_seed, summary=summary, architectures=table, run_id=cell.run_id)
+    return NasResult(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                     architectures=table, run_id=cell.run_id)

@@ -432,7 +432,7 @@ class SideTrainer:
 
     def log_lrs(self, role: str, lrs: dict[int, float], sources: dict[int, str]) -> None:
         tracker, run_id = self.cell.tracker, self.cell.run_id
-        tracker.log_series(run_id, f"lr_{role}", list(lrs.values()), list(lrs))
+        tracker.log_per_seed(run_id, [{"seed": s, f"lr_{role}": lr} for s, lr in lrs.items()])
         text = "; ".join(f"seed {s}: {lr:g} ({sources[s]})" for s, lr in lrs.items())
         tracker.set_tags(run_id, {f"ddlib.lr.{role}": text[:4900]})
 

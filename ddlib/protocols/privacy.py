@@ -68,7 +68,8 @@ SPEC = ProtocolSpec(
         **SET_PARAMS,
         **RECIPE_PARAMS,
         "augment": Param(None, "one augmentation spec (ddlib.engine.augment) or null, for every training", "str"),
-        "members": Param(500, "members attacked and as many non-members (capped at half of each split)"),
+        "members": Param(500, "members attacked and as many non-members (at most half of each split; the default is "
+                              "lowered to that, another value past it refused)"),
         "attack_seed": Param(0, "draws the members, the non-members and the shadow data"),
         "full_data": Param(True, "also attack the full-data model (trained once per seed, reused)"),
     },
@@ -95,7 +96,29 @@ def validate(params: dict) -> dict:
         raise ValueError(f"attack_seed must be a non-negative integer, got {shown(p['attack_seed'])}")
     if not isinstance(p["full_data"], bool):
         raise ValueError(f"full_data must be true or false, got {shown(p['full_data'])}")
+    most = _most_members(p)
+    if most is not None and p["members"] > most[0] and p["members"] != PARAMS["members"]:  # the default: lowered
+        raise ValueError(f"members must be at most {most[0]} here (half of the smaller split: {most[1]} training and "
+                         f"{most[2]} test images of {p['dataset']}), got {p['members']}")
     return p
+
+
+def _most_members(p: dict) -> tuple[int, int, int] | None:
+    """(the most members the cell's data allows, its training images, its test images), counted as
+    :func:`split_members` draws them from the data :meth:`Cell.open` prepares; None where the data does
+    not load (the runner's data check says why)."""
+    from ddlib.data.datasets import load_dataset
+
+    try:
+        ds = load_dataset(p["dataset"], p["data_root"])
+    except (ValueError, OSError):
+        return None
+    n_train, n_test = len(ds.train_labels), len(ds.test_labels)
+    if p["train_per_class"] is not None:
+        n_train = int(torch.bincount(ds.train_labels.long()).clamp(max=p["train_per_class"]).sum())
+    if p["test_size"] is not None:
+        n_test = min(n_test, p["test_size"])
+    return min(n_train, n_test) // 2, n_train, n_test
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
@@ -263,7 +286,8 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> PrivacyResult:
             rows.append(row)
         cell.tracker.log_metrics(cell.run_id, {"members": len(split.members)})
         per_seed, summary = cell.record_per_seed(rows)
-    return PrivacyResult(per_seed=per_seed, summary=summary, members=len(split.members), run_id=cell.run_id)
+    return PrivacyResult(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                         members=len(split.members), run_id=cell.run_id)
 
 
 def _outputs(cell: Cell, model: TrainedModel, images, labels):

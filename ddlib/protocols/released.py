@@ -80,7 +80,7 @@ def pool_checkpoints(cell: Cell, role: str, paths: dict[int, str], model: str,
     from ddlib.engine.test_pass import Normalize, model_accuracy
     from ddlib.protocols.cell import MODEL_STORED_TAG, TrainedModel
     from ddlib.protocols.teachers import CheckpointError, load_teacher
-    from ddlib.tracking import TAG, config_hash, default_tags, file_lock
+    from ddlib.tracking import TAG, as_stored, config_hash, default_tags, file_lock, run_metrics
 
     ds = cell.dataset
     test = f"{ds.name}:{ds.source}:test:{tensor_digest(ds.test_labels)}"
@@ -101,7 +101,7 @@ def pool_checkpoints(cell: Cell, role: str, paths: dict[int, str], model: str,
             with file_lock(f"eval-{key}"):
                 runs = cell.tracker.find_finished({TAG["eval_key"]: key, MODEL_STORED_TAG: "true"})
                 if runs:
-                    m = runs[0].data.metrics
+                    m = run_metrics(runs[0])
                     found.append(TrainedModel(role, seed, m["test_accuracy"], float("nan"),
                                             m.get("eval_seconds", float("nan")), runs[0].info.run_id, True, net))
                     continue
@@ -119,5 +119,6 @@ def pool_checkpoints(cell: Cell, role: str, paths: dict[int, str], model: str,
                 cell._store_model(run_id, net)
                 cell.tracker.log_metrics(run_id, {"test_accuracy": accuracy, "eval_seconds": seconds})
                 cell.tracker.end_run(run_id)
+                accuracy = as_stored({"test_accuracy": accuracy})["test_accuracy"]  # as a reuse reads it
                 found.append(TrainedModel(role, seed, accuracy, float("nan"), seconds, run_id, False, net))
     return found

@@ -16,7 +16,9 @@ import ast
 import importlib
 import importlib.util
 import os
+import re
 import sys
+import traceback
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -25,10 +27,12 @@ from typing import Any, Mapping
 import pandas as pd
 
 from ddlib.registry import Registry
+from ddlib.shown import one_line
 
 __all__ = ["Param", "Board", "BEYOND_COLUMNS", "ProtocolSpec", "Result",
            "REGISTRY", "protocol_names", "set_protocols", "get_spec", "all_specs",
-           "protocol_module", "parameters_source", "board_specs", "notebook_folder", "PATH_ENV"]
+           "protocol_module", "parameters_source", "board_specs", "notebook_folder", "PATH_ENV",
+           "ProtocolLoadError", "score_columns", "value_names"]
 
 
 @dataclass(frozen=True)
@@ -118,15 +122,23 @@ class Result:
     """What ``evaluate(cell, distilled)`` returns: one row per seed, the mean/std summary the cell
     logged, and the cell's MLflow run. Protocols add fields of their own."""
 
-    per_seed: pd.DataFrame
-    summary: dict[str, float]
+    per_seed: pd.DataFrame  # in shown units (ddlib.units: accuracies in %, ...), as the CLI and MLflow show them
+    summary: dict[str, float]  # <value>_mean and <value>_std, in shown units
     run_id: str | None = None
+    protocol: str = ""  # which protocol computed it (its headline board says which values are its scores)
 
     def table(self) -> pd.DataFrame:
         """Every value of the summary as mean and std, one row each, in the order logged."""
         keys = [k[: -len("_mean")] for k in self.summary if k.endswith("_mean")]
         return pd.DataFrame({"mean": [self.summary[f"{k}_mean"] for k in keys],
                              "std": [self.summary.get(f"{k}_std", float("nan")) for k in keys]}, index=keys)
+
+    def values(self, columns: str = "scores") -> pd.DataFrame:
+        """The values as ``ddlib score`` prints them (:func:`ddlib.tables.value_table`: unit, mean, std,
+        bootstrap interval, each seed): ``columns="scores"`` the protocol's scores, ``"all"`` every value."""
+        from ddlib.tables import value_table
+
+        return value_table(self.per_seed, value_names(self.protocol, self.per_seed, columns))
 
 
 # --------------------------------------------------------------------------- the registry
@@ -136,15 +148,61 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 PATH_ENV = "DDLIB_PROTOCOL_PATH"  # more folders of protocol modules (os.pathsep-separated), beside the package's
+# A protocol's name in a file of PATH_ENV that does not parse: its own error is given when it is asked for.
+_NAMED = re.compile(rb"""SPEC\s*=\s*ProtocolSpec\(\s*name\s*=\s*["']([A-Za-z0-9_]+)["']""")
+_FAILED: dict[str, "ProtocolLoadError"] = {}  # file -> why importing it failed (imported once per process)
+_WARNED: set[str] = set()
+
+
+class ProtocolLoadError(ValueError):
+    """A protocol module of :data:`PATH_ENV` cannot be read or imported; names the file and the problem."""
+
+
+def _warn(problem: str) -> None:
+    """One warning line on stderr per problem and process: a broken file of :data:`PATH_ENV` is skipped and
+    every other protocol (the package's included) runs."""
+    if problem not in _WARNED:
+        _WARNED.add(problem)
+        print(f"warning: {problem}; skipped ({PATH_ENV})", file=sys.stderr)
+
+
+def _problem(path: Path, error: BaseException) -> str:
+    """Why a protocol file cannot be read or imported, in one line naming it (and the line at fault)."""
+    if isinstance(error, OSError):
+        return f"{path}: cannot read ({error.strerror or error})"
+    if isinstance(error, SyntaxError):  # the file's own, or a module it imports
+        other = error.filename if error.filename not in (None, str(path), "<unknown>") else None
+        at = ", ".join(x for x in (other, f"line {error.lineno}" if error.lineno else None) if x)
+        return f"{path}: not valid Python: {error.msg}" + (f" ({at})" if at else "")
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == str(path)]
+    return (f"{path}: importing it raised {type(error).__name__}: {one_line(error, 300)}"
+            + (f" (line {frames[-1].lineno})" if frames else ""))
 
 
 def _declared() -> dict[str, dict]:
     """protocol name -> its module (and, for one outside the package, its file and folder) and the
     spec's literal keywords (``takes_set``), read from the files without importing them: the
     package's modules, then those of :data:`PATH_ENV`'s folders (a protocol of your own: a module,
-    its notebook beside it, a params file)."""
+    its notebook beside it, a params file). A file there that cannot be read or parsed is skipped
+    with a warning; where its protocol's name can still be read, asking for it gives its error."""
     extra = tuple(p for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p)
     return _scan(extra)
+
+
+def _declarations(path: Path) -> dict[str, bool]:
+    """The protocols a module declares (``SPEC = ProtocolSpec(name=...)``): name -> takes_set. Bytes are
+    parsed as Python reads a source file (its encoding declaration, else UTF-8)."""
+    data = path.read_bytes()
+    if b"ProtocolSpec(" not in data:  # a helper module: none of discovery's business, whatever its bytes
+        return {}
+    found = {}
+    for node in ast.parse(data, filename=str(path)).body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPEC" for t in node.targets)
+                and isinstance(node.value, ast.Call)):
+            literal = {k.arg: k.value.value for k in node.value.keywords if isinstance(k.value, ast.Constant)}
+            if isinstance(literal.get("name"), str):
+                found.setdefault(literal["name"], literal.get("takes_set", True))
+    return found
 
 
 @lru_cache(maxsize=8)
@@ -155,19 +213,24 @@ def _scan(extra: tuple[str, ...]) -> dict[str, dict]:
         for path in sorted(folder.glob("*.py")):
             if path.name.startswith("_") or (inside and path.name == "spec.py"):
                 continue
-            text = path.read_text(encoding="utf-8")
-            if "ProtocolSpec(" not in text:
+            place = {"file": None, "folder": None} if inside else {"file": str(path), "folder": str(folder)}
+            try:
+                declared = _declarations(path)
+            except (OSError, SyntaxError, ValueError) as error:  # ValueError: null bytes (before Python 3.12)
+                if inside:
+                    raise
+                problem = _problem(path, error if isinstance(error, (OSError, SyntaxError)) else SyntaxError(str(error)))
+                named = _NAMED.search(path.read_bytes()) if not isinstance(error, OSError) else None
+                if named and named.group(1).decode() not in found:
+                    name = named.group(1).decode()
+                    found[name] = {"module": f"ddlib_protocol_{name}", "takes_set": True, **place, "error": problem}
+                else:
+                    _warn(problem)
                 continue
-            for node in ast.parse(text).body:
-                if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPEC" for t in node.targets)
-                        and isinstance(node.value, ast.Call)):
-                    literal = {k.arg: k.value.value for k in node.value.keywords if isinstance(k.value, ast.Constant)}
-                    name = literal.get("name")
-                    if not isinstance(name, str) or name in found:
-                        continue
+            for name, takes_set in declared.items():
+                if name not in found:
                     module = f"ddlib.protocols.{path.stem}" if inside else f"ddlib_protocol_{name}"
-                    found[name] = {"module": module, "takes_set": literal.get("takes_set", True),
-                                   "file": None if inside else str(path), "folder": None if inside else str(folder)}
+                    found[name] = {"module": module, "takes_set": takes_set, **place}
     return found
 
 
@@ -188,16 +251,28 @@ def protocol_names() -> list[str]:
 
 
 def protocol_module(name: str):
+    """The protocol's module, imported on first use; one of :data:`PATH_ENV` that cannot be parsed or
+    imported is a :class:`ProtocolLoadError` naming its file and the problem (every time it is asked for,
+    without importing it again)."""
     found = _declared().get(name)
     if found is None:
         raise ValueError(f"unknown protocol {name!r}; known: {protocol_names()}")
     if found["file"] is None:
         return importlib.import_module(found["module"])
+    if found.get("error"):
+        raise ProtocolLoadError(found["error"])
+    if found["file"] in _FAILED:
+        raise _FAILED[found["file"]]
     if found["module"] not in sys.modules:  # a protocol of your own: imported from its file, once
         loader = importlib.util.spec_from_file_location(found["module"], found["file"])
         module = importlib.util.module_from_spec(loader)
         sys.modules[found["module"]] = module
-        loader.loader.exec_module(module)
+        try:
+            loader.loader.exec_module(module)
+        except Exception as error:  # noqa: BLE001 - its error, named, instead of a traceback of every command
+            del sys.modules[found["module"]]  # no half-imported module for the next caller
+            _FAILED[found["file"]] = ProtocolLoadError(_problem(Path(found["file"]), error))
+            raise _FAILED[found["file"]] from None
     return sys.modules[found["module"]]
 
 
@@ -205,17 +280,53 @@ def get_spec(name: str) -> ProtocolSpec:
     """The protocol's spec (its module imported, and registered, on first use)."""
     if name not in REGISTRY:
         module = protocol_module(name)
-        spec: ProtocolSpec = module.SPEC
+        spec = getattr(module, "SPEC", None)
+        where = getattr(module, "__file__", None) or module.__name__
+        if not isinstance(spec, ProtocolSpec):
+            raise ProtocolLoadError(f"{where}: SPEC is not a ProtocolSpec, got {type(spec).__name__}")
         if spec.name != name:
-            raise ValueError(f"{module.__name__}: SPEC names protocol {spec.name!r}, its file says {name!r}")
+            raise ProtocolLoadError(f"{where}: SPEC names protocol {spec.name!r}, its file says {name!r}")
+        if not callable(getattr(module, "evaluate", None)):
+            raise ProtocolLoadError(f"{where}: protocol {name!r} has no evaluate(cell, distilled) function")
         object.__setattr__(spec, "module", module.__name__)
         REGISTRY.add(name, module.evaluate, defaults=spec.defaults(), spec=spec)
     return REGISTRY.entry(name).meta["spec"]
 
 
 def all_specs() -> list[ProtocolSpec]:
-    """Every protocol's spec, in report order."""
-    return sorted((get_spec(name) for name in protocol_names()), key=lambda spec: (spec.order, spec.name))
+    """Every protocol's spec, in report order; one of :data:`PATH_ENV` that cannot be imported is left
+    out with a warning (the summary, the reports and the site show the rest)."""
+    specs = []
+    for name in protocol_names():
+        try:
+            specs.append(get_spec(name))
+        except ProtocolLoadError as error:
+            _warn(str(error))
+    return sorted(specs, key=lambda spec: (spec.order, spec.name))
+
+
+def score_columns(protocol: str, per_seed: pd.DataFrame | None = None) -> list[str] | None:
+    """The values a result of ``protocol`` is read by, headline first: its headline board's score and
+    the columns the board defines (those ``per_seed`` holds, where given). None for an unknown protocol
+    (every value is shown)."""
+    try:
+        board = get_spec(protocol).board()
+    except (ValueError, KeyError):
+        return None
+    names = list(dict.fromkeys([*([board.score] if board.score else []), *(c for c, _ in board.columns)]))
+    return names if per_seed is None else [n for n in names if n in per_seed]
+
+
+def value_names(protocol: str, per_seed: pd.DataFrame, columns: str = "scores") -> list[str]:
+    """The values a result shows, in order: ``"scores"`` its protocol's scores (:func:`score_columns`),
+    ``"all"`` those first, then every other value it has."""
+    if columns not in ("scores", "all"):
+        raise ValueError(f"columns must be 'scores' or 'all', got {columns!r}")
+    every = [c for c in per_seed.columns if c != "seed"]
+    scores = score_columns(protocol, per_seed)
+    if scores is None:
+        return every
+    return scores if columns == "scores" else scores + [c for c in every if c not in scores]
 
 
 def board_specs() -> dict[str, tuple[ProtocolSpec, Board]]:

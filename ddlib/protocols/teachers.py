@@ -93,6 +93,10 @@ def load_teacher(arch: str, dataset: "Dataset", path: str | os.PathLike, *, devi
     except Exception as exc:
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {str(exc)[:200]})") from exc
     state = _state_dict_from(obj, path)
+    broken = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if broken:  # it would "load" and then give NaN outputs inside the cell, naming nothing
+        raise CheckpointError(f"{path}: {len(broken)} weight tensor(s) hold NaN/Inf values ({', '.join(broken[:3])}"
+                              f"{', ...' if len(broken) > 3 else ''}): a diverged or damaged checkpoint")
     model = create_model(arch, dataset.channels, dataset.num_classes, dataset.image_size, **(model_kwargs or {}))
     try:
         model.load_state_dict(state, strict=True)

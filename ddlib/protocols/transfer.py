@@ -124,4 +124,5 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> TransferResult:
             if others:
                 row["acc_others_avg"] = sum(row[f"acc_{m}"] for m in others) / len(others)
         per_seed, summary = cell.record_per_seed(rows)
-    return TransferResult(per_seed=per_seed, summary=summary, models=list(p["models"]), run_id=cell.run_id)
+    return TransferResult(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                          models=list(p["models"]), run_id=cell.run_id)

@@ -33,13 +33,16 @@ from ddlib.shown import shown
 __all__ = ["DDRANKING_COLUMNS", "PUBLISHED_EXPERIMENT", "write_bundle", "ddranking_rows", "import_published",
            "published_table", "read_ddranking_rows"]
 
-BUNDLE_FORMAT = 1
+BUNDLE_FORMAT = 2  # 2: values in ddlib.units' shown units (accuracies in %), per-row flag and ranked
+UNITS_NOTE = ("accuracies in %, HLR and IOR in points, LRS, ARS and BEARD's scores 0-100, times in seconds, "
+              "membership-inference AUC 0-1 (ddlib.units)")
 ROW_KEY_TAG = "ddlib.published_key"  # a published row's content: importing a file twice adds nothing
 
 ROW_COLUMNS = ("method", "dataset", "ipc", "model", "label_type", "num_eval")
 VALUE_COLUMNS = tuple(f"{key}_{stat}" for key in (*LRS_VALUES, *ARS_VALUES) for stat in ("mean", "std"))
-DDRANKING_COLUMNS = (*ROW_COLUMNS, *VALUE_COLUMNS, "w", "gamma", "data", "source")
-_ROW_SKIP = ("runs", "config", "rank", "tied_with", "series", "family", "sanity", "seeds")
+# flag: why the row is no result (the set holds test images; accuracies near chance), empty where it is one
+DDRANKING_COLUMNS = (*ROW_COLUMNS, *VALUE_COLUMNS, "w", "gamma", "data", "source", "flag")
+_ROW_SKIP = ("runs", "config", "rank", "tied_with", "series", "family", "sanity", "seeds", "unranked")
 
 
 def _plain(value):
@@ -69,17 +72,19 @@ def _param_value(text: str):
 
 def _run_record(run_id: str) -> dict:
     """One cell run as a submission shows it: config, code, data, set digest, per-seed values."""
+    from ddlib import units
     from ddlib.protocols.cell import SET_DIGEST_TAG
-    from ddlib.report.core import _per_seed_key
-    from ddlib.tracking import TAG, client
+    from ddlib.tracking import TAG, client, in_shown_units, per_seed_key, per_seed_names
 
     mlflow_client = client()
     run = mlflow_client.get_run(run_id)
     tags = run.data.tags
     per_seed: dict[int, dict] = {}
-    for key in sorted(k for k in run.data.metrics if _per_seed_key(k)):
-        for m in mlflow_client.get_metric_history(run_id, key):
-            per_seed.setdefault(int(m.step), {"seed": int(m.step)})[key] = _plain(m.value)
+    shown_units = in_shown_units(run)
+    for key in per_seed_names(run):  # in their shown units (ddlib.units): as stored, or converted from a run before
+        for m in mlflow_client.get_metric_history(run_id, per_seed_key(run, key)):
+            value = m.value if shown_units else units.shown(key, m.value)
+            per_seed.setdefault(int(m.step), {"seed": int(m.step)})[key] = _plain(value)
     config: dict = {}
     for key, text in sorted(run.data.params.items()):  # logged flat ("recipe.epochs"): nested again
         *parents, leaf = key.split(".")
@@ -107,32 +112,49 @@ def _label_type(preset) -> str:
 
 
 def ddranking_rows(tables: dict[str, pd.DataFrame], w: float = 0.5, gamma: float = 0.5) -> pd.DataFrame:
-    """The ``lrs`` and ``ars`` boards (raw: fractions, ``_mean``/``_std``) as DD-Ranking's leaderboard
-    rows (:data:`DDRANKING_COLUMNS`), one per board row; a score's columns are empty on the other's rows."""
+    """The ``lrs`` and ``ars`` boards (numbers in ddlib's shown units, ``_mean``/``_std``: HLR and IOR in
+    points, LRS and ARS 0-100, DD-Ranking's units too) as DD-Ranking's leaderboard rows
+    (:data:`DDRANKING_COLUMNS`), one per board row; a score's columns are empty on the other's rows."""
     rows = []
     for name, values, weight in (("lrs", LRS_VALUES, ("w", w)), ("ars", ARS_VALUES, ("gamma", gamma))):
         board = tables.get(name, pd.DataFrame())
         for _, row in board.iterrows():
             out = {"method": row.get("method"), "dataset": row.get("dataset"), "ipc": row.get("ipc"),
                    "model": row.get("model"), "label_type": _label_type(row.get("preset")),
-                   "num_eval": row.get("seeds"), weight[0]: weight[1], "data": row.get("data"), "source": "ddlib"}
-            for key, (column, factor) in values.items():
+                   "num_eval": row.get("seeds"), weight[0]: weight[1], "data": row.get("data"), "source": "ddlib",
+                   "flag": _flag(row)}
+            for key, (column, _) in values.items():
                 for stat in ("mean", "std"):
                     value = row.get(f"{column}_{stat}")
-                    out[f"{key}_{stat}"] = None if value is None else round(float(value) * factor, 6)
+                    out[f"{key}_{stat}"] = None if value is None else round(float(value), 6)
             rows.append(out)
     return pd.DataFrame(rows, columns=list(DDRANKING_COLUMNS))
 
 
-def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float = 0.5) -> dict[str, Path]:
-    """Write ``bundle.json`` (per row: set digest, data label, config, per-seed values, code),
-    ``ddranking.csv`` (DD-Ranking's layout) and ``leaderboards.csv`` (every board, ddlib's columns)."""
+def _flag(row) -> str:
+    """Why a board row is no result (its ``sanity``: the set holds test images, accuracies near chance), or ""."""
+    value = row.get("sanity")
+    return value if isinstance(value, str) else ""
+
+
+def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float = 0.5,
+                 methods: list[str] | None = None) -> dict[str, Path]:
+    """Write ``bundle.json`` (per row: set digest, data label, config, per-seed values, code, and its
+    ``flag`` and ``ranked``: a row whose set holds test images is never ranked), ``ddranking.csv``
+    (DD-Ranking's layout, with the flag) and ``leaderboards.csv`` (every board, ddlib's columns), all
+    in the units of :mod:`ddlib.units`. ``methods``: only the rows of these sets (methods)."""
     from ddlib.report.export import export_tables, write_export
     from ddlib.tracking import code_version, git_commit
 
     import ddlib
 
     tables = {k: v for k, v in export_tables(boards, formatted=False).items() if k != "published"}
+    if methods:
+        unknown = sorted(set(methods) - {str(m) for t in tables.values() if "method" in t for m in t["method"]})
+        if unknown:
+            raise ValueError(f"--method {', '.join(unknown)}: no finished cell of that set on any board")
+        tables = {k: t[t["method"].astype(str).isin(methods)] for k, t in tables.items() if "method" in t}
+        tables = {k: t for k, t in tables.items() if not t.empty}
     if not tables:
         return {}
     folder = Path(folder)
@@ -150,8 +172,10 @@ def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float =
             digests = sorted({r["set_digest"] for r in runs if r["set_digest"]})
             entries.append({"board": name, "row": key, "data": _plain(row.get("data")),
                             "set_digest": digests[0] if len(digests) == 1 else digests or None,
-                            "seeds": _plain(row.get("seeds")), "summary": summary, "runs": runs})
-    bundle = {"format": BUNDLE_FORMAT, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                            "seeds": _plain(row.get("seeds")), "flag": _flag(row),
+                            "ranked": not (isinstance(row.get("unranked"), str) and row["unranked"]),
+                            "summary": summary, "runs": runs})
+    bundle = {"format": BUNDLE_FORMAT, "units": UNITS_NOTE, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "ddlib": {"version": ddlib.__version__, "commit": git_commit(), "shown": code_version()},
               "weights": {"w": w, "gamma": gamma}, **({"boards_from": reading_from()} if reading_from() else {}),
               "sets": entries}

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from ddlib.protocols import PROTOCOLS
+from ddlib.protocols.spec import set_protocols
 from ddlib.protocols.spec import all_specs
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report import beard, evals, viz
@@ -32,9 +32,12 @@ from ddlib.report.core import INTERVALS, _param, display_format, rank_caption, r
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.stats import describe_method
 from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, client, default_tags
+from ddlib.yamlfile import YamlFileError, load_yaml
 
 __all__ = ["list_sets", "Block", "Card", "build_card", "render_html", "log_card",
            "write_card", "data_label", "run_command", "format_value"]
+
+SET_PROTOCOLS = tuple(set_protocols())  # what `ddlib score` runs on a set file
 
 def _layout() -> list[tuple]:
     """Per protocol (from its spec's headline board): (protocol, board, title, value columns as (column,
@@ -125,26 +128,60 @@ def score_table(board: pd.DataFrame, rows: pd.DataFrame, values, keys, score: st
         if score and "rank" in row and not pd.isna(row["rank"]):
             tied = row.get("tied_with") or "none"
             column[f"rank on {score.upper()}"] = f"{int(row['rank'])} of {_compared(board, row)} (tied with: {tied})"
+        elif score and isinstance(row.get("unranked"), str) and row["unranked"]:  # a set holding test images
+            column[f"rank on {score.upper()}"] = row["unranked"]
         if isinstance(row.get("sanity"), str) and row["sanity"]:  # near chance, test images in the set
             column["sanity"] = row["sanity"]
         columns[_variant(row, keys)] = column
     return pd.DataFrame(columns)
 
 
+def _as_surrogate(board: pd.DataFrame, method: str, dataset: str, ipc: int) -> tuple[Block, dict] | None:
+    """The black-box block of a set whose models were a surrogate (the attacks were crafted on them) but
+    never a target: each target's accuracy under the attacks crafted on this set, and the headline's
+    line (their mean over targets and attacks). None where the set was no surrogate either."""
+    column = f"from.{method}"
+    if board.empty or f"{column}_mean" not in board:
+        return None
+    rows = board[(board["dataset"].astype(str) == dataset) & (board["ipc"] == ipc) & board[f"{column}_mean"].notna()
+                 & (board["method"].astype(str) != method)]
+    if rows.empty:
+        return None
+    table = pd.DataFrame({f"{row['method']} ({row['attack']})": {
+        "target's accuracy under the attacks crafted on this set": format_value(
+            column, row[f"{column}_mean"], row.get(f"{column}_low"), row.get(f"{column}_high")),
+        "target's clean accuracy": format_value("clean_acc", row.get("clean_acc_mean"), row.get("clean_acc_low"),
+                                                row.get("clean_acc_high")),
+        "seeds": str(row["seeds"])} for _, row in rows.iterrows()})
+    runs = _runs(rows)
+    block = Block("blackbox", "BEARD black-box: this set as the surrogate", True, runs=runs,
+                  tables=[("Mean over seeds [95 % interval]: how well attacks crafted on models trained on this set "
+                           "transfer (lower: a stronger surrogate). The targets' own rows are on the black-box "
+                           "board.", table)])
+    mean = float(rows[f"{column}_mean"].mean())
+    line = {"score": "targets' accuracy under its attacks", "value": format_value(column, mean, float("nan"),
+                                                                                 float("nan")),
+            "seeds": str(int(rows["seeds"].min())), "rank": "", "recipe": "", "epochs": ""}
+    return block, line
+
+
 # --------------------------------------------------------------------------- what would run a protocol
 
 
 def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict | None = None,
-                seeds: list[int] | None = None) -> str:
-    """The command that fills this protocol for this set: a repository params file that names the
-    method on this dataset, else the protocol's notebook under papermill with the set's params
-    (its source spec, and the seeds its other protocols ran with)."""
+                seeds: list[int] | None = None, config: dict | None = None) -> str:
+    """The command that fills this protocol for this set: for a set file, ``ddlib score`` with the
+    protocol, the seeds, preset, data root and recipe its other protocols ran with (``config``: one
+    of their resolved configs); else a repository params file that names the method on this dataset,
+    else the protocol's notebook under papermill with the set's params."""
+    if source and source.get("kind") == "file" and source.get("path") and protocol in SET_PROTOCOLS:
+        return _score_command(protocol, method, dataset, source, seeds, config or {})
     root = PROJECT_ROOT / "params"
     # a shipped grid files its cells in the protocol's own experiment: not where --experiment reads
     for path in sorted(root.glob("*.yaml")) if root.is_dir() and not reading_from() else []:
         try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError):
+            raw = load_yaml(path) or {}  # the one reader of params files (bounded, checked)
+        except (OSError, YamlFileError):
             continue
         if not isinstance(raw, dict) or raw.get("protocol") != protocol:
             continue
@@ -178,6 +215,26 @@ def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict
     if protocol == "nas":
         args += ["-p", "ground_truth", "PATH/TO/nasbench201-accuracy.csv"]
     return " ".join(shlex.quote(a) for a in args)
+
+
+def _score_command(protocol: str, method: str, dataset: str, source: dict, seeds, config: dict) -> str:
+    """``ddlib score`` of a set file under ``protocol``, with what its other cells ran with."""
+    args = ["python", "-m", "ddlib", "score", str(source["path"]), "--dataset", dataset, "--protocol", protocol,
+            "--method", method]
+    if seeds:
+        args += ["--seeds", *(str(s) for s in seeds)]
+    for key, flag in (("preset", "--preset"), ("data_root", "--data-root")):
+        if config.get(key) not in (None, ""):
+            args += [flag, str(config[key])]
+    for key, flag in (("experiment_index", "--experiment-index"),):
+        if source.get(key) is not None:
+            args += [flag, str(source[key])]
+    for key in ("normalized", "zca_space"):
+        if source.get(key) is not None:
+            args.append(f"--{'' if source[key] else 'no-'}{key.replace('_', '-')}")
+    if isinstance(config.get("recipe"), dict) and config["recipe"]:
+        args += ["--param", "recipe=" + json.dumps(config["recipe"], separators=(", ", ": "))]
+    return shlex.join(args)
 
 
 def data_label(dataset: str, source: str) -> str:
@@ -259,6 +316,13 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
         if data is None and not rows.empty and "data" in rows and isinstance(rows["data"].iloc[0], str):
             data = rows["data"].iloc[0]  # the label the cell runs carry (ddlib.data), e.g. "CIFAR-10 (JPEG)"
         main, main_label = score, score_label
+        if rows.empty and protocol == "blackbox":  # the set's models crafted the attacks other sets' models met
+            surrogate = _as_surrogate(board, method, dataset, ipc)
+            if surrogate is not None:
+                block, line = surrogate
+                blocks.append(block)
+                headline.append({"protocol": f"{title} (as surrogate)", **line})
+                continue
         if rows.empty:
             blocks.append(Block(protocol, title, False))
             headline.append({"protocol": title, "score": main_label, "value": "not run", "seeds": "", "rank": "",
@@ -287,14 +351,16 @@ def build_card(method: str, dataset: str | None = None, ipc: int | None = None, 
                              "value": format_value(main, row.get(f"{main}_mean"), row.get(f"{main}_low"),
                                                    row.get(f"{main}_high")),
                              "seeds": str(row["seeds"]),
-                             "rank": f"{int(row['rank'])} of {_compared(board, row)}" if ranked else "",
+                             "rank": f"{int(row['rank'])} of {_compared(board, row)}" if ranked
+                             else row.get("unranked") if isinstance(row.get("unranked"), str) else "",
                              **{k: (recipes.get(str(row.get("runs", ""))) or {}).get(k, "") for k in ("recipe", "epochs")},
                              **({"sanity": row["sanity"]} if isinstance(row.get("sanity"), str) and row["sanity"]
                                 else {})})
-    seeds = next((b.config.get("seeds") for b in blocks if b.ran and b.config), None)
+    config = next((b.config for b in blocks if b.ran and b.config), None)
+    seeds = config.get("seeds") if config else None
     for block in blocks:
         if not block.ran:
-            block.command = run_command(block.protocol, method, dataset, ipc, source, seeds)
+            block.command = run_command(block.protocol, method, dataset, ipc, source, seeds, config)
     card = Card(method, dataset, ipc, data or data_label(dataset, data_source), data_source, blocks, pd.DataFrame(headline),
                 settings={"w": boards.w, "gamma": boards.gamma, "alpha": boards.alpha, **INTERVALS,
                           **({"experiment": reading_from()} if reading_from() else {})}, seed_counts=seed_counts,
@@ -402,7 +468,8 @@ def _headline(card: Card) -> str:
         return '<p class="headline" id="headline">No protocol has run for this set.</p>'
     parts = [f"<b>{escape(str(r['score']))} {escape(str(r['value']))}</b> ({escape(str(r['protocol']))}; "
              f"{escape(str(r['seeds']))} seed{'s' if str(r['seeds']) != '1' else ''}"
-             + (f", rank {escape(str(r['rank']))}" if r["rank"] else "") + ")" for _, r in ran.iterrows()]
+             + (f", {escape(str(r['rank']))}" if str(r["rank"]).startswith("not ranked")
+                else f", rank {escape(str(r['rank']))}" if r["rank"] else "") + ")" for _, r in ran.iterrows()]
     return '<p class="headline" id="headline">' + " &middot; ".join(parts) + "</p>"
 
 

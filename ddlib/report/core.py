@@ -40,30 +40,27 @@ from typing import Callable, Iterator, Sequence
 
 import pandas as pd
 
-from ddlib import metrics, stats
+from ddlib import metrics, stats, units
 from ddlib.protocols.cell import CLASSES_TAG, PRECISION_TAG, SET_DIGEST_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.protocols.leakage import LEAKAGE_TAG
-from ddlib.tracking import TAG, Tracker, client, default_tags
+from ddlib.tracking import TAG, Tracker, client, computed_history, default_tags, per_seed_key, per_seed_names
 
 __all__ = ["per_seed_values", "boards_from", "reading_from", "source_tags", "experiments_with_cells",
            "unknown_experiment", "nothing_on_the_boards", "cells_elsewhere", "elsewhere_note", "aggregate",
-           "leakage_note", "board_score", "row_names", "readable", "rank_caption", "format_leaderboard", "log_summary",
-           "SCORES", "UNSCALED", "INTERVALS", "display_format"]
+           "leakage_note", "board_score", "row_names", "rank_caption", "format_leaderboard", "log_summary",
+           "SCORES", "INTERVALS", "display_format", "shown_board"]
 
 # How every leaderboard's intervals and rank groups are made (stated in captions).
 INTERVALS = {"resamples": stats.RESAMPLES, "level": stats.LEVEL, "seed": stats.SEED}
 
-# Shown as logged (0-100 scores, seconds, correlations, percent already); every other value is a
-# fraction shown in percent.
+# The scores on 0-100 (every value's unit: ddlib.units)
 SCORES = ("lrs", "ars", "rr", "ae", "crei", "rcr", "rrm", "aem", "creim", "rcrm")
-UNSCALED = (*SCORES, "spearman", "kendall", "top1", "best_possible", "images", "tau", "nll")
 # The headline score first (each board's), then its parts, then the accuracies they come from.
 VALUE_ORDER = ("lrs", "ars", "crei", "creim", "acc_aug_avg", "acc_transfer", "acc_set", "spearman",
                "hlr", "ior", "ior_aug", "ior_noaug", "rr", "ae", "rcr",
                "acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any", "acc_rdm_hard", "acc_syn_aug",
                "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug")
-UPPER = ("hlr", "ior", "ior_aug", "ior_noaug", *SCORES)
 # Class counts of cells logged before they carried the tag (ddlib.num_classes): what chance is.
 KNOWN_CLASSES = {"digits": 10, "mnist": 10, "fashionmnist": 10, "cifar10": 10, "svhn": 10, "cifar100": 100,
                  "tinyimagenet": 200}
@@ -100,11 +97,6 @@ def _param(run, name):
             node = node.setdefault(part, {})
         node[leaf] = _value(text)
     return json.dumps(tree, separators=(", ", ": "))
-
-
-def _per_seed_key(key: str) -> bool:
-    """A per-seed history, not a cell's ``<value>_mean`` / ``<value>_std`` summary."""
-    return not key.endswith(("_mean", "_std"))
 
 
 FINISHED_CELLS = f"tags.`{TAG['kind']}` = 'cell' and attributes.status = 'FINISHED'"  # what every board reads
@@ -238,8 +230,8 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
     cells = [run for run in mlflow_client.search_runs([found.experiment_id], filter_string=FINISHED_CELLS,
                                                       order_by=["attributes.start_time ASC"], max_results=50000)
              if on_board(run)]
-    wanted = {run.info.run_id: (*keys, *sorted(k for k in run.data.metrics if match and match(k) and _per_seed_key(k)
-                                                 and k not in keys)) for run in cells}
+    wanted = {run.info.run_id: (*keys, *(k for k in per_seed_names(run) if match and match(k) and k not in keys))
+              for run in cells}
     _read_histories(mlflow_client, cells, wanted)
     rows: dict[tuple, dict] = {}
     for run in cells:  # oldest first: newer runs overwrite a seed
@@ -254,7 +246,8 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
             row = {"group": group, "series": tags.get(TAG["series"], group) + split,
                    "family": tags.get(TAG["family"], group) + split,
                    "seed": seed, "run_id": run.info.run_id, "data": tags.get(TAG["data"]),
-                   "classes": _classes(run), "leakage": tags.get(LEAKAGE_TAG), "devices": tags.get(TAG["device_name"])}
+                   "classes": _classes(run), "leakage": tags.get(LEAKAGE_TAG), "devices": tags.get(TAG["device_name"]),
+                   "quick": QUICK_NOTE if tags.get(TAG["quick"]) else ""}
             row.update({p: _param(run, p) for p in row_params})
             row.update({column: tags.get(tag) for column, tag in (row_tags or {}).items()})
             row.update({column: tags.get(tag) for column, tag in {**SPLIT_TAGS, **SET_TAGS}.items()})
@@ -270,11 +263,12 @@ BULK_RUNS = 500  # run ids per query of a bulk history read (SQLite allows 32,76
 
 
 def _history_key(mlflow_client, run, key: str) -> tuple:
-    return (mlflow_client.tracking_uri, run.info.run_id, run.info.end_time, key)
+    return (mlflow_client.tracking_uri, run.info.run_id, run.info.end_time, per_seed_key(run, key))
 
 
 def _history(mlflow_client, run, key: str) -> dict[int, float]:
-    """A FINISHED run's per-seed values of ``key`` ({seed: value}), read once per process: a summary
+    """A FINISHED cell run's per-seed values of ``key`` ({seed: value}, in computed units whichever
+    units the run holds: :func:`ddlib.tracking.computed_history`), read once per process: a summary
     builds each leaderboard several times (the weight sweeps, stability, plots) from the same runs,
     and a finished run's history does not change (its end time is part of the key, in case it is
     finished again)."""
@@ -282,8 +276,9 @@ def _history(mlflow_client, run, key: str) -> dict[int, float]:
     if cache_key not in _HISTORIES:
         if len(_HISTORIES) > 200_000:
             _HISTORIES.clear()
-        _HISTORIES[cache_key] = {m.step: m.value for m in mlflow_client.get_metric_history(run.info.run_id, key)}
-    return _HISTORIES[cache_key]
+        _HISTORIES[cache_key] = {m.step: m.value
+                                 for m in mlflow_client.get_metric_history(run.info.run_id, per_seed_key(run, key))}
+    return computed_history(run, key, _HISTORIES[cache_key])
 
 
 def _read_histories(mlflow_client, runs, wanted: dict[str, Sequence[str]]) -> None:
@@ -297,11 +292,11 @@ def _read_histories(mlflow_client, runs, wanted: dict[str, Sequence[str]]) -> No
     bulk = getattr(store, "get_metric_history_bulk", None)
     if bulk is None:
         return
-    by_key: dict[str, list] = {}
+    by_key: dict[str, list] = {}  # the stored name (per_seed/<key>, or <key> in runs before it) -> its runs
     for run in runs:
         for key in wanted.get(run.info.run_id, ()):
             if _history_key(mlflow_client, run, key) not in _HISTORIES:
-                by_key.setdefault(key, []).append(run)
+                by_key.setdefault(per_seed_key(run, key), []).append(run)
     if sum(map(len, by_key.values())) + len(_HISTORIES) > 200_000:
         _HISTORIES.clear()
     for key, key_runs in by_key.items():
@@ -311,7 +306,7 @@ def _read_histories(mlflow_client, runs, wanted: dict[str, Sequence[str]]) -> No
             for entry in bulk(list(found), key, max_results=2**31 - 1):
                 found[entry.run_id][entry.step] = entry.value
             for run in chunk:
-                _HISTORIES[_history_key(mlflow_client, run, key)] = found[run.info.run_id]
+                _HISTORIES[(mlflow_client.tracking_uri, run.info.run_id, run.info.end_time, key)] = found[run.info.run_id]
 
 
 def _classes(run) -> float:
@@ -371,9 +366,12 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
             row[f"{col}_mean"], row[f"{col}_std"] = metrics.mean_std(sub[col].dropna()) if col in sub else (
                 float("nan"), float("nan"))
             row[f"{col}_low"], row[f"{col}_high"] = (float(v) for v in bounds.get(col, (float("nan"), float("nan"))))
-        notes = [leakage_note(sub), _sanity(sub) if "classes" in sub else ""]
+        leak = leakage_note(sub)
+        quick = QUICK_NOTE if "quick" in sub and (sub["quick"] == QUICK_NOTE).any() else ""
+        notes = [leak, _sanity(sub) if "classes" in sub else "", quick]
         if "classes" in sub or "leakage" in sub:
             row["sanity"] = "; ".join(n for n in notes if n)
+        row["unranked"] = UNRANKED_LEAK if leak else ""  # a set holding test images is never ranked as a result
         row["config"] = group[:8]
         row["runs"] = " ".join(dict.fromkeys(sub["run_id"])) if "run_id" in sub else ""
         out.append(row)
@@ -387,10 +385,13 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
     ranked = bool(descending) and descending in df  # a board without its score (no cell computed it) is not ranked
     if ranked:
         board = _rank_groups(board, pooled, descending)
-    order = [*sort, *([f"{descending}_mean"] if ranked else [])]
-    if order:
-        board = board.sort_values(order, ascending=[True] * len(sort) + ([False] if ranked else []),
-                                  na_position="last")
+    flagged = board["unranked"] != ""
+    if not flagged.any():
+        board = board.drop(columns="unranked")
+    order = [*sort, *(["unranked"] if flagged.any() else []), *([f"{descending}_mean"] if ranked else [])]
+    if order:  # the rows left out of the ranking below the ranked ones of their block, with their reason
+        board = board.sort_values(order, ascending=[True] * (len(order) - ranked) + ([False] if ranked else []),
+                                  na_position="last", kind="stable")
     return board.reset_index(drop=True)
 
 
@@ -437,7 +438,8 @@ def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,
         index = list(block.index)
         names = row_names(block)
         seeds = [pooled[i] for i in index]
-        estimates = [float(s[score].mean()) for s in seeds]
+        left_out = [bool(board.at[i, "unranked"]) if "unranked" in board else False for i in index]
+        estimates = [float("nan") if out else float(s[score].mean()) for s, out in zip(seeds, left_out)]
 
         def different(i, j):
             a, b = seeds[i].dropna(subset=[score]), seeds[j].dropna(subset=[score])
@@ -467,44 +469,34 @@ def rank_caption(score: str, seeds=None) -> str:
 
 
 def display_format(base: str) -> tuple[float, str]:
-    """(scale, format) of a value: fractions become percent; scores, seconds, correlations stay."""
-    if base in ("spearman", "kendall", "tau") or base.endswith(".tau"):
-        return 1.0, "{:.2f}"
-    if base.endswith("seconds_per_sample"):
-        return 1.0, "{:.4f}"
-    if base.endswith(("_flops", "_images")):  # cost columns (ddlib.protocols.beyond)
-        return 1.0, "{:.3g}"
-    if base in UNSCALED or base.endswith("seconds"):
-        return 1.0, "{:.2f}"
-    return 100.0, "{:.2f}"  # accuracies and their differences in points
+    """(scale, format) of a value in its shown unit (:func:`ddlib.units.unit_of`: the one table of units
+    the command line, MLflow, the site, the card and the exports read)."""
+    unit = units.unit_of(base)
+    return unit.scale, unit.fmt
 
 
-def readable(table: pd.DataFrame) -> pd.DataFrame:
-    """A result's per-seed rows or mean/std table in the leaderboards' units (accuracies and their
-    differences in points, scores 0-100, two decimals), the headline score first."""
-    out = table.copy()
-    if {"mean", "std"} <= set(out.columns):  # Result.table(): one row per value
-        order = [v for v in VALUE_ORDER if v in out.index] + [v for v in out.index if v not in VALUE_ORDER]
-        out = out.loc[order]
-
-        def shown(base, value):
-            scale, fmt = display_format(str(base))
-            return fmt.format(value * scale) if pd.notna(value) else "n/a"
-
-        return pd.DataFrame({column: [shown(b, v) for b, v in zip(out.index, out[column])] for column in ("mean", "std")},
-                            index=[b.upper() if b in UPPER else b for b in out.index])
-    values = [c for c in out.columns if c != "seed" and pd.api.types.is_float_dtype(out[c])]
-    order = [c for c in out.columns if c not in values] + [v for v in VALUE_ORDER if v in values] + \
-        [v for v in values if v not in VALUE_ORDER]
-    out = out[order]
-    for column in values:
-        scale, fmt = display_format(column)
-        out[column] = [fmt.format(v * scale) if pd.notna(v) else "n/a" for v in out[column]]
-    return out.rename(columns={c: c.upper() for c in out.columns if c in UPPER})
+def shown_board(board: pd.DataFrame) -> pd.DataFrame:
+    """A board's numbers (``<value>_mean``, ``_std``, ``_low``, ``_high`` and the per-seed JSON) in
+    their shown units: what the CSV export and the submission bundle write."""
+    out = board.copy()
+    for column in out.columns:
+        scale = units.unit_of(column[: -len(PER_SEED)] if column.endswith(PER_SEED) else column).scale
+        if scale == 1.0:
+            continue
+        if column.endswith(units.SUMMARY_SUFFIXES) and pd.api.types.is_numeric_dtype(out[column]):
+            out[column] = out[column].astype(float) * scale
+        elif column.endswith(PER_SEED):
+            out[column] = [json.dumps({k: v * scale for k, v in json.loads(text).items()}) if isinstance(text, str)
+                           else text for text in out[column]]
+    return out
 
 
-# shown by format_leaderboard in its own place (leakage: in sanity)
-HIDDEN = ("seeds", "series", "family", "runs", "rank", "tied_with", "sanity", "leakage")
+# shown by format_leaderboard in its own place (leakage: in sanity; unranked: in rank)
+HIDDEN = ("seeds", "series", "family", "runs", "rank", "tied_with", "sanity", "leakage", "unranked")
+# A row pooling a quick cell (ddlib score --quick: one seed, few epochs) says so in its sanity column.
+QUICK_NOTE = "quick look (ddlib score --quick): not a result"
+# What a board's rank says of a row left out of the ranking: its set holds test (or validation) images.
+UNRANKED_LEAK = "not ranked: the set holds test images"
 PER_SEED = "_per_seed"  # <score>_per_seed: {seed: value} as JSON
 
 
@@ -522,13 +514,17 @@ def format_leaderboard(board: pd.DataFrame, row_params: Sequence[str] | None = N
     shown = shown.loc[:, ~shown.columns.duplicated()]
     if "ipc" in shown:
         shown["ipc"] = ["all" if v == FULL_IPC else v for v in shown["ipc"]]
-    if "rank" in board and board["rank"].notna().any():
-        shown["rank"] = ["" if pd.isna(r) else int(r) for r in board["rank"]]
-        shown["tied with"] = board["tied_with"].fillna("")
+    if "rank" in board and board["rank"].notna().any() or "unranked" in board:
+        left_out = board["unranked"].fillna("") if "unranked" in board else pd.Series("", index=board.index)
+        ranks = board["rank"] if "rank" in board else pd.Series(pd.NA, index=board.index)
+        shown["rank"] = [why or ("" if pd.isna(r) else int(r)) for r, why in zip(ranks, left_out)]
+        shown["tied with"] = board["tied_with"].fillna("") if "tied_with" in board else ""
+        if "sanity" in board and (board["sanity"].fillna("") != "").any():  # beside the rank: what makes a row no result
+            shown["sanity"] = board["sanity"].fillna("")
     known = [b for b in VALUE_ORDER if b in bases]
     for base in known + [b for b in bases if b not in known]:
         scale, fmt = display_format(base)
-        name = base.upper() if base in UPPER else base
+        name = units.display_name(base)
         if intervals and f"{base}_low" in board:
             shown[name] = [
                 "n/a" if pd.isna(m) else fmt.format(m * scale) if pd.isna(lo)
@@ -550,7 +546,7 @@ def log_summary(tables: dict[str, pd.DataFrame], figures: dict | None = None, ex
     run_id = tracker.start_run("summary", tags={**default_tags("summary"), TAG["kind"]: "summary", **source_tags()})
     with tempfile.TemporaryDirectory() as tmp:
         for name, table in tables.items():
-            table.to_csv(Path(tmp) / f"{name}.csv", index=False)
+            shown_board(table).to_csv(Path(tmp) / f"{name}.csv", index=False)  # numbers in ddlib.units' units
             shown = format_leaderboard(table) if any(c.endswith("_mean") for c in table.columns) else table
             shown.to_html(Path(tmp) / f"{name}.html", index=False)
             tracker.log_artifact(run_id, Path(tmp) / f"{name}.csv")

@@ -70,8 +70,8 @@ def compression_leaderboard(experiment: str = "compression") -> pd.DataFrame:
         return df
     board = aggregate(df, _value_columns(df, first=("acc_set", "acc_full", "relative"), roles=("syn-set",)), rows,
                       descending=board_score("compression"))
-    return board.sort_values(["dataset", "model", "method", "ipc"], key=lambda c: c.astype(str) if c.name != "ipc"
-                             else c).reset_index(drop=True)
+    order = ["dataset", "model", *(["unranked"] if "unranked" in board else []), "method", "ipc"]  # unranked rows last
+    return board.sort_values(order, key=lambda c: c.astype(str) if c.name != "ipc" else c).reset_index(drop=True)
 
 
 def synthesis_vs_selection(board: pd.DataFrame) -> pd.DataFrame:

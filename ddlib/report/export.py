@@ -18,7 +18,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from ddlib.report.core import _param, format_leaderboard
+from ddlib.report.core import _param, format_leaderboard, shown_board
 from ddlib.report.runs import list_cell_runs  # noqa: F401 (re-exported)
 from ddlib.tracking import TAG, client
 
@@ -124,8 +124,8 @@ def _with_recipe(board: pd.DataFrame) -> pd.DataFrame:
 
 def export_tables(boards=None, names: Iterable[str] | None = None, formatted: bool = True) -> dict[str, pd.DataFrame]:
     """Every non-empty leaderboard (or those ``names``) with the recipe columns; ``formatted``: as
-    the summary prints them (percent, mean ± std), else the raw values (fractions, ``_mean``, ``_std``,
-    ``_low``, ``_high``: the CSV's)."""
+    the summary prints them (mean ± std as text), else the numbers (``_mean``, ``_std``, ``_low``,
+    ``_high``: the CSV's), both in the units of :mod:`ddlib.units` (accuracies in %, ...)."""
     if boards is None:
         from ddlib.report.boards import load_boards
 
@@ -142,16 +142,17 @@ def export_tables(boards=None, names: Iterable[str] | None = None, formatted: bo
         table = _with_recipe(board)
         if formatted and any(c.endswith("_mean") for c in table.columns):
             keys = [c for c in table.columns if not c.endswith(("_mean", "_std", "_low", "_high", "_per_seed"))
-                    and c not in ("series", "family", "runs", "seeds", "rank", "tied_with", "config", "sanity")]
-            shown = format_leaderboard(table, row_params=keys)
-            table = shown
+                    and c not in ("series", "family", "runs", "seeds", "rank", "tied_with", "config", "sanity", "unranked")]
+            table = format_leaderboard(table, row_params=keys)
+        elif not formatted:
+            table = shown_board(table)
         out[name] = table.reset_index(drop=True)
     if not names or "published" in wanted:
         from ddlib.report.published import published_table
 
         published = published_table()  # imported rows (ddlib import): their own table, never pooled
         if not published.empty:
-            out["published"] = format_leaderboard(published) if formatted else published
+            out["published"] = format_leaderboard(published) if formatted else shown_board(published)
     return out
 
 

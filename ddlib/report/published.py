@@ -21,7 +21,7 @@ ARS_VALUES = {"with_aug_scores": ("ior_aug", 100.0), "without_aug_scores": ("ior
 def published_table() -> pd.DataFrame:
     """Every published row, in ddlib's board units (``hlr_mean`` as a fraction, ``lrs_mean`` 0-100),
     with ``source`` = "published" and its ``reference``: shown beside the boards, never pooled."""
-    from ddlib.tracking import TAG, client
+    from ddlib.tracking import TAG, client, run_metrics
 
     mlflow_client = client()
     found = mlflow_client.get_experiment_by_name(PUBLISHED_EXPERIMENT)
@@ -36,9 +36,10 @@ def published_table() -> pd.DataFrame:
         row.update({c: params.get(c) for c in ("dataset", "data", "ipc", "method", "model", "label_type", "num_eval",
                                                  "w", "gamma") if c in params})
         row["ipc"] = int(row["ipc"])
+        logged = run_metrics(run)
         for column, _ in (*LRS_VALUES.values(), *ARS_VALUES.values()):
             for stat in ("mean", "std"):
-                row[f"{column}_{stat}"] = run.data.metrics.get(f"{column}_{stat}", float("nan"))
+                row[f"{column}_{stat}"] = logged.get(f"{column}_{stat}", float("nan"))
         rows.append(row)
     table = pd.DataFrame(rows)
     bases = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]

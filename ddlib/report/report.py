@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ddlib.protocols.spec import all_specs
 from ddlib.report import beard, dcbench, ddranking
 from ddlib.report.boards import load_boards, one_read
 from ddlib.report.core import INTERVALS, format_leaderboard
@@ -28,53 +29,70 @@ class Section:
     caption: str = ""
 
 
+# Titles that say more than a board's own (with its units); every other board is titled as its spec says.
+TITLES = {
+    "lrs": "DD-Ranking: Label-Robust Score{weight}; accuracies in %, differences in points, scores 0-100",
+    "ars": "DD-Ranking: Augmentation-Robust Score{weight}; accuracies in %, differences in points, scores 0-100",
+    "beard": "BEARD: RR, AE, CREI{weight} and RCR, 0-100; accuracies in %, times in s",
+    "augmentation": "DC-Bench: accuracy (%) under each augmentation",
+    "compression": "DC-Bench: accuracy (%) against images per class",
+    "transfer": "DC-Bench: accuracy (%) across architectures",
+    "nas": "DC-Bench: NAS rank correlation (rho, tau) and Top-1 ground truth (%)",
+    "blackbox": "BEARD black-box: accuracy (%) under transfer (target x surrogate, per attack)",
+    "privacy": "Privacy: membership inference (AUC 0-1, 0.5: no leak; lower is better, not ranked; TPR and "
+               "accuracies in %)",
+}
+SHOWN_WITHIN = ("beard_unified",)  # shown in its protocol's first board's section
+
+
+def _extras(section: Section, name: str, board: pd.DataFrame, boards, plots: bool) -> None:
+    """What a board's section shows beside it: weight sweeps, BEARD's unified board and curves, ..."""
+    if name in ("lrs", "ars"):
+        section.tables[f"{name}_sweep"] = ddranking.weight_sweep(name)
+        if plots:
+            section.figures[name] = ddranking.plot_scores(board, name)
+    elif name == "beard":
+        curves = boards["eps_curves"]
+        section.tables["beard_unified"] = boards["beard_unified"]
+        if not curves.empty:
+            section.tables["beard_eps_curves"] = curves
+        if plots:
+            section.figures.update({"beard_eps_curves": beard.plot_eps_curves(curves), **eps_curve_figures(curves)})
+    elif name == "compression":
+        section.tables["synthesis_vs_selection"] = dcbench.synthesis_vs_selection(board)
+        if plots:
+            section.figures["compression"] = dcbench.plot_compression(board)
+    elif name == "transfer":
+        section.tables["transfer_tau"] = boards["transfer_tau"]
+
+
 @one_read()
 def build_report(w: float = 0.5, gamma: float = 0.5, alpha: float = 0.5, plots: bool = True,
                  stability: bool = True) -> list[Section]:
-    """The sections with data, in the order DD-Ranking, BEARD, DC-Bench; then the rank stability
-    (Kendall tau across seeds, architectures and weights) and the plots (radar, accuracy against IPC,
-    training loss, confusion matrices), where there is data for them. ``plots=False``: no figure is
-    drawn (``summary --no-log`` prints tables only)."""
+    """The sections with data: every protocol's boards in report order (DD-Ranking, BEARD, DC-Bench,
+    privacy: their specs); then the rank stability (Kendall tau across seeds, architectures and weights)
+    and the plots (radar, accuracy against IPC, training loss, confusion matrices), where there is data
+    for them. ``plots=False``: no figure is drawn (``summary --no-log`` prints tables only)."""
     boards = load_boards(w, gamma, alpha)
+    weights = {"w": f"w = {w}", "gamma": f"gamma = {gamma}", "alpha": f"alpha = {alpha}"}
     sections = []
-    for name, weight in (("lrs", f"w = {w}"), ("ars", f"gamma = {gamma}")):
-        board = boards[name]
-        if not board.empty:
-            title = {"lrs": "Label-Robust Score", "ars": "Augmentation-Robust Score"}[name]
-            sections.append(Section(f"DD-Ranking: {title} ({weight}); accuracies and differences in %, scores 0-100",
-                                    {name: board, f"{name}_sweep": ddranking.weight_sweep(name)},
-                                    {name: ddranking.plot_scores(board, name)} if plots else {}))
-    from ddlib.report.published import published_table
+    for spec in all_specs():  # every protocol's boards, from its spec, in report order
+        for board_spec in spec.boards:
+            board = boards[board_spec.name]
+            if board.empty or board_spec.name in SHOWN_WITHIN:
+                continue
+            weight = f" ({weights[board_spec.weight]})" if board_spec.weight in weights else ""
+            title = TITLES.get(board_spec.name, f"{board_spec.title}{weight}")
+            section = Section(title.format(weight=weight), {board_spec.name: board})
+            _extras(section, board_spec.name, board, boards, plots)
+            sections.append(section)
+        if spec.name == "augmentation_robust":  # imported rows beside DD-Ranking's boards
+            from ddlib.report.published import published_table
 
-    published = published_table()
-    if not published.empty:
-        sections.append(Section("Published rows (ddlib import): as published, not measured here, never pooled with "
-                                "the rows above", {"published": published}))
-    robust = boards["beard"]
-    if not robust.empty:
-        curves = boards["eps_curves"]
-        tables = {"beard": robust, "beard_unified": boards["beard_unified"]}
-        if not curves.empty:
-            tables["beard_eps_curves"] = curves
-        sections.append(Section(f"BEARD: RR, AE, CREI (alpha = {alpha}) and RCR, 0-100; accuracies in %, times in s",
-                                tables, {"beard_eps_curves": beard.plot_eps_curves(curves), **eps_curve_figures(curves)}
-                                if plots else {}))
-    for title, name, extra in (
-            ("DC-Bench: accuracy (%) under each augmentation", "augmentation", None),
-            ("DC-Bench: accuracy (%) against images per class", "compression", "compression"),
-            ("DC-Bench: accuracy (%) across architectures", "transfer", "transfer"),
-            ("DC-Bench: NAS rank correlation (rho, tau) and Top-1 ground truth (%)", "nas", None)):
-        board = boards[name]
-        if board.empty:
-            continue
-        section = Section(title, {name: board})
-        if extra == "compression":
-            section.tables["synthesis_vs_selection"] = dcbench.synthesis_vs_selection(board)
-            if plots:
-                section.figures["compression"] = dcbench.plot_compression(board)
-        elif extra == "transfer":
-            section.tables["transfer_tau"] = boards["transfer_tau"]
-        sections.append(section)
+            published = published_table()
+            if not published.empty:
+                sections.append(Section("Published rows (ddlib import): as published, not measured here, never "
+                                        "pooled with the rows above", {"published": published}))
     for section in sections:
         if any("rank" in t for t in section.tables.values()):
             section.caption = RANK_NOTE

@@ -9,15 +9,18 @@ import time
 import pandas as pd
 
 from ddlib.progress import PROGRESS_TAG
+from ddlib.report.ui import cell_link
 from ddlib.tracking import TAG, client
 
 __all__ = ["list_cell_runs"]
 
 
-def list_cell_runs(status: str | None = None, experiment: str | None = None, now: float | None = None) -> pd.DataFrame:
+def list_cell_runs(status: str | None = None, experiment: str | None = None, now: float | None = None,
+                   links: bool = False) -> pd.DataFrame:
     """Every cell run of the store (newest first): experiment, run name, status, start, minutes
     (so far, for a running one), dataset, method, ipc, the error of a failed one (or what a running
-    one trains), and its run id. ``status``: finished, failed, running, killed (any case)."""
+    one trains), and its run id; ``links``: and its page in MLflow's UI (:func:`ddlib.report.ui.cell_link`).
+    ``status``: finished, failed, running, killed (any case)."""
     mlflow_client = client()
     experiments = [e for e in mlflow_client.search_experiments() if experiment in (None, e.name)]
     if not experiments:
@@ -40,5 +43,6 @@ def list_cell_runs(status: str | None = None, experiment: str | None = None, now
             "dataset": params.get("dataset"), "method": params.get("method"), "ipc": params.get("ipc"),
             "error": tags.get(TAG["error"], "") or (tags.get(PROGRESS_TAG, "") if info.status == "RUNNING" else ""),
             "run_id": info.run_id,
+            **({"link": cell_link(info.experiment_id, info.run_id)} if links else {}),
         })
     return pd.DataFrame(rows)

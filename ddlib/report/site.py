@@ -20,12 +20,12 @@ from ddlib.protocols.common import FULL_IPC
 from ddlib.report import beard, card as cards, ddranking, viz
 from ddlib.report.plots import eps_curve_figures, ipc_points, radar_profile
 from ddlib.report.boards import load_boards, one_read
-from ddlib.report.core import (INTERVALS, cells_elsewhere, display_format, elsewhere_note, format_leaderboard,
+from ddlib.report.core import (INTERVALS, cells_elsewhere, display_format, elsewhere_note, format_leaderboard, shown_board,
                                rank_caption, reading_from)
 from ddlib.report.export import row_recipe
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.report.stability import stability_table
-from ddlib.protocols.spec import board_specs
+from ddlib.protocols.spec import Board, board_specs
 from ddlib.stats import describe_method
 
 __all__ = ["Page", "build_site"]
@@ -96,15 +96,24 @@ def _shown(board: pd.DataFrame, card_names: dict, score: str | None = None, reci
                                  for m, d, i in zip(board["method"], board["dataset"],
                                                     board["ipc"] if "ipc" in board else [0] * len(board))])
     headline = score.upper() if score and score.upper() in shown else None
-    first = [c for c in ("card", "method", "recipe", "epochs", headline, "rank", "tied with", "seeds") if c in shown]
+    first = [c for c in ("card", "method", "recipe", "epochs", headline, "rank", "sanity", "tied with", "seeds")
+             if c in shown]  # sanity beside the rank: why a row is no result (test images in its set) is on screen
     return shown[first + [c for c in shown.columns if c not in first]]
 
 
-def _headline(sub: pd.DataFrame, score: str | None, recipes: dict) -> str:
-    """The page's first line: the best row's headline score, what made it, its seeds and rank group."""
-    if not score or f"{score}_mean" not in sub or not sub[f"{score}_mean"].notna().any():
+def _headline(sub: pd.DataFrame, board: Board, recipes: dict) -> str:
+    """The page's first line: the best row's headline score (the highest, or the lowest where the
+    board's score is better low), what made it, its seeds and rank group. Rows left out of the ranking
+    (their set holds test images) are never the best."""
+    score = board.score
+    if not score or f"{score}_mean" not in sub:
         return ""
-    best = sub.loc[sub[f"{score}_mean"].idxmax()]
+    candidates = sub[sub["unranked"].fillna("") == ""] if "unranked" in sub else sub
+    candidates = candidates[candidates[f"{score}_mean"].notna()]
+    if candidates.empty:
+        return ""
+    best = candidates.loc[candidates[f"{score}_mean"].idxmax() if board.higher_is_better
+                          else candidates[f"{score}_mean"].idxmin()]
     value = cards.format_value(score, best[f"{score}_mean"], best.get(f"{score}_low"), best.get(f"{score}_high"))
     recipe = recipes.get(str(best.get("runs", "")), {})
     made, epochs = recipe.get("recipe") or "", recipe.get("epochs") or ""
@@ -113,7 +122,9 @@ def _headline(sub: pd.DataFrame, score: str | None, recipes: dict) -> str:
     rank = ""
     if "rank" in best and not pd.isna(best["rank"]):
         rank = f"; rank {int(best['rank'])}" + (f", tied with {best['tied_with']}" if best.get("tied_with") else "")
-    return (f'<p class="headline" id="headline">Best {escape(score.upper())}: <b>{escape(value)}</b> by '
+    label = board.label or score.upper()
+    which = "Best" if board.higher_is_better else "Lowest (lower is better)"
+    return (f'<p class="headline" id="headline">{which} {escape(label)}: <b>{escape(value)}</b> by '
             f"<b>{escape(str(best['method']))}</b>" + (f" ({escape(made)})" if made else "")
             + f" &middot; {int(best['seeds'])} seed{'s' if int(best['seeds']) != 1 else ''}{escape(rank)}</p>")
 
@@ -155,7 +166,7 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
             dataset, ipc = str(key[0]), (_ipc_label(key[1]) if len(key) > 1 else "all IPCs")
             slug = _slug(name, dataset, f"ipc{ipc}" if len(key) > 1 else "unified")
             sub = sub.reset_index(drop=True)
-            sub.to_csv(out / f"{slug}.csv", index=False)
+            shown_board(sub).to_csv(out / f"{slug}.csv", index=False)  # numbers in ddlib.units' units
             title = f"{specs[name].title}: {dataset}, IPC {ipc}"
             seeds = list(sub["seeds"]) if "seeds" in sub else None
             caption = (f"Every value: mean over seeds [95 % interval]. {rank_caption(score, seeds)}"
@@ -163,7 +174,7 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
                        else f"Every value: mean over seeds [95 % interval]; {describe_method(**INTERVALS, seeds=seeds)}.")
             recipes = {str(r): row_recipe(str(r).split()) for r in sub["runs"].fillna("")} if "runs" in sub else {}
             body = [f'<nav><a href="index.html">all leaderboards</a></nav><h1>{escape(title)}</h1>',
-                    _headline(sub, score, recipes),
+                    _headline(sub, specs[name], recipes),
                     _table_with_links(_shown(sub, card_names, score, recipes), caption),
                     f'<p class="muted">{len(sub)} rows; click a column header to sort. '
                     f'Data: <a href="{slug}.csv">{slug}.csv</a> (every mean, std, interval and the per-seed '

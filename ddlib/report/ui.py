@@ -1,13 +1,16 @@
 """MLflow's UI on ddlib's store: a saved table view per experiment, and the address of its runs page.
 
 MLflow 3.17 opens an experiment as a GenAI project (traces, token usage) unless its workflow
-toggle says "Model training"; ddlib's experiments carry ``mlflow.experimentKind =
-custom_model_development`` (:data:`ddlib.tracking.EXPERIMENT_TAGS`) and the address asks for
-``workflowType=machine_learning``. The runs table shows only a few attribute columns by default;
-:func:`install_views` saves a *shared view* on each experiment (the experiment tag
-``mlflow.sharedViewState.ddlib``, what the UI's "share view" writes) whose columns are the cells'
-dataset, method, IPC and model and their leaderboard scores, so :func:`runs_url` opens the table
-a user wants. Cell runs are named ``<method>-ipc<ipc>-<model>``; their evaluations nest under them.
+toggle says "Model training". ddlib's experiments carry ``mlflow.experimentKind =
+custom_model_development`` (:data:`ddlib.tracking.EXPERIMENT_TAGS`), but the UI's mode is the address's
+``workflowType`` (else the browser's last choice, GenAI at first), so every address here, a runs page
+and a run's page alike, asks for ``workflowType=machine_learning``. The runs table shows only a few
+attribute columns by default; :func:`install_views` saves a *shared view* on each experiment (the
+experiment tag ``mlflow.sharedViewState.ddlib``, what the UI's "share view" writes) whose columns are
+the datasets a cell logged (the UI's Dataset column), the cells' method, IPC, dataset and model and
+their leaderboard scores, so :func:`runs_url` opens the table a user wants; :func:`run_url` opens a
+cell's page (``ddlib run``, ``ddlib score`` and ``ddlib runs --links`` print it). Cell runs are named
+``<method>-ipc<ipc>-<model>``; their evaluations nest under them.
 
 The UI's search box takes MLflow filters over ddlib's tags and params, e.g.
 ``tags.protocol = 'label_robust' and params.ipc = '10'`` or ``tags.`ddlib.kind` = 'cell'``.
@@ -19,8 +22,10 @@ import json
 
 from ddlib.tracking import TAG, client
 
-__all__ = ["VIEW_KEY", "install_views", "runs_url", "ui_urls"]
+__all__ = ["VIEW_KEY", "UI_HOST", "UI_PORT", "install_views", "runs_url", "run_url", "ui_base", "cell_link", "ui_urls"]
 
+UI_HOST = "127.0.0.1"  # `ddlib ui`: this machine only; reach it from elsewhere with an SSH tunnel
+UI_PORT = 5000
 VIEW_KEY = "ddlib"
 SHARED_VIEW_TAG = "mlflow.sharedViewState."
 PARAM_COLUMNS = ("dataset", "method", "ipc", "model", "preset", "mode")
@@ -32,15 +37,19 @@ SCORE_ORDER = ("lrs_mean", "ars_mean", "crei_mean", "rr_mean", "ae_mean", "rcr_m
                "hlr_mean", "ior_mean", "ior_aug_mean", "ior_noaug_mean", "acc_syn_any_mean", "acc_syn_hard_mean",
                "clean_acc_mean")
 MAX_METRICS = 6
+# The runs table's Dataset column (the datasets a run logged): an attribute column the UI shows only
+# where a view selects it by this key (MLflow's default view does; a view that lists its own columns
+# must too)
+DATASET_COLUMN = "attributes.`Dataset`"
 
 
 def _view(metrics: list[str], params: list[str]) -> dict:
-    """Columns: method and IPC, the scores (the protocol's first), then the other params. The UI
-    sorts selected columns by name unless ``columnOrder`` says otherwise."""
+    """Columns: method and IPC, the scores (the protocol's first), the datasets the cell logged, then
+    the other params. The UI sorts selected columns by name unless ``columnOrder`` says otherwise."""
     ordered = [m for m in SCORE_ORDER if m in metrics] + sorted(m for m in metrics if m not in SCORE_ORDER)
     first = [f"params.`{p}`" for p in ("method", "ipc") if p in params]
     rest = [f"params.`{p}`" for p in PARAM_COLUMNS if p in params and p not in ("method", "ipc")]
-    columns = [*first, *(f"metrics.`{m}`" for m in ordered[:MAX_METRICS]), *rest]
+    columns = [*first, *(f"metrics.`{m}`" for m in ordered[:MAX_METRICS]), DATASET_COLUMN, *rest]
     return {"selectedColumns": columns, "columnOrder": columns, "runsExpanded": {},
             "orderByKey": "attributes.start_time", "orderByAsc": False}
 
@@ -69,6 +78,23 @@ def runs_url(base: str, experiment_id: str) -> str:
             f"&viewStateShareKey={VIEW_KEY}")
 
 
-def ui_urls(base: str = "http://127.0.0.1:5000") -> dict[str, str]:
+def run_url(base: str, experiment_id: str, run_id: str) -> str:
+    """One run's page, as a training project (its metrics in ddlib's units: :mod:`ddlib.units`)."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
+
+
+def ui_base(port: int = UI_PORT) -> str:
+    """Where this store's UI is: a tracking server's own address, else where ``ddlib ui`` serves it."""
+    from ddlib.tracking import is_server_uri, tracking_uri
+
+    return tracking_uri().rstrip("/") if is_server_uri() else f"http://{UI_HOST}:{port}"
+
+
+def cell_link(experiment_id: str, run_id: str) -> str:
+    """A run's page in this store's UI (:func:`ui_base`)."""
+    return run_url(ui_base(), experiment_id, run_id)
+
+
+def ui_urls(base: str = f"http://{UI_HOST}:{UI_PORT}") -> dict[str, str]:
     """Install the views and return experiment name -> runs page address."""
     return {name: runs_url(base, eid) for name, eid in install_views().items()}

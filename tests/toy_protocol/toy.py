@@ -36,7 +36,8 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> Result:
     with cell.guard():
         models = cell.train_eval("set", distilled.images, distilled.labels, check_recipe(p, "recipe"), p["seeds"])
         per_seed, summary = cell.record_per_seed([{"seed": m.seed, "acc": m.accuracy} for m in models])
-    return Result(per_seed=per_seed, summary=summary, run_id=cell.run_id)
+    return Result(per_seed=per_seed, summary=summary, protocol=cell.protocol,
+                  run_id=cell.run_id)
 
 
 def leaderboard(experiment: str = "toy"):
