@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from waiting import assert_gone, kill_leftovers
 
 import ddlib
 from ddlib import metrics, tracking
@@ -343,15 +344,9 @@ def test_ui_prints_its_address_once_it_answers_and_sigterm_leaves_nothing_behind
         assert not [p.cmdline() for p in tree if "huey" in " ".join(p.cmdline())]  # MLflow's job workers off
         proc.send_signal(signal.SIGTERM)  # the ddlib process only, as `kill <pid>` does
         assert proc.wait(timeout=60) == 0
-        gone, alive = psutil.wait_procs(tree, timeout=30)
-        assert not alive, [p.cmdline() for p in alive]
-        with socket.socket() as s:  # nothing listens on the port any more
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
+        assert_gone(tree, port)  # MLflow's UI and its workers exit with it, the port is free
     finally:
-        for leftover in tree:
-            if leftover.is_running():
-                leftover.kill()
+        kill_leftovers(tree)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from waiting import BOUND_SECONDS
+from waiting import BOUND_SECONDS, assert_gone, kill_leftovers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,15 +62,9 @@ def test_mlflows_ui_dies_with_ddlib_ui_killed_with_sigkill(tmp_path):
         assert tree  # MLflow's UI and its uvicorn workers
         ui.send_signal(signal.SIGKILL)
         ui.wait(BOUND_SECONDS)
-        _, alive = psutil.wait_procs(tree, timeout=BOUND_SECONDS)  # the event: every one of them gone
-        assert not alive, [p.cmdline() for p in alive]
-        with socket.socket() as s:  # nothing listens on the port any more
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
+        assert_gone(tree, port)  # the event: every one of them gone, and the port free
     finally:
-        for leftover in tree:
-            if leftover.is_running():
-                leftover.kill()
+        kill_leftovers(tree)
         if ui.poll() is None:
             ui.kill()
             ui.wait(BOUND_SECONDS)

@@ -66,3 +66,24 @@ def hold(gate: Path, cell: str, bound: float = BOUND_SECONDS) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"cell {cell} was never released ({gate})")
         time.sleep(0.02)
+
+
+def assert_gone(tree: list, port: int, timeout: float = BOUND_SECONDS) -> None:
+    """Wait until every process of ``tree`` (psutil processes: a server and its workers) has exited
+    (the event), then check that nothing listens on ``port`` any more."""
+    import socket
+
+    import psutil
+
+    _, alive = psutil.wait_procs(tree, timeout=timeout)
+    assert not alive, [p.cmdline() for p in alive]
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+
+
+def kill_leftovers(tree: list) -> None:
+    """A failed test's clean-up: kill whatever of ``tree`` still runs."""
+    for leftover in tree:
+        if leftover.is_running():
+            leftover.kill()
