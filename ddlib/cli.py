@@ -254,10 +254,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {why}", file=sys.stderr)
             return 2
     from ddlib.protocols.spec import ProtocolLoadError
+    from ddlib.tracking import StoreError
 
     try:
         return args.func(args)
-    except ProtocolLoadError as e:  # a protocol of DDLIB_PROTOCOL_PATH asked for that cannot be imported
+    except (ProtocolLoadError, StoreError) as e:  # a protocol that cannot be imported; a store that cannot be made
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:  # `ddlib score` and the rest: one line, not a traceback

@@ -72,6 +72,7 @@ TAG = {
     "device": "ddlib.device",
     "kind": "ddlib.kind",  # "cell" (one grid cell / notebook run), "eval" (one trained model), "summary"
     "revision": "ddlib.protocol_revision",  # the protocol module's REVISION: what its cells compute
+    "engine_revision": "ddlib.engine_revision",  # ddlib.keys.ENGINE_REVISION: what the training engine computes
     "config": "ddlib.config_hash",  # a cell's full resolved params
     "group": "ddlib.group_key",  # a cell's params without seeds: rows of a leaderboard
     "series": "ddlib.series_key",  # ... and without ipc: one method's cells across IPCs (unified scores, curves)
@@ -291,6 +292,9 @@ def client():
     uri = tracking_uri()
     if uri not in _CLIENTS:
         if uri.startswith("sqlite:///"):
+            if not Path(uri[len("sqlite:///"):]).exists():
+                # a read-only command on a new store creates it: one line where it cannot (the default store by its folder)
+                check_store_writable(None if uri == f"sqlite:///{mlruns_dir() / 'mlflow.db'}" else uri)
             create_sqlite_store(Path(uri[len("sqlite:///"):]))
         _CLIENTS[uri] = MlflowClient(tracking_uri=uri)
     return _CLIENTS[uri]

@@ -50,6 +50,20 @@ def test_a_store_that_cannot_be_written_is_one_line_naming_it_before_anything_ru
     assert blocker.read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("command", [["summary", "--no-log"], ["runs"], ["leaderboard", "--out", "SITE"],
+                                     ["export", "--out", "OUT.csv"]])
+def test_a_reading_command_on_a_store_it_cannot_create_is_one_line(command, tmp_path, monkeypatch, capsys):
+    """Commands that only read the store create it where it is new: ``DDLIB_MLRUNS`` naming a file is one
+    line naming the store, exit 2 (before: FileExistsError's traceback from MLflow's client)."""
+    blocker = tmp_path / "mlruns"
+    blocker.write_text("not a folder")
+    store = use_store(monkeypatch, blocker)
+    command = [str(tmp_path / part) if part in ("SITE", "OUT.csv") else part for part in command]
+    assert cli_main(command) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: the store {store} (DDLIB_MLRUNS) cannot be written: {blocker} is a file, not a folder"]
+
+
 @pytest.mark.parametrize("number,why", [(errno.EROFS, "its file system is read-only: set DDLIB_MLRUNS to a folder you can write"),
                                                 (errno.ENOSPC, FULL)])
 def test_a_read_only_or_full_store_is_refused_before_anything_runs(number, why, tmp_path, monkeypatch):
