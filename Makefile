@@ -15,7 +15,7 @@ PORT ?= 5000
 BACKEND ?=
 ARTIFACTS ?=
 
-.PHONY: demo test setup run summary leaderboard ui server bench docs clean-store
+.PHONY: demo test setup peer-venv run summary leaderboard ui server bench docs clean-store
 
 setup: $(STAMP)
 
@@ -60,8 +60,16 @@ server: $(STAMP)
 # bench/README.md). A test module stays on one worker (--dist loadfile) and tests/conftest.py sends
 # the slowest modules out first.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(4, 1 + (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)))')
-test: $(STAMP)
+test: $(STAMP) peer-venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# DD-Ranking's own code (ddranking==0.2.0 from PyPI) in a venv of its own, for the conformance tests
+# (tests/test_conformance_ddranking.py; bench/vs_ddranking.py ensure_peer_venv, about 1.5 min the first
+# time, then reused). Where it cannot be had the tests skip: said here and in pytest's warnings summary.
+peer-venv: $(STAMP)
+	@$(PY) -c "import sys; sys.path.insert(0, '.'); from bench.vs_ddranking import ensure_peer_venv as e; \
+	  r = e(); print('DD-Ranking peer venv:', r['path'], '(reused)' if r['reused'] else '(built)')" \
+	  || echo "WARNING: DD-Ranking's venv could not be set up (no network to PyPI?): the conformance tests will SKIP" >&2
 
 bench: $(STAMP)
 	$(PY) bench/train_speed.py

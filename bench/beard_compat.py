@@ -3,6 +3,8 @@
     python bench/beard_compat.py --checkpoint ../BEARD/Code/model_pool/BACON/BACON_ConvNet_CIFAR10_50_None_0.6995.pth
     python bench/beard_compat.py --checkpoint ... --attack-size 1000 --attacks fgsm pgd pgd_l2   # a CPU run
     python bench/beard_compat.py --checkpoint ... --attack-size 0                                  # all 10,000 (GPU)
+    python bench/beard_compat.py --checkpoint ... --attack-size 400 --attacks fgsm --modes untargeted \
+        --curve-eps 0 2 4 8                                             # robustness curves, eps in 1/255
 
 The checkpoint (a ConvNet state_dict from BEARD's ``Code/model_pool``; nothing is downloaded) goes
 through the ``adversarial`` protocol as ``source: {kind: checkpoint}``, in a scratch MLflow store,
@@ -51,6 +53,10 @@ def main() -> None:
     parser.add_argument("--attacks", nargs="+", default=["fgsm", "pgd", "pgd_l2"], choices=sorted(BEARD_ATTACKS))
     parser.add_argument("--modes", nargs="+", default=["untargeted", "targeted"])
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--curve-eps", nargs="+", type=float, default=None,
+                        help="an eps_curve of FGSM and PGD (BEARD's parameters) at these eps (x 1/255)")
+    parser.add_argument("--expected-accuracy", default=None,
+                        help="in %%, or unknown: for a file whose name carries none (BEARD's DC: 54.31, DM: 62.06)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "beard_compat.json"))
     args = parser.parse_args()
 
@@ -61,9 +67,14 @@ def main() -> None:
     from ddlib.protocols import adversarial
 
     source = {"kind": "checkpoint", "path": str(Path(args.checkpoint).expanduser().absolute()), "model": "convnet"}
+    if args.expected_accuracy is not None:
+        source["expected_accuracy"] = args.expected_accuracy if args.expected_accuracy == "unknown" \
+            else float(args.expected_accuracy)
+    curve = None if args.curve_eps is None else {
+        "attacks": [BEARD_ATTACKS["fgsm"], BEARD_ATTACKS["pgd"]], "eps": [f"{e:g}/255" for e in args.curve_eps]}
     common = dict(dataset="cifar10", data_root=args.data_root, method=args.method, source=source, ipc=args.ipc,
                   seeds=[0], attacks=[BEARD_ATTACKS[a] for a in args.attacks], device=args.device,
-                  attack_size=args.attack_size or None)
+                  attack_size=args.attack_size or None, eps_curve=curve)
     result = {"checkpoint": str(args.checkpoint), "attack_size": args.attack_size or "all", "attacks": args.attacks,
               "machine": platform.machine(), "cpu_count": os.cpu_count(), "load_before": os.getloadavg(),
               "beard_log_bacon_ipc50": BEARD_LOG_BACON_IPC50, "cells": []}
@@ -81,7 +92,8 @@ def main() -> None:
                      "attacks": {a: {"robust_acc": row[f"{a}.robust_acc"], "max_linf": row[f"{a}.max_linf"],
                                      "attack_seconds": row[f"{a}.attack_seconds"],
                                      "clean_seconds": row[f"{a}.clean_seconds"]}
-                                 for a in args.attacks if f"{a}.robust_acc" in row}}
+                                 for a in args.attacks if f"{a}.robust_acc" in row},
+                     "curve": {k: row[k] for k in row.index if k.startswith(("curve.", "curve_auc."))}}
             result["cells"].append(entry)
             print(f"{mode:>10} {space:>12}: clean {entry['clean_acc']:.2f} % (full test set "
                   f"{entry['test_accuracy_full']:.2f} %)", flush=True)
@@ -100,10 +112,27 @@ def main() -> None:
             print(f"{mode:>10} {attack:>10} {p['robust_acc']:8.2f} {c['robust_acc']:9.2f} "
                   f"{'' if logged is None else f'{logged:.2f}':>12}  ({p['max_linf'] * 255:.1f}/255 / "
                   f"{c['max_linf'] * 255:.1f}/255)")
+    if curve:
+        _print_curves(result["cells"], args.curve_eps)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"\n{result['seconds']:.0f} s; load {result['load_before'][0]:.1f} before, {result['load_after'][0]:.1f} "
           f"after; written to {args.out}")
+
+
+def _print_curves(cells: list[dict], eps: list[float]) -> None:
+    """Each curve's points (%), its area, and the area it would have with the clean accuracy at eps 0
+    (what ddlib logged there before issue 54; in beard_compat space it is not BEARD's pipeline's point)."""
+    from ddlib.metrics_robust import curve_auc
+
+    print(f"\n{'mode':>10} {'space':>12} {'attack':>6} " + " ".join(f"{e:>6g}" for e in eps)
+          + "   auc  auc (clean at 0)")
+    for cell in cells:
+        for attack in ("fgsm", "pgd"):
+            points = [cell["curve"][f"curve.{attack}.{e / 255:.6f}"] for e in eps]
+            at_clean = [cell["clean_acc"] if e == 0 else p for e, p in zip(eps, points)]
+            print(f"{cell['mode']:>10} {cell['space']:>12} {attack:>6} " + " ".join(f"{p:6.2f}" for p in points)
+                  + f" {curve_auc(eps, points):6.2f} {curve_auc(eps, at_clean):6.2f}")
 
 
 if __name__ == "__main__":

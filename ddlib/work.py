@@ -150,8 +150,8 @@ class _Builder:
         kind, spec = source.get("kind"), {k: v for k, v in source.items() if k != "kind"}
         fp32 = Recipe(batch_size=256, scheduler="none", precision="fp32")
         feature = "convnet_d4" if min(self.data.shape[1:]) >= 64 else "convnet"
-        if kind in ("kcenter", "kcenter_greedy", "herding") or (kind == "dm" and spec.get("init") == "kcenter"):
-            epochs = spec.get("init_epochs" if kind == "dm" else "epochs", 1)
+        if kind in ("kcenter", "kcenter_greedy", "herding", "herding_dc") or (kind == "dm" and spec.get("init") == "kcenter"):
+            epochs = spec.get("init_epochs" if kind == "dm" else "epochs", 50 if kind == "herding_dc" else 1)
             recipe = replace(fp32, epochs=epochs)
             self.train("selection: feature network", 1, self.data.train, recipe,
                        self.probe(spec.get("model") or feature, recipe), kept="cache", recorded=False)

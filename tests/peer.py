@@ -31,6 +31,10 @@ class PeerUnavailable(RuntimeError):
     """The peer's environment cannot be had here (the message says why)."""
 
 
+class PeerSkipped(UserWarning):
+    """Warned when the conformance tests skip for want of the peer: shown in pytest's warnings summary."""
+
+
 @functools.lru_cache(maxsize=None)
 def ddranking_python() -> Path:
     """The Python of DD-Ranking's venv, created on first use; :class:`PeerUnavailable` if it cannot be."""

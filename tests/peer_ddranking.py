@@ -50,7 +50,8 @@ def case_dsa(inputs):
 
     dsa = DSA(dict(inputs["params"]))
     dsa.params["siamese"], dsa.params["latestseed"] = False, -1
-    out = {"ops": [f.__name__[len("rand_"):] for f in dsa.transform_funcs], "aug_mode": dsa.aug_mode}
+    out = {"ops": [f.__name__[len("rand_"):] for f in dsa.transform_funcs], "aug_mode": dsa.aug_mode,
+           "params": {k: v for k, v in dsa.params.items() if k not in ("siamese", "latestseed")}}
     for op in inputs["ops"]:
         for seed in inputs["seeds"]:
             torch.manual_seed(seed)
@@ -122,6 +123,154 @@ def case_convnet(inputs):
         with torch.no_grad():
             trained = model(spec["x"])
         out[name] = {"eval": evaluated, "train": trained, "keys": list(model.state_dict()), "load": str(missing)}
+    return out
+
+
+def case_train_step(inputs):
+    """One step of the peer's own ``train_one_epoch`` (soft_label_mode M, teachers relabel the batch,
+    ``Cutmix`` with forced draws, ``MSEGTLoss``): the loss its step computes, the mixed images and
+    the targets its loss's CE term received, for each forced (lambda, row centre, column centre)."""
+    from ddranking.aug import Cutmix
+    from ddranking.loss import MSEGTLoss
+    from ddranking.utils import build_model, train_one_epoch
+
+    class Recording(MSEGTLoss):
+        def forward(self, stu, tea, gt):
+            loss = super().forward(stu, tea, gt)
+            seen.append({"loss": loss.detach().clone(), "ground_truth": gt.clone(), "teacher": tea.detach().clone()})
+            return loss
+
+    def model(state):
+        net = build_model("ConvNet-3", num_classes=10, im_size=(32, 32), pretrained=False, device="cpu")
+        net.load_state_dict(state, strict=True)
+        return net
+
+    out = []
+    for lam, r, c in inputs["draws"]:
+        seen, images = [], []
+        student, teacher = model(inputs["student"]), model(inputs["teacher"])
+        teacher.eval()
+        cutmix = Cutmix({"beta": 1.0})
+
+        def augment(x):
+            images.append(cutmix(x).clone())
+            return images[-1]
+
+        with _forced({"lam": lam, "centres": (r, c)}):
+            train_one_epoch(0, student, [(inputs["x"].clone(), inputs["y"].clone())],
+                            Recording(*inputs["weights"]), torch.optim.SGD(student.parameters(), lr=0.0),
+                            soft_label_mode="M", aug_func=augment, tea_models=[teacher], device="cpu")
+        out.append({**seen[0], "images": images[0]})
+    return out
+
+
+def case_schedule(inputs):
+    """The lr of every epoch under the peer's ``get_lr_scheduler`` (stepped once per epoch, as its
+    ``train_one_epoch`` does)."""
+    from ddranking.utils import get_lr_scheduler
+
+    out = {}
+    for name, epochs, step_size in inputs["schedules"]:
+        param = torch.nn.Parameter(torch.zeros(1))
+        optimizer = torch.optim.SGD([param], lr=inputs["lr"])
+        scheduler = get_lr_scheduler(name, optimizer, epochs, step_size)
+        lrs = []
+        for _ in range(epochs):
+            lrs.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        out[(name, epochs)] = lrs
+    return out
+
+
+def _flow(cls, attrs: dict, kwargs: dict, num_eval: int, ipc: int, num_classes: int) -> list:
+    """Run ``cls.compute_metrics`` with its training loop (``train_one_epoch``, ``validate``) and its
+    random-data draw replaced by recorders: every model it trains, as one record (the run, which set,
+    its labels, lr, optimizer, schedule, augmentation, loss, teachers). Nothing is trained."""
+    import ddranking.metrics.hard_label as hard_mod
+    import ddranking.metrics.soft_label as soft_mod
+
+    module = hard_mod if cls.__module__ == hard_mod.__name__ else soft_mod
+    records, run, draws = [], [-1], []
+    syn = kwargs["image_tensor"]
+    real = torch.utils.data.TensorDataset(torch.zeros(4, 3, 2, 2), torch.zeros(4, dtype=torch.long))
+
+    def which(dataset) -> tuple[str, str]:
+        if dataset is real:
+            return "real", "hard"
+        images, labels = dataset.images, dataset.targets
+        name = "syn" if images is syn else f"rdm{int(images.flatten()[0])}"
+        kind = "hard" if not labels.is_floating_point() else ("stored" if labels is kwargs.get("soft_labels")
+                                                               else "teacher_logits")
+        return name, kind
+
+    def train_one_epoch(epoch, stu_model, loader, loss_fn, optimizer, soft_label_mode="S", aug_func=None,
+                        tea_models=None, lr_scheduler=None, class_map=None, **_):
+        if epoch == 0:
+            name, kind = which(loader.dataset)
+            records.append({"run": run[0], "set": name, "labels": kind, "lr": optimizer.param_groups[0]["lr"],
+                            "optimizer": type(optimizer).__name__, "scheduler": type(lr_scheduler).__name__,
+                            "aug": type(aug_func).__name__ if aug_func is not None else None,
+                            "loss": type(loss_fn).__name__, "relabel": soft_label_mode == "M" and tea_models is not None,
+                            "batch": loader.batch_size})
+
+    def random_tensors(*args, **kw):
+        n = len(draws)
+        draws.append(run[0])
+        return torch.full((ipc * num_classes, 3, 2, 2), float(n)), torch.arange(num_classes).repeat_interleave(ipc)
+
+    def set_seed(seed=None):
+        run[0] += 1
+
+    obj = object.__new__(cls)
+    with tempfile.TemporaryDirectory() as tmp:
+        obj.__dict__.update({"use_dist": False, "rank": 0, "world_size": 1, "device": "cpu", "num_eval": num_eval,
+                             "ipc": ipc, "num_classes": num_classes, "eval_full_data": True, "dataset": "CIFAR10",
+                             "model_name": "ConvNet-3", "stu_use_torchvision": False, "use_torchvision": False,
+                             "im_size": (32, 32), "test_loader_real": None, "test_loader_syn": None,
+                             "random_data_format": "tensor", "random_data_path": tmp, "dst_train": real,
+                             "class_to_indices": None, "class_map": None, "num_workers": 0, "num_epochs": 20,
+                             "test_interval": 20, "save_path": str(Path(tmp) / "scores.csv"),
+                             "teacher_model": lambda x: torch.ones(len(x), num_classes), **attrs})
+        stack = contextlib.ExitStack()
+        for name, value in (("train_one_epoch", train_one_epoch), ("validate", lambda *a, **k: 50.0),
+                            ("set_seed", set_seed), ("save_results", lambda results, path: None),
+                            ("get_random_data_tensors", random_tensors),
+                            ("build_model", lambda *a, **k: torch.nn.Linear(1, 1))):
+            stack.enter_context(patched(module, name, value))
+        with stack:
+            obj.compute_metrics(**kwargs)
+    return {"trainings": records, "draws": draws}
+
+
+def case_flow(inputs):
+    """What the peer's LRS evaluators train per evaluation run, for the given configs (see :func:`_flow`)."""
+    from ddranking.aug import DSA, Cutmix
+    from ddranking.loss import KLDivergenceLoss, MSEGTLoss, SoftCrossEntropyLoss
+    from ddranking.metrics import LabelRobustScoreHard, LabelRobustScoreSoft
+
+    out = {}
+    for name, cfg in inputs["configs"].items():
+        aug = {"dsa": lambda: DSA(dict(cfg["aug_params"])), "cutmix": lambda: Cutmix({"beta": 1.0}),
+               None: lambda: None}[cfg["aug"]]()
+        n, ipc = cfg["num_classes"], cfg["ipc"]
+        syn = torch.rand(n * ipc, 3, 2, 2) + 100.0
+        attrs = {"aug_func": aug, "optimizer": cfg["optimizer"], "lr_scheduler": cfg["scheduler"],
+                 "step_size": cfg.get("step_size"), "weight_decay": 0.0005, "momentum": 0.9,
+                 "real_batch_size": 256, "syn_batch_size": cfg["batch"]}
+        kwargs = {"image_tensor": syn, "syn_lr": cfg["syn_lr"]}
+        if cfg["evaluator"] == "hard":
+            cls = LabelRobustScoreHard
+        else:
+            cls = LabelRobustScoreSoft
+            loss = {"sce": SoftCrossEntropyLoss, "kl": KLDivergenceLoss, "mse_gt": MSEGTLoss}[cfg["criterion"]]
+            attrs.update({"soft_label_mode": cfg["mode"], "soft_label_criterion": cfg["criterion"],
+                          "loss_fn_kwargs": cfg["loss_kwargs"], "use_aug_for_hard": cfg["use_aug_for_hard"],
+                          "teacher_models": [lambda x: torch.zeros(len(x), n)]})
+            if cfg["mode"] == "S":
+                kwargs["soft_labels"] = torch.randn(n * ipc, n)
+            del loss
+        out[name] = _flow(cls, attrs, kwargs, cfg["num_eval"], ipc, n)
     return out
 
 

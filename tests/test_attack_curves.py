@@ -164,3 +164,31 @@ def test_cells_with_other_curves_are_other_rows():
     assert len({plain, short, long, stronger}) == 4
     assert adversarial.group_identity(adversarial.validate(base)).keys() == \
         adversarial.group_identity(adversarial.validate({**base, "eps_curve": None})).keys()
+
+
+def test_beard_compat_runs_the_attack_at_eps_0_as_beards_pipeline_does(mlflow_store):
+    """BEARD's pipeline clamps the normalised tensor to [0, 1] whatever the budget: at ε = 0 its
+    accuracy is not the clean one (BACON IPC 50: 65.5 % clean, 49.25 % at ε = 0). In beard_compat space
+    the point is BEARD's pipeline written out (torchattacks' FGSM at ε = 0 on normalised tensors, the
+    network classifying the result); in pixel space it stays the clean accuracy (no attack runs)."""
+    from ddlib.engine.test_pass import as_pixels
+
+    assert parse_curve({"attack": "fgsm", "eps": [0, 0.01]})[0].spec is None
+    compat = parse_curve({"attack": "fgsm", "eps": [0, 0.01]}, space="beard_compat")
+    assert compat[0].spec is not None and compat[0].spec.eps == 0
+    params = {"dataset": "digits", "seeds": [0], "device": "cpu", "method": "random", "ipc": 5,
+              "recipe": {"epochs": 15, "batch_size": 64}, "attacks": ["fgsm", "pgd"], "attack_size": 40,
+              "attack_batch_size": 40, "space": "beard_compat", "eps_curve": {"attack": "fgsm", "eps": [0, "4/255"]}}
+    cell = adversarial.open_cell(**params)
+    models = adversarial.train_models(cell, adversarial.obtain(cell))
+    row = adversarial.evaluate(cell, None, models).per_seed.iloc[0]
+    x, y = adversarial.attack_subset(cell)
+    ds = cell.dataset
+    cell.close()
+    mean, std = torch.tensor(ds.mean).view(1, -1, 1, 1), torch.tensor(ds.std).view(1, -1, 1, 1)
+    net = models[0].model.cpu().eval()
+    adv = torchattacks.FGSM(net, eps=0.0)((as_pixels(x) - mean) / std, y)
+    with torch.no_grad():
+        beard = 100 * float((net(adv).argmax(1) == y).float().mean())
+    assert row["curve.fgsm.0.000000"] == pytest.approx(beard)
+    assert row["curve.fgsm.0.000000"] < row["clean_acc"] - 2  # the clamp alone costs accuracy (30 % to 25 % here)

@@ -98,3 +98,42 @@ def test_square_adversarial_images_are_torchattacks_own_with_the_seed():
             atk.set_mode_targeted_by_label(quiet=True)
             goal = (y + 1) % C
         assert torch.equal(out.adv, atk(x, goal))
+
+
+def _small_convnet():
+    torch.manual_seed(0)
+    return PixelModel(create_model("convnet", 1, C, 8, width=8, depth=1), [0.5], [0.25]).eval()
+
+
+def test_spsa_at_beards_settings_reaches_nb_iter_times_lr_not_its_eps():
+    """BEARD's SPSA (torchattacks' defaults: one Adam step of lr 0.01) moves a pixel by at most
+    nb_iter x lr: 0.01 = 2.55/255 of its 8/255 budget (Adam's first step is lr x sign of the gradient
+    estimate); three steps reach about 0.03 (Adam's later steps are lr to within a fraction of a percent
+    here), within the 8/255 = 0.031 bound."""
+    model = _small_convnet()
+    x, y = _data(6)
+    x = 0.25 + 0.5 * x  # away from 0 and 1, so the [0, 1] clamp never shortens a step
+    beard = run_attack("spsa", model, x, y, num_classes=C, device="cpu", return_adv=True)
+    assert parse_attack("spsa").params["nb_iter"] * parse_attack("spsa").params["lr"] == 0.01
+    assert beard.max_linf == pytest.approx(0.01, abs=1e-6) and beard.max_linf * 255 == pytest.approx(2.55, abs=1e-4)
+    three = run_attack({"spsa": {"nb_iter": 3}}, model, x, y, num_classes=C, device="cpu")
+    assert three.max_linf == pytest.approx(0.03, rel=0.005) and three.max_linf <= 8 / 255
+
+
+@pytest.mark.parametrize("targeted", [False, True])
+def test_spsa_images_are_torchattacks_own_on_the_same_inputs_and_seed(targeted):
+    """run_attack seeds a batch with batch_seed(seed, b) inside fork_rng: torchattacks' SPSA called
+    by hand under that seed, on the same pixels and model, makes the same images."""
+    from ddlib.attacks import batch_seed
+
+    model = _small_convnet()
+    x, y = _data(6)
+    ours = run_attack({"spsa": {"nb_sample": 16}}, model, x, y, num_classes=C, targeted=targeted, device="cpu",
+                      seed=5, batch_size=6, return_adv=True)
+    atk = torchattacks.SPSA(model, eps=8 / 255, nb_sample=16)
+    if targeted:
+        atk.set_mode_targeted_by_label(quiet=True)
+    torch.manual_seed(batch_seed(5, 0))
+    theirs = atk(x, (y + 1) % C if targeted else y)
+    assert torch.equal(ours.adv, theirs)
+    assert not torch.equal(theirs, x)

@@ -144,3 +144,36 @@ def test_bundle_holds_each_set_and_its_ddranking_row_and_reads_back_as_published
     tables = export_tables(formatted=False)
     assert len(tables["lrs"]) == 1 and tables["lrs"]["seeds"].iloc[0] == 2  # the measured row, alone
     assert tables["published"]["hlr_mean"].iloc[0] == pytest.approx(result.summary["hlr_mean"])
+
+
+def test_ddranking_rows_lead_with_the_leaderboard_spaces_columns():
+    """Issue 54, 2.6: DD-Ranking's leaderboard space reads data.csv with method, verified, date, dataset,
+    ipc, label_type, hlr, ior; ddranking.csv starts with exactly those, ddlib's columns after them.
+    ``verified``: computed by ddlib and not flagged (a set holding test images is not)."""
+    from datetime import date
+
+    from ddlib.report.bundle import ddranking_rows
+
+    board = pd.DataFrame([
+        {"method": "dm", "dataset": "cifar10", "ipc": 10, "model": "convnet", "preset": "dm", "seeds": 5,
+         "hlr_mean": 31.5, "hlr_std": 0.4, "ior_mean": 12.25, "ior_std": 0.3, "lrs_mean": 24.1, "lrs_std": 0.2,
+         "data": "CIFAR-10 (JPEG)", "sanity": np.nan},
+        {"method": "leaky", "dataset": "cifar10", "ipc": 10, "model": "convnet", "preset": "sre2l", "seeds": 5,
+         "hlr_mean": 1.0, "hlr_std": 0.1, "ior_mean": 40.0, "ior_std": 0.1, "lrs_mean": 70.0, "lrs_std": 0.1,
+         "data": "CIFAR-10 (JPEG)", "sanity": "the set holds 12 test images"}])
+    rows = ddranking_rows({"lrs": board})
+    assert list(rows.columns[:8]) == ["method", "verified", "date", "dataset", "ipc", "label_type", "hlr", "ior"]
+    dm, leaky = rows.to_dict("records")
+    assert (dm["hlr"], dm["ior"], dm["label_type"], dm["verified"]) == (31.5, 12.25, "hard", True)
+    assert leaky["verified"] is False and leaky["label_type"] == "soft" and leaky["flag"].startswith("the set holds")
+    assert dm["date"] == date.today().isoformat() or re.fullmatch(r"\d{4}-\d{2}-\d{2}", dm["date"])
+
+
+def test_the_leaderboard_spaces_own_csv_imports(tmp_path, monkeypatch):
+    use_store(monkeypatch, tmp_path / "store")
+    rows = tmp_path / "data.csv"
+    rows.write_text("method,verified,date,dataset,ipc,label_type,hlr,ior\n"
+                    "DC,True,2025-01-20,CIFAR-10,1,hard,52.66,12.40\n")
+    assert cli_main(["import", str(rows)]) == 0
+    (dc,) = published_table().to_dict("records")
+    assert (dc["hlr_mean"], dc["ior_mean"]) == pytest.approx((0.5266, 0.124))  # points in, fractions stored

@@ -10,8 +10,9 @@ import torch
 
 from ddlib.data.datasets import load_dataset
 from ddlib.engine.device import generator
-from ddlib.methods.coresets import (el2n_scores, el2n_subset, forgetting_counts, forgetting_subset, herding_indices,
-                                    herding_subset, top_indices)
+from ddlib.methods import coresets
+from ddlib.methods.coresets import (HERDING_DC_EPOCHS, el2n_scores, el2n_subset, forgetting_counts, forgetting_subset,
+                                    herding_dc_subset, herding_indices, herding_subset, top_indices)
 from ddlib.methods.sources import BUILTIN_SOURCES, obtain_set, resolve_source
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # 8x8 digits: a second thread only adds overhead
@@ -36,6 +37,50 @@ def test_herding_moves_the_running_mean_to_the_class_mean():
     assert herding_indices(features, 2).tolist() == [2, 0]  # not [2, 4], the two nearest the mean
     # 2-D: the same values on a line at 45 degrees, and a second coordinate that is constant: the same picks
     assert herding_indices(torch.cat([features, features, torch.full((5, 1), 7.0)], 1), 4).tolist() == [2, 0, 4, 3]
+
+
+def _icarl_herding(features: torch.Tensor, k: int) -> list[int]:
+    """iCaRL's released herding (Rebuffi's main_cifar_100_theano ``utils_icarl`` loop, restated): unit-norm
+    features D, mu their mean, w = mu; repeatedly take argmax <w, d>, count it once, and w += mu - d."""
+    d = features.double() / features.double().norm(dim=1, keepdim=True)
+    mu = d.mean(0)
+    w, picked = mu.clone(), []
+    for _ in range(1000):
+        if len(picked) == k:
+            break
+        i = int((d @ w).argmax())
+        if i not in picked:
+            picked.append(i)
+        w = w + mu - d[i]
+    return picked
+
+
+def test_herding_dc_is_dcs_baseline_herded_as_icarl(digits, monkeypatch):
+    """``herding_dc``: the feature network trained to convergence (not K-Center's 1 epoch) and every
+    embedding L2-normalised, so its picks are those of iCaRL's own herding loop; ``herding`` keeps the
+    unnormalised 1-epoch features under its own name. Features with very unequal norms tell the two
+    apart."""
+    gen = torch.Generator().manual_seed(3)
+    n = len(digits.train_labels)
+    feats = torch.randn(n, 6, generator=gen) * torch.exp(2 * torch.randn(n, 1, generator=gen))
+    asked = []
+
+    def embeddings(dataset, seed, model, device, epochs):
+        asked.append(epochs)
+        return feats, {"feature_epochs": epochs}
+
+    monkeypatch.setattr(coresets, "_embeddings", embeddings)
+    dc = herding_dc_subset(digits, 3, device="cpu")
+    plain = herding_subset(digits, 3, device="cpu")
+    assert asked == [HERDING_DC_EPOCHS, 1] and HERDING_DC_EPOCHS >= 30
+    assert dc.method == "herding_dc" and dc.provenance["features_l2_normalised"] is True
+    expected = []
+    for c in range(digits.num_classes):
+        idx = torch.nonzero(digits.train_labels == c).flatten()
+        expected += idx[_icarl_herding(feats[idx], 3)].tolist()
+    assert dc.provenance["indices"] == sorted(expected)
+    assert plain.provenance["indices"] != dc.provenance["indices"]  # the features' norms decide the old picks
+    assert resolve_source("herding_dc") == {"kind": "herding_dc"} and "herding_dc" in BUILTIN_SOURCES
 
 
 def test_forgetting_counts_on_a_hand_made_history():

@@ -108,6 +108,8 @@ def test_selection_networks_of_forgetting_el2n_and_kcenter_are_counted():
     assert any(isinstance(p, Passes) and p.what == "selection: el2n scores" for p in el2n)
     assert _models(_work("augmentation", method="kcenter", ipc=1, seeds=[0], augmentations=["none"])) == {
         "selection: feature network": 1, "syn-none": 1}
+    herding_dc = _work("augmentation", method="herding_dc", ipc=1, seeds=[0], augmentations=["none"])[0]
+    assert (herding_dc.stem, herding_dc.epochs) == ("selection: feature network", 50)  # trained to convergence
 
 
 def test_teachers_of_a_soft_label_preset_are_counted():

@@ -171,7 +171,8 @@ def _model_for_another_arch(tmp: Path):
     return {"protocol": "adversarial",
             "params": {"dataset": "digits", "seeds": [0], "ipc": 1, "attacks": ["fgsm"], "attack_size": 10},
             "grid": {"method": ["released"]},
-            "methods": {"released": {"kind": "checkpoint", "model": "convnet", "path": str(tmp / "released_seed{seed}.pt")}}}
+            "methods": {"released": {"kind": "checkpoint", "model": "convnet", "path": str(tmp / "released_seed{seed}.pt"),
+                                     "expected_accuracy": "unknown"}}}
 
 
 def _nas(rows: list[str], columns=("ArchitectureString", "accuracy"), num_archs: int = 2):

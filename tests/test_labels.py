@@ -358,3 +358,22 @@ def test_stored_soft_labels_train_with_kl(small_digits):
                                 num_classes=ds.num_classes, mean=ds.mean, std=ds.std, recipe=Recipe(epochs=2, batch_size=50),
                                 seeds=[0], loss=hook, device="cpu")[0]
     assert math.isfinite(result.epoch_losses[-1]) and 0.0 <= result.test_accuracy <= 1.0
+
+
+def test_teacher_augment_leaves_the_targets_of_label_mixing_ops_unmixed():
+    """Issue 54, 2.1: under online relabelling the batch targets feed only mse_ce's CE term, which the
+    peer computes on the images' own labels (tests/test_conformance_ddranking.py checks one training
+    step against its code); the images are mixed exactly as without the wrapper."""
+    from ddlib.engine.augment import create_augment
+    from ddlib.engine.labels import teacher_augment
+
+    spec = [{"flip": {"p": 0.5}}, {"cutmix": {"alpha": 1.0}}]
+    mixing = create_augment(spec, mean=(0.0,), std=(1.0,), num_classes=10)
+    wrapped = teacher_augment(mixing)
+    x, y = torch.rand(6, 1, 8, 8), torch.arange(6)
+    mixed_x, mixed_y = mixing(x.clone(), y, torch.Generator().manual_seed(3))
+    ours_x, ours_y = wrapped(x.clone(), y, torch.Generator().manual_seed(3))
+    assert torch.equal(ours_x, mixed_x) and torch.equal(ours_y, y) and mixed_y.is_floating_point()
+    assert wrapped.name != mixing.name  # keyed apart from the mixing hook
+    plain = create_augment([{"flip": {"p": 0.5}}], mean=(0.0,), std=(1.0,), num_classes=10)
+    assert teacher_augment(plain) is plain and teacher_augment(None) is None

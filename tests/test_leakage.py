@@ -202,7 +202,7 @@ def test_every_leaderboard_shows_a_sets_leakage_in_its_sanity_column(tmp_path, m
         tracker.end_run(run_id)
     boards = board_specs()
     assert set(boards) == {"lrs", "ars", "beard", "beard_unified", "augmentation", "transfer", "compression", "nas",
-                           "privacy", "blackbox"}
+                           "privacy", "blackbox", "blackbox_irr"}
     for name in boards:
         shown = format_leaderboard(build_board(name))
         assert list(shown["sanity"]) == [note], name

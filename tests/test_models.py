@@ -55,6 +55,41 @@ def test_mlp_has_three_linear_layers_of_width_128():
     assert [(m.in_features, m.out_features) for m in linears] == [(784, 128), (128, 128), (128, 10)]
 
 
+# DC's MLP and LeNet on MNIST (1x28x28, 10 classes), layer by layer as DC's networks.py
+# (VICO-UoE/DatasetCondensation) builds them: state_dict() names and shapes of DC's MLP(1, 10) and
+# LeNet(1, 10), listed from DC's own modules. LeNet's first conv pads by 2 on 1-channel input, so its
+# flattened map is 16 x 5 x 5 as on 32x32; the MLP reads 28 * 28 * 1 inputs.
+DC_MNIST_LAYERS = {
+    "mlp": [("fc_1.weight", (128, 784)), ("fc_1.bias", (128,)), ("fc_2.weight", (128, 128)), ("fc_2.bias", (128,)),
+            ("fc_3.weight", (10, 128)), ("fc_3.bias", (10,))],
+    "lenet": [("features.0.weight", (6, 1, 5, 5)), ("features.0.bias", (6,)), ("features.3.weight", (16, 6, 5, 5)),
+              ("features.3.bias", (16,)), ("fc_1.weight", (120, 400)), ("fc_1.bias", (120,)),
+              ("fc_2.weight", (84, 120)), ("fc_2.bias", (84,)), ("fc_3.weight", (10, 84)), ("fc_3.bias", (10,))],
+}
+
+
+@pytest.mark.parametrize("name,count", [("mlp", 118_282), ("lenet", 61_706)])  # DC's MLP(1, 10), LeNet(1, 10)
+def test_dc_mlp_and_lenet_on_mnist_are_dcs_layers_in_dcs_order(name, count):
+    """Same parameters, same shapes, created in the same order as DC's: under one torch.manual_seed
+    ddlib's model starts from DC's initial weights (the training pin in test_integration_mnist.py
+    depends on it), and LeNet's names are DC's, so a DC state dict loads as it is."""
+    model = create_model(name, 1, 10, 28)
+    assert count_parameters(model) == count == sum(torch.Size(s).numel() for _, s in DC_MNIST_LAYERS[name])
+    assert [tuple(v.shape) for v in model.state_dict().values()] == [s for _, s in DC_MNIST_LAYERS[name]]
+    if name == "lenet":
+        assert list(model.state_dict()) == [k for k, _ in DC_MNIST_LAYERS[name]]
+        assert model.features[0].padding == (2, 2)
+    torch.manual_seed(0)  # DC's modules in the order DC's __init__ creates them (ReLU and pooling draw nothing)
+    dc_like = (torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.Linear(128, 128), torch.nn.Linear(128, 10))
+               if name == "mlp" else
+               torch.nn.Sequential(torch.nn.Conv2d(1, 6, 5, padding=2), torch.nn.Conv2d(6, 16, 5),
+                                   torch.nn.Linear(400, 120), torch.nn.Linear(120, 84), torch.nn.Linear(84, 10)))
+    torch.manual_seed(0)
+    ours = create_model(name, 1, 10, 28)
+    for a, b in zip(dc_like.state_dict().values(), ours.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_registry_lists_and_refuses_unknown_names():
     assert {"convnet", "convnet_bn", "convnet_nonorm", "convnet_d4", "mlp"} <= set(list_models())
     with pytest.raises(ValueError, match="unknown model 'resnet9000'"):

@@ -1,6 +1,7 @@
 """BEARD's protocol end to end on the embedded digits data: model pool, released checkpoints,
 attacks, skips, spaces, scores, timing provenance, caching."""
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -123,9 +124,10 @@ def test_targeted_then_untargeted_reuses_the_pool_and_skips_what_cannot_target(m
     assert list(curves.eps.round(6)) == [0.007843, 0.031373]
 
 
-def test_unified_scores_pool_the_ipcs(mlflow_store):
+def test_unified_scores_pool_the_ipcs(mlflow_store, monkeypatch):
     results = []
-    for ipc in (1, 3):
+    for ipc in (1, 3):  # each IPC cell timed in a process of its own, as a grid runs them
+        monkeypatch.setattr(adversarial, "TIMING_PROCESS", float(ipc))
         _, _, result = _run(ipc=ipc, attacks=["fgsm", "pgd"])
         results.append(result.per_seed.iloc[0])
     clean = [r.clean_acc for r in results]
@@ -136,10 +138,13 @@ def test_unified_scores_pool_the_ipcs(mlflow_store):
     assert unified.loc[0, "rrm_mean"] == pytest.approx(metrics.rr_multi(clean, accs))
     assert unified.loc[0, "aem_mean"] == pytest.approx(metrics.ae_multi([r.clean_seconds for r in results], times))
     assert unified.loc[0, "rcrm_mean"] == pytest.approx(metrics.rcr_multi(clean, accs))
+    # AEM pools times of two processes, whose loads differ: flagged, as a row's AE is (issue 54)
+    assert "AEM pools attack times from 2 processes" in unified.loc[0, "sanity"]
     _run(ipc=1, attacks=["fgsm", "pgd"], attack_size=40)  # the same IPC in another configuration: never pooled
     unified = report.unified_leaderboard().sort_values("ipcs").reset_index(drop=True)
     assert list(unified.ipcs) == ["1", "1,3"]
     assert unified.loc[1, "rrm_mean"] == pytest.approx(metrics.rr_multi(clean, accs))
+    assert "AEM pools" not in unified.loc[0, "sanity"]  # one cell, one process
 
 
 def test_adversarial_training_is_a_different_pool_entry(mlflow_store):
@@ -430,7 +435,7 @@ def _beard_checkpoint(path, seed: int) -> float:
 def test_a_released_checkpoint_joins_the_pool_and_is_attacked(mlflow_store, tmp_path):
     accuracy = {s: _beard_checkpoint(tmp_path / f"BACON_ConvNet_digits_10_None_seed{s}.pth", s) for s in (0, 1)}
     source = {"kind": "checkpoint", "path": str(tmp_path / "BACON_ConvNet_{dataset}_{ipc}_None_seed{seed}.pth"),
-              "model": "convnet"}
+              "model": "convnet", "expected_accuracy": "unknown"}
     params = dict(method="bacon", source=source, ipc=10, seeds=[0, 1], attacks=["fgsm", {"pgd": {"steps": 3}}],
                   attack_size=None)
     cell, models, result = _run(**params)
@@ -462,7 +467,7 @@ def test_bad_checkpoints_are_named(mlflow_store, tmp_path):
     torch.save(create_model("convnet", 3, 10, (32, 32)).state_dict(), tmp_path / "cifar.pth")
 
     def attack(path, **extra):
-        source = {"kind": "checkpoint", "path": str(tmp_path / path), **extra}
+        source = {"kind": "checkpoint", "path": str(tmp_path / path), "expected_accuracy": "unknown", **extra}
         cell = adversarial.open_cell(**{**TINY, "method": "pool", "source": source})
         try:
             adversarial.train_models(cell, None)
@@ -480,7 +485,7 @@ def test_bad_checkpoints_are_named(mlflow_store, tmp_path):
         attack("text.pth")
     torch.save(torch.load(tmp_path / "convnet.pth"), tmp_path / "copy.pth")
     with pytest.raises(CheckpointError, match="the same weights as seed 0"):
-        source = {"kind": "checkpoint", "path": str(tmp_path / "{seed}.pth")}
+        source = {"kind": "checkpoint", "path": str(tmp_path / "{seed}.pth"), "expected_accuracy": "unknown"}
         (tmp_path / "0.pth").write_bytes((tmp_path / "convnet.pth").read_bytes())
         (tmp_path / "1.pth").write_bytes((tmp_path / "copy.pth").read_bytes())
         cell = adversarial.open_cell(**{**TINY, "method": "pool", "source": source, "seeds": [0, 1]})
@@ -488,7 +493,8 @@ def test_bad_checkpoints_are_named(mlflow_store, tmp_path):
     untrained = tmp_path / "untrained.pth"
     torch.save(create_model("convnet", 1, 10, (8, 8)).state_dict(), untrained)
     with pytest.warns(UserWarning, match="near chance"):
-        cell = adversarial.open_cell(**{**TINY, "method": "pool", "source": {"kind": "checkpoint", "path": str(untrained)}})
+        cell = adversarial.open_cell(**{**TINY, "method": "pool", "source": {"kind": "checkpoint", "path": str(untrained),
+                                                                            "expected_accuracy": "unknown"}})
         adversarial.train_models(cell, None)
     assert "untrained.pth: clean accuracy" in tracking.client().get_run(cell.run_id).data.tags["ddlib.sanity"]
 
@@ -511,18 +517,44 @@ def test_a_checkpoint_that_misses_its_expected_accuracy_fails_the_cell(mlflow_st
 
     cell, _ = attack(f"BACON_ConvNet_digits_10_None_{accuracy:.4f}.pth")  # the name's figure: met
     assert "its file name" in tracking.client().get_run(cell.run_id).data.tags["ddlib.checkpoint_accuracy.seed0"]
-    attack("good.pth", expected_accuracy=round(accuracy - 0.03, 4))  # within the default 4 points
+    attack("good.pth", expected_accuracy=round(100 * accuracy - 3, 2))  # in %, within the default 4 points
     with pytest.raises(CheckpointError, match=r"0\.9900\.pth: clean accuracy .* but 99\.00 % is expected \(its file "
                                               r"name; tolerance 4 points\)"):
         attack("BACON_ConvNet_digits_10_None_0.9900.pth")
     with pytest.raises(CheckpointError, match=r"good\.pth: clean accuracy .* \(expected_accuracy; tolerance 1 points\)"):
-        attack("good.pth", expected_accuracy=round(accuracy - 0.03, 4), accuracy_tolerance=0.01)
+        attack("good.pth", expected_accuracy=round(100 * accuracy - 3, 2), accuracy_tolerance=1)
     failed = tracking.runs("adversarial", kind="cell", status="FAILED")
     assert len(failed) == 2
-    with pytest.raises(ValueError,
-                       match=r"expected_accuracy must be a fraction in \(0, 1\] \(0\.6995 for 69\.95 %\), got 69\.95"):
+    with pytest.raises(ValueError, match=r"expected_accuracy is in % like every accuracy ddlib shows \(69\.95 for "
+                                         r"69\.95 %\), in \(1, 100\], got 0\.6995 \(a fraction\? times 100\)"):
         adversarial.validate({**TINY, "method": "pool", "source": {"kind": "checkpoint", "path": "m.pth",
-                                                                  "expected_accuracy": 69.95}})
+                                                                  "expected_accuracy": 0.6995}})
+
+
+@pytest.mark.parametrize("name", ["DC_ConvNet_CIFAR10_50_None.pth", "DM_ConvNet_CIFAR10_{ipc}_None.pth"])
+def test_a_checkpoint_whose_name_carries_no_accuracy_is_refused_unless_told(name):
+    """BEARD's own DC and DM files carry no accuracy: a mis-built variant (GroupNorm) would load and
+    be attacked unchecked. Refused before anything runs, naming the file and the key, unless the
+    source gives a figure (BEARD's Table 18, in %) or says ``unknown``."""
+    def validate(**extra):
+        return adversarial.validate({**TINY, "method": "dc", "source": {"kind": "checkpoint", "path": f"pool/{name}",
+                                                                        **extra}})
+
+    with pytest.raises(ValueError, match=rf"method 'dc': {re.escape(name)} carries no accuracy in its name .* no "
+                                         r"expected_accuracy: give it in % \(BEARD's Table 18: 54\.31 for its DC, "
+                                         r"62\.06 for its DM model\) or expected_accuracy: unknown"):
+        validate()
+    assert validate(expected_accuracy=54.31)["source"]["expected_accuracy"] == 54.31
+    assert validate(expected_accuracy="unknown")["source"]["expected_accuracy"] == "unknown"
+    with pytest.raises(ValueError, match="expected_accuracy must be a number in % or 'unknown', got 'n/a'"):
+        validate(expected_accuracy="n/a")
+    with pytest.raises(ValueError, match=r"accuracy_tolerance is in points \(4 for 4 points\), in \[0, 100\], got -1"):
+        validate(expected_accuracy=54.31, accuracy_tolerance=-1)
+    from ddlib.protocols.released import BEARD_POOL_ACCURACY, expected_accuracy
+
+    assert BEARD_POOL_ACCURACY == {"DC": 54.31, "DM": 62.06}
+    assert expected_accuracy({"expected_accuracy": 54.31}, name) == (pytest.approx(0.5431), "expected_accuracy")
+    assert expected_accuracy({}, "BACON_ConvNet_CIFAR10_50_None_0.6995.pth") == (0.6995, "its file name")
 
 
 def test_a_grid_names_checkpoints_relative_to_where_it_runs(tmp_path, monkeypatch):
@@ -533,7 +565,8 @@ def test_a_grid_names_checkpoints_relative_to_where_it_runs(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     grid = {"protocol": "adversarial", "params": {"dataset": "digits", "seeds": [0, 1]},
             "grid": {"method": ["bacon"], "space": ["pixel", "beard_compat"]},
-            "methods": {"bacon": {"kind": "checkpoint", "path": "pool/bacon_{ipc}_seed{seed}.pth", "model": "convnet"}}}
+            "methods": {"bacon": {"kind": "checkpoint", "path": "pool/bacon_{ipc}_seed{seed}.pth", "model": "convnet",
+                                  "expected_accuracy": 69.95}}}
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
     cells = expand(load_grid(tmp_path / "grid.yaml"))
     assert [c["space"] for c in cells] == ["pixel", "beard_compat"]
@@ -554,7 +587,8 @@ def test_the_notebook_attacks_a_checkpoint_in_beard_compat_space(mlflow_store, t
 
     notebooks = Path(__file__).resolve().parents[1] / "notebooks"
     _beard_checkpoint(tmp_path / "released.pth", 0)
-    source = {"kind": "checkpoint", "path": str(tmp_path / "released.pth"), "model": "convnet"}
+    source = {"kind": "checkpoint", "path": str(tmp_path / "released.pth"), "model": "convnet",
+              "expected_accuracy": "unknown"}
     pm.execute_notebook(str(notebooks / "adversarial.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
                         progress_bar=False, cwd=str(notebooks),
                         parameters={"method": "bacon", "source": source, "ipc": 10, "attacks": ["fgsm"],

@@ -127,6 +127,15 @@ def test_surrogates_and_targets_come_from_the_pool_and_fill_the_board(mlflow_sto
     from ddlib.report.boards import build_board
 
     assert not build_board("blackbox").empty
+    # ROME's black-box I-RR of each surrogate x target pair over the attacks (by hand, in %)
+    from ddlib.report.blackbox import irr_leaderboard
+
+    irr = irr_leaderboard().set_index(["surrogate", "method"])
+    clean, accs = row["clean.kcenter"], [row["transfer.fgsm.kcenter"], row["transfer.pgd.kcenter"]]
+    mean, low = sum(accs) / 2, min(accs)
+    want = 0.0 if clean == low else 100 * (1 - (clean - mean) * (clean - low) / clean ** 2)
+    assert irr.loc[("random", "kcenter"), "rr_rome_mean"] == pytest.approx(want)
+    assert len(irr) == 3 + 2 and not build_board("blackbox_irr").empty  # random: 3 targets, kcenter: 2
 
 
 def test_bad_target_models_are_named():
@@ -172,3 +181,48 @@ def test_a_surrogate_that_attacked_some_seeds_only_is_left_out_of_the_rows_mean(
                        "transfer_acc": [0.6, 0.5]})
     out = _common_surrogates(df)
     assert out["transfer_acc"].tolist() == [0.3, 0.5] and set(out["surrogates"]) == {"random"}
+
+
+# BEARD's transfer log, Code/metrics/black_box/Transfer/BACON/ConvNet_CIFAR10_50_evaluation_log.txt (surrogate
+# BACON, CIFAR-10, IPC 50), targeted mode: each target's clean accuracy and its accuracy under the attacks that
+# target (BEARD logs DeepFool and AutoAttack as the clean accuracy there; its toolkit leaves them out, as ddlib skips them)
+BEARD_TARGETS = ("DC", "DSA", "MTT", "DM", "IDM", "BACON", "ROME", "VULCAN")
+BEARD_TARGETED = {
+    "clean": (0.5431, 0.6048, 0.6966, 0.6206, 0.6691, 0.6995, 0.5699, 0.4332),
+    "fgsm": (0.3056, 0.4283, 0.4505, 0.4119, 0.4392, 0.4468, 0.5429, 0.4662),
+    "pgd": (0.3069, 0.4326, 0.4523, 0.4168, 0.4457, 0.4558, 0.5555, 0.4745),
+    "pgd_l2": (0.3209, 0.4571, 0.4887, 0.4452, 0.4812, 0.5081, 0.5542, 0.4774),
+    "cw": (0.4408, 0.5195, 0.5663, 0.5186, 0.5602, 0.4473, 0.5567, 0.4419),
+}
+# BEARD's toolkit on that log (convert_to_white_box.py, then evaluate_metrics.py with metrics_type rome), run here
+BEARD_TOOLKIT_IRR = (83.93, 92.98, 89.49, 90.65, 90.37, 87.86, 99.85, 99.85)
+# ROME's black-box heatmap, row BACON (targets DC, DSA, MTT, DM, IDM, BACON, ROME)
+ROME_PUBLISHED_IRR = (83.91, 93.01, 89.50, 90.68, 90.37, 87.85, 99.85)
+
+
+def test_black_box_irr_reproduces_beards_toolkit_and_romes_heatmap_row():
+    """ROME's black-box I-RR per surrogate x target, from the values a blackbox cell logs: BEARD's
+    toolkit's numbers on its released log to the second decimal; ROME's published row within 0.03
+    (not exactly: the released log is of October 2025, after ROME; BEARD's other transfer log, of
+    March 2025, already differs from it by a test image here and there, MTT clean 69.67 % against 69.66 %)."""
+    from ddlib.report.blackbox import irr_matrix, irr_rows
+
+    cell = {"family": "f", "group": "g", "seed": 0, "run_id": "r", "data": "cifar10", "classes": 10, "dataset": "cifar10",
+            "ipc": 50, "method": "BACON", "model": "convnet", "training": "standard", "mode": "targeted",
+            "target": "next", "space": "beard_compat", "leakage": ""}
+    for i, target in enumerate(BEARD_TARGETS):
+        cell[f"clean.{target}"] = BEARD_TARGETED["clean"][i]
+        for attack in ("fgsm", "pgd", "pgd_l2", "cw"):
+            cell[f"transfer.{attack}.{target}"] = BEARD_TARGETED[attack][i]
+    rows = irr_rows(pd.DataFrame([cell])).set_index("method")
+    assert list(rows.index) == list(BEARD_TARGETS) and set(rows["surrogate"]) == {"BACON"}
+    assert [round(v, 2) for v in rows["rr_rome"]] == list(BEARD_TOOLKIT_IRR)
+    assert rows["rr_rome"].iloc[:7].tolist() == pytest.approx(ROME_PUBLISHED_IRR, abs=0.035)
+    # by hand, target DC: clean 54.31, attacks 30.56 30.69 32.09 44.08: mean 34.355, min 30.56
+    assert rows.loc["DC", "rr_rome"] == pytest.approx(100 * (1 - (54.31 - 34.355) * (54.31 - 30.56) / 54.31 ** 2))
+    assert rows.loc["DC", "rr"] == pytest.approx(100 * (1 - (54.31 - 34.355) / (54.31 - 30.56)))
+    # one attack: RR compares attacks with each other, so it is NaN (as on the white-box board)
+    one = irr_rows(pd.DataFrame([{k: v for k, v in cell.items() if not k.startswith(("transfer.pgd", "transfer.cw"))}]))
+    assert one["rr_rome"].isna().all() and set(one["attacks_scored"]) == {1}
+    board = pd.DataFrame({"surrogate": ["BACON", "BACON"], "method": ["DC", "DM"], "rr_rome_mean": [83.9, 90.7]})
+    assert irr_matrix(board).loc["BACON", "DM"] == 90.7

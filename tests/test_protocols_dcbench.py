@@ -125,6 +125,68 @@ def test_nas_defaults_are_dcbench_proxy_recipe_on_ipc_50():
     assert setting_recipe(nas.validate({**p, "recipe": {"epochs": 3}}), None, base=nas.PROXY_RECIPE).lr == 0.025
 
 
+def test_nas_proxies_keep_their_50_epochs_when_augment_is_set(mlflow_store, tmp_path, monkeypatch):
+    """``aug_epochs`` (1000) comes with the shared recipe parameters; DC-Bench's NAS proxies train 50
+    epochs (darts-pt train_search.py), with or without augmentation. Before: 1000 under ``augment``."""
+    p = nas.validate({"dataset": "cifar10", "ground_truth": "x.csv", "augment": "dsa"})
+    assert p["aug_epochs"] is None
+    assert setting_recipe(p, p["augment"], base=nas.PROXY_RECIPE).epochs == 50
+    calls = []
+    monkeypatch.setattr(nas, "train_settings", _fake_training(NAS_PROXY, calls))
+    cell = nas.open_cell(dataset="digits", seeds=[0], device="cpu", recipe={"epochs": 3}, augment="dsa",
+                         method="random", ipc=2, ground_truth=str(_nas_table(tmp_path)),
+                         gt_column="CIFAR10TestAccuracy200Epochs", num_archs=4, C=4)
+    nas.evaluate(cell, nas.obtain(cell), pd.DataFrame({"arch": ARCHS, "accuracy": NAS_GT}))
+    cell.close()
+    assert {c.recipe.epochs for c in calls[0]["conditions"]} == {3}  # the recipe's, augmented or not
+    assert {str(c.augment) for c in calls[0]["conditions"]} == {"dsa"}
+    # a number still asks for its epochs under augment
+    chosen = nas.validate({"dataset": "cifar10", "ground_truth": "x.csv", "augment": "dsa", "aug_epochs": 7})
+    assert setting_recipe(chosen, "dsa", base=nas.PROXY_RECIPE).epochs == 7
+
+
+@pytest.mark.parametrize("module", [augmentation, compression, transfer])
+def test_dcbench_trains_the_4_layer_convnet_on_tiny_imagenet(module):
+    """DC-Bench's ConvNet for Tiny ImageNet (64 px) is its ``convnet4`` (networks/network_utils.py; the
+    README's ``--model convnet4``). An unset model is convnet_d4 there; a 3-layer one is refused by name,
+    before anything runs; 32 px data keep depth 3. Before: convnet (depth 3) at 64 px."""
+    p = module.validate({"dataset": "tinyimagenet"})
+    assert p["model"] == "convnet_d4"
+    if module is transfer:
+        assert "convnet_d4" in p["models"] and "convnet" not in p["models"]
+    with pytest.raises(ValueError, match="model: convnet is the 3-layer ConvNet.*give convnet_d4"):
+        module.validate({"dataset": "tinyimagenet", "model": "convnet"})
+    with pytest.raises(ValueError, match="give convnet_d4_bn"):
+        module.validate({"dataset": "tinyimagenet", "model": "convnet_bn",
+                         **({"models": ["convnet_bn"]} if module is transfer else {})})
+    assert module.validate({"dataset": "cifar10"})["model"] == "convnet"
+    if module is transfer:
+        with pytest.raises(ValueError, match="models: convnet is the 3-layer"):
+            module.validate({"dataset": "tinyimagenet", "model": "convnet_d4", "models": ["convnet_d4", "convnet"]})
+
+
+@pytest.mark.parametrize("module", [augmentation, compression, transfer])
+def test_a_3_layer_convnet_on_64_px_images_of_an_image_folder_is_refused_before_training(module, mlflow_store,
+                                                                                          tmp_path):
+    """A dataset the name does not size (an image folder of 64 px images): refused once it is loaded,
+    the cell failed, no model trained."""
+    from PIL import Image
+
+    for split, count in (("train", 2), ("test", 1)):
+        for c in range(2):
+            folder = tmp_path / "tree" / split / f"c{c}"
+            folder.mkdir(parents=True)
+            for i in range(count):
+                Image.new("RGB", (64, 64), (100 * c, 50, 20 * i)).save(folder / f"{i}.png")
+    params = {**TINY, "dataset": f"imagefolder:{tmp_path / 'tree'}", "method": "random", "ipc": 1}
+    if module is transfer:
+        params["models"] = ["convnet"]
+    with pytest.raises(ValueError, match="convnet is the 3-layer ConvNet.*give convnet_d4"):
+        module.open_cell(**params)
+    assert tracking.runs(module.PROTOCOL, kind="eval").empty
+    assert tracking.runs(module.PROTOCOL, status="FAILED", kind="cell").shape[0] == 1
+
+
 def _fake_training(accuracies: dict, calls: list | None = None):
     """A stand-in for train_settings: ``accuracies[label][s]`` is seed s's accuracy (a fraction; a
     one-element list serves every seed)."""
@@ -218,6 +280,28 @@ def test_radar_never_shows_the_other_architecture_mean_as_dcbench_transfer():
     assert TRANSFER_AXIS != OTHERS_AXIS
     nothing = radar_profile(Boards(), "dc", "digits", 10)
     assert nothing[TRANSFER_AXIS][1] == "not run"
+
+
+def test_radar_labels_a_best_of_several_variants_and_draws_random_from_the_sets_setting():
+    """A board sorted by score lists a set's best variant first. The radar says when it shows the best of
+    several (before: the first row, silently), keeps the rows of a precision when asked, and the card's
+    random baseline comes from the family (setting) of the row the set's radar shows, not random's best."""
+    from ddlib.report.boards import Boards
+    from ddlib.report.plots import radar_profile
+
+    lrs = pd.DataFrame({"method": ["dc", "random", "dc", "random"], "dataset": ["digits"] * 4, "ipc": [10] * 4,
+                        "family": ["bf16-recipe", "fp32-recipe", "fp32-recipe", "bf16-recipe"],
+                        "precision": ["bf16", "fp32", "fp32", "bf16"], "lrs_mean": [40.0, 35.0, 30.0, 25.0]})
+    boards = Boards(tables={"lrs": lrs})
+    dc = radar_profile(boards, "dc", "digits", 10)
+    assert dc["LRS"] == (pytest.approx(0.40), "40.0 / 100 (best of 2 variants)")
+    from ddlib.report.plots import radar_families
+
+    assert radar_profile(boards, "dc", "digits", 10, precision="fp32")["LRS"] == (pytest.approx(0.30), "30.0 / 100")
+    assert radar_families(boards, "dc", "digits", 10) == {"lrs": "bf16-recipe"}
+    random = radar_profile(boards, "random", "digits", 10, families=radar_families(boards, "dc", "digits", 10))
+    assert random["LRS"] == (pytest.approx(0.25), "25.0 / 100")  # random's best (35, another setting) is not it
+    assert radar_profile(boards, "random", "digits", 10, families={"lrs": "elsewhere"})["LRS"][1] == "not run"
 
 
 def test_data_source_label():

@@ -199,6 +199,10 @@ def test_stored_soft_labels_learned_lr_and_teacher_labels_for_the_random_side(ml
     assert (final["syn_any"]["preprocess"] == final["rdm_any"]["preprocess"] == final["syn_hard"]["preprocess"]
             == "zca(eps=0.1, fitted on [0, 1] pixels of the whole training set)")
     assert final["syn_hard"]["augment"].startswith("dsa(") and final["syn_hard"]["loss"] == "ce"
+    # issue 54, 2.2: the full-data reference whitened too, and under DATM's use_aug_for_hard with its DSA, as
+    # DD-Ranking's soft-label evaluator trains its real side (tests/test_conformance_ddranking.py: the flow)
+    assert final["real_hard"]["preprocess"] == final["syn_hard"]["preprocess"]
+    assert final["real_hard"]["augment"] == final["syn_hard"]["augment"]
 
 
 # --------------------------------------------------------------------------- issue 22: 2.2, 2.3, 2.4

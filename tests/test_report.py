@@ -475,7 +475,7 @@ def test_inside_one_read_a_board_is_built_once_per_weight_and_each_caller_gets_i
 
     def fake_lrs(experiment="label_robust", w=0.5):
         built.append(w)
-        return pd.DataFrame({**{c: ["x"] for c in (*ddranking.ROW_PARAMS, "revision")}, "lrs_mean": [w]})
+        return pd.DataFrame({**{c: ["x"] for c in (*ddranking.row_params("lrs"), "revision")}, "lrs_mean": [w]})
 
     monkeypatch.setattr(ddranking, "lrs_leaderboard", fake_lrs)
     with one_read():
@@ -629,3 +629,16 @@ def test_run_summary_reads_the_grids_own_experiment(mlflow_store, tmp_path, monk
     assert main(["run", str(grid), "--summary"]) == 2
     assert f"{grid}: experiment: no finished cells of a protocol in MLflow experiment 'running_elsewhere'" in (
         capsys.readouterr().err)
+
+
+def test_cells_that_differ_only_by_their_score_weight_are_rows_that_say_so(mlflow_store):
+    """Issue 54, 2.5: two LRS cells at w 0.5 and 0.9 (two ARS cells at gamma 0.5 and 0.9) are two rows with
+    their weight in the row key, not two look-alike rows."""
+    from ddlib.report.ddranking import ars_leaderboard, lrs_leaderboard
+
+    params = dict(dataset="digits", model="convnet", ipc=10, method="dm")
+    for w in (0.5, 0.9):
+        _write_cell("label_robust", {**params, "w": w}, _lrs_rows(0.9))
+        _write_cell("augmentation_robust", {**params, "preset": "dsa", "gamma": w}, _ars_rows(0.8))
+    assert sorted(lrs_leaderboard()["w"].astype(float)) == [0.5, 0.9]
+    assert sorted(ars_leaderboard()["gamma"].astype(float)) == [0.5, 0.9]

@@ -4,8 +4,11 @@
 ``eps_curve`` is ``{attacks: [specs], eps: [values]}`` (or ``{attack: spec, eps: [values]}``, one
 attack): every attack at every ε, each attack with its other parameters as given. Each attack needs
 an ε (a bounded threat model: not ``cw`` or ``deepfool``) and its own name (the metrics are named
-``curve.<attack>.<eps>``). ε = 0 is the clean accuracy (no attack is run: no perturbation is
-allowed). AutoAttack's components (``aa_apgd_ce``, ``aa_apgd_t``, ``aa_fab_t``, ``aa_square``:
+``curve.<attack>.<eps>``). In pixel space ε = 0 is the clean accuracy (no attack is run: no
+perturbation is allowed). In ``beard_compat`` space the attack runs at ε = 0: BEARD's pipeline
+clamps the *normalised* tensor to [0, 1] whatever the budget, which moves pixels (BACON IPC 50:
+clean 65.5 %, FGSM at ε = 0 49.25 % on 400 images), so its ε = 0 point is not the clean accuracy.
+AutoAttack's components (``aa_apgd_ce``, ``aa_apgd_t``, ``aa_fab_t``, ``aa_square``:
 :mod:`ddlib.attacks.autoattack_parts`) draw one curve each::
 
     eps_curve: {attacks: [pgd, autoattack, aa_apgd_ce, aa_apgd_t, aa_fab_t, aa_square],
@@ -24,7 +27,8 @@ __all__ = ["CurvePoint", "parse_curve", "point_key", "curve_aucs", "AUC_PREFIX"]
 
 
 class CurvePoint:
-    """One point: ``attack`` (its name), ``eps`` and the spec to run (None at ε = 0: the clean accuracy)."""
+    """One point: ``attack`` (its name), ``eps`` and the spec to run (None at ε = 0 in pixel space: the
+    clean accuracy)."""
 
     def __init__(self, attack: str, eps: float, spec: AttackSpec | None):
         self.attack, self.eps, self.spec = attack, eps, spec
@@ -43,8 +47,10 @@ def _with_eps(spec: AttackSpec, eps) -> AttackSpec:
     return parse_attack({spec.name: {**spec.params, "eps": eps}})
 
 
-def parse_curve(curve, targeted: bool = False) -> list[CurvePoint]:
-    """The points of ``curve`` (None: none), attack by attack in the order given, ε ascending.
+def parse_curve(curve, targeted: bool = False, space: str = "pixel") -> list[CurvePoint]:
+    """The points of ``curve`` (None: none), attack by attack in the order given, ε ascending; at
+    ε = 0 no attack in pixel space (the clean accuracy), the attack at ε = 0 in ``beard_compat``
+    space (its clamp on normalised tensors acts with no budget).
     ``ValueError`` naming the problem for a malformed curve, an attack without ε, one that cannot
     target in a targeted cell, an attack named twice or two ε that round to one metric name."""
     if curve is None:
@@ -70,5 +76,5 @@ def parse_curve(curve, targeted: bool = False) -> list[CurvePoint]:
         keys = [point_key(base.name, s.eps) for s in specs]
         if len(set(keys)) != len(keys):
             raise ValueError(f"two epsilons give one point ({sorted(keys)}): list each once, distinct to 6 decimals")
-        points += [CurvePoint(base.name, s.eps, s if s.eps > 0 else None) for s in specs]
+        points += [CurvePoint(base.name, s.eps, s if s.eps > 0 or space != "pixel" else None) for s in specs]
     return points

@@ -42,8 +42,12 @@ spsa          SPSA           eps 8/255 (BEARD's; torchattacks: 0.3), delta 0.01,
 never its gradients. BEARD (``Code/eva_utils.py``, 2025) calls ``Square`` with the arguments above
 in both modes, and ``SPSA(net, eps=8/255)`` in targeted mode only: its untargeted ``Spsa`` branch
 runs ``AutoAttack(net, eps=8/255)`` instead (a copy-paste slip, so its published untargeted SPSA
-accuracy, 27.0 on BACON IPC 50, is AutoAttack's 27.01); here ``spsa`` is SPSA in both modes. Each
-attack's queries (model evaluations per image, counted) are measured by :func:`ddlib.attacks.run_attack`.
+accuracy, 27.0 on BACON IPC 50, is AutoAttack's 27.01); here ``spsa`` is SPSA in both modes. At
+BEARD's settings SPSA moves no pixel by more than ``nb_iter`` x ``lr`` = 0.01 = 2.55/255 (one Adam
+step, each of about ``lr``): it spends under a third of its 8/255 budget, so its robust accuracy is
+that of a 2.55/255 attack; ``nb_iter: 4`` or more lets it reach 8/255
+(``tests/test_attacks_query.py``). Each attack's queries (model evaluations per image, counted) are
+measured by :func:`ddlib.attacks.run_attack`.
 
 ``cw`` and ``deepfool`` are minimum-norm attacks with no ε bound; the others keep every
 adversarial image within ε of the clean one (L∞, or L2 for ``pgd_l2`` and ``autoattack`` with

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SoftLoss", "LossSpec", "register_loss", "ce_loss", "kl_loss", "sce_loss", "mse_ce_loss", "create_loss", "LOSSES",
-    "TeacherRelabel", "stored_targets",
+    "TeacherRelabel", "teacher_augment", "LABEL_MIXING_OPS", "stored_targets",
 ]
 
 
@@ -279,7 +279,10 @@ class TeacherRelabel:
     teachers are averaged in logit space, as G-VBSM and EDC ensemble theirs
     (``torch.stack(logits).mean(0)`` in EDC's ``direct_train.py``). The loss then compares the
     student's logits with those teacher logits (``targets_are_logits=True``); the batch's own
-    targets (labels, or label rows after CutMix/Mixup) are the ground truth of ``mse_ce``'s CE term.
+    targets are the ground truth of ``mse_ce``'s CE term. They must be the images' own labels, not
+    label rows mixed by CutMix/Mixup: train with the augmentation :func:`teacher_augment` gives (as
+    :mod:`ddlib.protocols.preset_eval` does), as DD-Ranking hands ``MSEGTLoss`` the unmixed
+    ``raw_targets``.
 
     ``temperature`` (optional) sets the loss's temperature; giving it in both places differently is
     an error. Teachers are moved to the inputs' device on the first call if they are elsewhere.
@@ -346,6 +349,42 @@ class TeacherRelabel:
 
     def __repr__(self) -> str:
         return f"<TeacherRelabel {self.name}>"
+
+
+LABEL_MIXING_OPS = ("cutmix", "mixup")  # augmentation ops that also mix the targets
+
+
+class _UnmixedTargets:
+    """An augmentation hook that augments the images and hands the targets back as given."""
+
+    def __init__(self, augment):
+        self.augment = augment
+        self.name = f"{augment.name} [targets unmixed]"  # keyed apart from the mixing hook
+
+    def __call__(self, x: torch.Tensor, targets: torch.Tensor, generator: torch.Generator):
+        x, _ = self.augment(x, targets, generator)
+        return x, targets
+
+    def describe(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<augment {self.name}>"
+
+
+def teacher_augment(augment):
+    """The augmentation of a run relabelled online by teachers: the images as ``augment`` makes them,
+    the targets left as they are (``augment`` itself where it mixes no labels).
+
+    Why: the teachers label the mixed images themselves; the batch targets then only feed
+    ``mse_ce``'s CE term, which EDC, G-VBSM and DD-Ranking compute on the images' own labels
+    (DD-Ranking's CutMix and Mixup never touch targets; its ``train_one_epoch`` passes
+    ``raw_targets`` to ``MSEGTLoss``). Area-mixed rows there moved the loss (1.2104 against the
+    peer's 1.2010 on one batch)."""
+    if augment is None:
+        return None
+    ops = [getattr(op, "name", "") for op in getattr(augment, "ops", [augment])]
+    return _UnmixedTargets(augment) if any(op in LABEL_MIXING_OPS for op in ops) else augment
 
 
 # --------------------------------------------------------------------------- stored soft labels

@@ -4,23 +4,32 @@ subset of ``ipc`` real training images per class, selected per class, evaluated 
 * ``herding`` (Welling, ICML 2009, as iCaRL's exemplar selection, Rebuffi et al., CVPR 2017, Alg. 4):
   per class, greedily add the image whose embedding brings the mean of the chosen embeddings closest
   to the class mean: the k-th pick is ``argmin_x || mu - (x + sum of the k-1 chosen) / k ||`` over the
-  images not chosen yet. This is the coreset baseline of DC's, DSA's and DM's tables (Zhao et al.
-  2021: "greedily adds samples into the coreset so that the mean vector is approaching the whole
-  dataset mean"; they released no selection code: VICO-UoE/DatasetCondensation only loads herding
-  sets). The embeddings are K-Center's: the same feature ConvNet (``select._embeddings``, trained
-  ``epochs`` with DC's recipe, cached), not L2-normalised (iCaRL normalises its features; DC's text
-  does not say). Ties: the lowest index.
-* ``forgetting`` (Toneva et al., ICLR 2019): a dedicated run of the feature ConvNet (DC's recipe,
-  fp32, ``epochs`` 20 by default) records, at every presentation of every training image (its
-  mini-batch's forward pass, before the step), whether it was classified correctly; a forgetting
-  event is a presentation classified wrongly right after one classified correctly. Images never
-  classified correctly count as forgotten infinitely often (Toneva's code ranks them first). Per
-  class the most-forgotten images are kept, as DC's tables do ("samples that are easy to forget");
+  images not chosen yet. Two variants, two names:
+
+  - ``herding``: in K-Center's embeddings, the same feature ConvNet (``select._embeddings``, trained
+    ``epochs``, 1 by default, with DC's recipe, cached), not L2-normalised: cheap, and *not* the
+    baseline of DC's tables.
+  - ``herding_dc``: the coreset baseline of DC's, DSA's and DM's tables (Zhao et al. 2021: "greedily
+    adds samples into the coreset so that the mean vector is approaching the whole dataset mean", in
+    the features of a network trained on the whole training set) as iCaRL herds: the feature ConvNet
+    trained to convergence (:data:`HERDING_DC_EPOCHS` of DC's recipe; DC gives no number) and every
+    embedding L2-normalised before the class mean is taken (iCaRL's code: ``D / ||D||``; on unit
+    vectors its ``w_t += mu - x`` loop and Algorithm 4 pick the same images).
+
+  Neither DC nor DC-Bench released selection code (VICO-UoE/DatasetCondensation only loads herding
+  sets). Ties: the lowest index.
+* ``forgetting`` (Toneva et al., ICLR 2019; ranked per class here, globally in the paper): a dedicated run
+  of the feature ConvNet (DC's recipe, fp32, ``epochs`` 20 by default) records, at every presentation of
+  every training image (its mini-batch's forward pass, before the step), whether it was classified
+  correctly; a forgetting event is a presentation classified wrongly right after one classified correctly.
+  Images never classified correctly count as forgotten infinitely often (Toneva's code ranks them first).
+  Per class the most-forgotten images are kept, as DC's tables do ("samples that are easy to forget");
   ties (the many never-forgotten images) are broken by a permutation drawn from ``seed``.
-* ``el2n`` (Paul et al., NeurIPS 2021): the L2 norm of softmax output minus one-hot label, averaged
-  over ``num_models`` networks (10, as Paul et al.) each trained ``epochs`` (20: Paul et al.'s CIFAR-10
-  scores are taken at epoch 20) with DC's recipe, in eval mode on the un-augmented training image;
-  per class the highest-scoring (hardest) images are kept, Paul et al.'s pruning keeps those.
+* ``el2n`` (Paul et al., NeurIPS 2021; ranked per class here, globally in the paper): the L2 norm of
+  softmax output minus one-hot label, averaged over ``num_models`` networks (10, as Paul et al.) each
+  trained ``epochs`` (20: Paul et al.'s CIFAR-10 scores are taken at epoch 20) with DC's recipe, in eval
+  mode on the un-augmented training image; per class the highest-scoring (hardest) images are kept, Paul
+  et al.'s pruning keeps those.
 
 Each trains once per machine: the scores are cached under ``$DDLIB_CACHE/features`` keyed by the
 training data, model, recipe, seed(s), torch's version, the device type and :data:`REVISION`; a
@@ -43,10 +52,13 @@ from ddlib.engine.train import train_and_test
 from ddlib.methods.select import (_check_ipc, _embeddings, _per_class, cache_path, cache_store, feature_model_name,
                                   feature_recipe, subset_from_indices, training_identity)
 
-__all__ = ["REVISION", "herding_indices", "forgetting_counts", "el2n_scores", "top_indices", "herding_subset",
-           "forgetting_subset", "el2n_subset"]
+__all__ = ["REVISION", "HERDING_DC_EPOCHS", "herding_indices", "forgetting_counts", "el2n_scores", "top_indices",
+           "herding_subset", "herding_dc_subset", "forgetting_subset", "el2n_subset"]
 
 REVISION = 1  # of the cached scores: bump when what a score run computes changes
+# herding_dc's feature network: "trained on the whole training set" (DC), to convergence; DC gives no
+# number: 50 epochs of DC's recipe (SGD 0.01, no schedule) fit CIFAR-10's training set with a ConvNet
+HERDING_DC_EPOCHS = 50
 
 
 # --------------------------------------------------------------------------- the rules (pure)
@@ -173,13 +185,25 @@ def _el2n_scores(dataset: Dataset, seed: int, model: str, dev: torch.device, epo
 
 
 def herding_subset(dataset: Dataset, ipc: int, seed: int = 0, model: str | None = None, device: str = "auto",
-                   epochs: int = 1) -> DistilledSet:
-    """Herding per class in K-Center's embeddings (the feature ConvNet trained ``epochs``)."""
+                   epochs: int = 1, normalize: bool = False, method: str = "herding") -> DistilledSet:
+    """Herding per class in K-Center's embeddings (the feature ConvNet trained ``epochs``), each
+    embedding scaled to unit L2 norm first where ``normalize`` (iCaRL)."""
     _check_ipc(dataset, ipc)
     feats, about = _embeddings(dataset, seed, model, device, epochs)
+    if normalize:
+        feats = F.normalize(feats.double(), dim=1)
     chosen = _per_class(dataset, lambda idx: herding_indices(feats[idx], ipc))
-    provenance = {"seed": seed, "ipc": ipc, **about, "selection": "herding: running mean nearest the class mean"}
-    return subset_from_indices(dataset, chosen, "herding", provenance)
+    provenance = {"seed": seed, "ipc": ipc, **about, "features_l2_normalised": normalize,
+                  "selection": "herding: running mean nearest the class mean"}
+    return subset_from_indices(dataset, chosen, method, provenance)
+
+
+def herding_dc_subset(dataset: Dataset, ipc: int, seed: int = 0, model: str | None = None, device: str = "auto",
+                      epochs: int = HERDING_DC_EPOCHS) -> DistilledSet:
+    """The herding baseline of DC's, DSA's and DM's tables, as iCaRL herds: the feature ConvNet
+    trained to convergence, its embeddings L2-normalised."""
+    return herding_subset(dataset, ipc, seed=seed, model=model, device=device, epochs=epochs, normalize=True,
+                          method="herding_dc")
 
 
 def _top_per_class(dataset: Dataset, scores: torch.Tensor, ipc: int, seed: int) -> torch.Tensor:

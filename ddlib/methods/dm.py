@@ -74,6 +74,8 @@ def distribution_matching(
     identity = None if _draws_in_forward(model, dataset) else _identity(dataset, dev)
     path = _set_path(dataset, options, identity) if identity is not None else None
     if path is not None and (stored := _load_set(path, dataset, ipc)) is not None:
+        if init != "noise" and "init_indices" not in stored.provenance:  # cached before the start was recorded
+            stored.provenance["init_indices"] = _start(dataset, ipc, init, seed, dev, init_epochs).provenance["indices"]
         return stored
     out = _distil(dataset, dev, identity, **options, progress=progress)
     if path is not None:
@@ -87,13 +89,7 @@ def _distil(dataset: Dataset, dev: torch.device, identity: dict | None, *, ipc: 
             progress: bool) -> DistilledSet:
     normalize = Normalize(dataset.mean, dataset.std).to(dev)
     g = generator(seed)
-    if init == "real":
-        start = random_subset(dataset, ipc, seed)
-    elif init == "kcenter":
-        start = kcenter_subset(dataset, ipc, seed, device=dev, epochs=init_epochs)
-    else:
-        start = random_subset(dataset, ipc, seed)
-        start.images = torch.randn(start.images.shape, generator=generator(seed + NOISE_SEED_OFFSET)) * 0.2 + 0.5
+    start = _start(dataset, ipc, init, seed, dev, init_epochs)
     syn = normalize(standard_layout(start.images).to(dev)).detach().requires_grad_(True)  # ddlib.data.layout
     optimizer = torch.optim.SGD([syn], lr=lr_img, momentum=momentum)
 
@@ -145,8 +141,21 @@ def _distil(dataset: Dataset, dev: torch.device, identity: dict | None, *, ipc: 
             "ipc": ipc, "iterations": iterations, "lr_img": lr_img, "momentum": momentum, "batch_real": batch_real,
             "model": model, "init": init, "init_epochs": init_epochs, "seed": seed,
             "final_loss": float(torch.stack(losses)[-1]) if losses else None,
+            # the training images the set started from (its members: ddlib.protocols.membership); none from noise
+            **({"init_indices": start.provenance["indices"]} if init != "noise" else {}),
         },
     )
+
+
+def _start(dataset: Dataset, ipc: int, init: str, seed: int, dev: torch.device, init_epochs: int):
+    """The images DM starts from (``init``); a noise start keeps the random draw's labels only."""
+    if init == "real":
+        return random_subset(dataset, ipc, seed)
+    if init == "kcenter":
+        return kcenter_subset(dataset, ipc, seed, device=dev, epochs=init_epochs)
+    start = random_subset(dataset, ipc, seed)
+    start.images = torch.randn(start.images.shape, generator=generator(seed + NOISE_SEED_OFFSET)) * 0.2 + 0.5
+    return start
 
 
 REAL_MEANS_MAX_BYTES = 64 * 2**20  # larger runs compute them every time instead of holding them

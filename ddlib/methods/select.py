@@ -164,7 +164,8 @@ def training_identity(dataset: Dataset, model: str, recipe: Recipe, dev: torch.d
     """What a network trained on the whole training set depends on, besides its seed(s)."""
     from ddlib.data.digest import tensor_digest
 
-    return {"data": tensor_digest(dataset.train_images, dataset.train_labels), "test": tensor_digest(dataset.test_labels),
+    return {"data": tensor_digest(dataset.train_images, dataset.train_labels),
+            "test": tensor_digest(dataset.test_images, dataset.test_labels),
             "model": model, "recipe": recipe.to_dict(), **kernel_identity(dev)}
 
 
@@ -173,10 +174,12 @@ def kernel_identity(dev: torch.device) -> dict:
     machines): :func:`ddlib.engine.device.machine_identity` (torch, CPU model and instruction set, GPUs,
     cuDNN), the device kind, on a GPU its model (a machine may hold two kinds) and, on the CPU, the
     thread count (CPU results are bit-identical only for one thread count); and the data's memory layout
-    (row-major since :mod:`ddlib.data.layout`: results cached before it are not read)."""
+    (row-major since :mod:`ddlib.data.layout`: results cached before it are not read); and the training
+    engine's revision (:data:`ddlib.keys.ENGINE_REVISION`: the networks and sets it makes change with it)."""
     from ddlib.engine.device import machine_identity
+    from ddlib.keys import ENGINE_REVISION
 
-    return {**machine_identity(), "layout": "row-major", "device": dev.type,
+    return {**machine_identity(), "layout": "row-major", "engine": ENGINE_REVISION, "device": dev.type,
             **({"threads": torch.get_num_threads()} if dev.type == "cpu" else {}),
             **({"device_name": torch.cuda.get_device_name(dev)} if dev.type == "cuda" else {})}
 

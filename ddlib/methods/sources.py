@@ -5,8 +5,10 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
 * ``{kind: random, seed: 0}``, ``{kind: kcenter, seed: 0}`` (DC-Bench's K-Center: the real images
   nearest per-class k-means centres) and ``{kind: kcenter_greedy}`` (greedy farthest-point
   selection): selection baselines (:mod:`ddlib.methods.select`);
-* ``{kind: herding}``, ``{kind: forgetting, epochs: 20}`` and ``{kind: el2n, epochs: 20, num_models: 10}``:
-  the coreset baselines of the DD literature (:mod:`ddlib.methods.coresets`);
+* ``{kind: herding}`` (in K-Center's 1-epoch features), ``{kind: herding_dc}`` (DC/DSA/DM's herding:
+  features of a ConvNet trained to convergence, L2-normalised), ``{kind: forgetting, epochs: 20}`` and
+  ``{kind: el2n, epochs: 20, num_models: 10}``: the coreset baselines of the DD literature
+  (:mod:`ddlib.methods.coresets`);
 * ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.methods.dm.distribution_matching`;
 * ``{kind: file, path: "sets/dc_cifar10_ipc{ipc}.pt"}``: a published set; ``{ipc}`` and
   ``{dataset}`` in the path are filled in per grid cell (any other brace is part of the file name),
@@ -20,9 +22,10 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
 * ``{kind: checkpoint, path: "model_pool/BACON_ConvNet_CIFAR10_{ipc}_seed{seed}.pth", model: convnet}``:
   not a set but a released trained model (a state_dict), attacked by the ``adversarial`` protocol
   only (``{seed}`` in the path gives one model per seed; ``model`` defaults to the cell's).
-  ``expected_accuracy`` (a fraction; default: the ``_0.6995`` that ends BEARD's file names, where the
-  name has one) and ``accuracy_tolerance`` (default 0.04) say what clean test accuracy the model
-  must reach on the cell's data: weights that load into the wrong architecture (max for average
+  ``expected_accuracy`` (in %, like every accuracy shown; default: the ``_0.6995`` that ends BEARD's
+  file names; required where the name has none, ``unknown`` to attack it unchecked) and
+  ``accuracy_tolerance`` (points, default 4) say what clean test accuracy the model must reach on the
+  cell's data: weights that load into the wrong architecture (max for average
   pooling, another normalisation layer) or were trained on other data pass every shape check, and
   only their accuracy shows it.
 
@@ -31,8 +34,8 @@ and the API: a file's ``experiment`` (a grid's ``experiment:`` is its MLflow exp
 ``experiment_index``, and EL2N's ``models`` (elsewhere a list of architectures) ``num_models``. The
 old names are still read, with a ``FutureWarning``, and cells keep the keys they had under them.
 
-The names ``random``, ``kcenter``, ``kcenter_greedy``, ``herding``, ``forgetting``, ``el2n``, ``dm`` and
-``full`` work without a spec.
+The names ``random``, ``kcenter``, ``kcenter_greedy``, ``herding``, ``herding_dc``, ``forgetting``, ``el2n``,
+``dm`` and ``full`` work without a spec.
 
 Each kind is a factory registered in :data:`SOURCES` (:class:`ddlib.registry.Registry`): its
 keyword-only parameters are the keys a spec may give, their annotations the types a given value must
@@ -118,6 +121,13 @@ def _herding(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int =
     return herding_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
+@SOURCES.register("herding_dc", builtin=True, shares=_features)
+def _herding_dc(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 50) -> DistilledSet:
+    from ddlib.methods.coresets import herding_dc_subset
+
+    return herding_dc_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
+
+
 @SOURCES.register("forgetting", builtin=True, revision=SET_REVISIONS["forgetting"],
                   shares=lambda spec: [f"forgetting {sorted(spec.items())}"])
 def _forgetting(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20) -> DistilledSet:
@@ -167,9 +177,9 @@ def _full(req: SetRequest) -> DistilledSet:
 
 
 # The adversarial protocol reads these keys itself (ddlib.protocols.adversarial): model defaults to
-# the cell's, expected_accuracy to the one a BEARD file name ends with, accuracy_tolerance to 0.04.
+# the cell's, expected_accuracy (in %, or unknown) to the one a BEARD file name ends with, accuracy_tolerance to 4 points.
 @SOURCES.register("checkpoint", needs=("path",), model=True)
-def _checkpoint(req: SetRequest, *, path: str = None, model: str = None, expected_accuracy: float = None,
+def _checkpoint(req: SetRequest, *, path: str = None, model: str = None, expected_accuracy: float | str = None,
                 accuracy_tolerance: float = None) -> DistilledSet:
     """Declares the keys only: :func:`obtain_set` refuses a model kind before calling its factory."""
     raise AssertionError("a model kind makes no set")

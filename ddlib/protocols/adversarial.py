@@ -86,12 +86,12 @@ from ddlib.engine.test_pass import as_pixels
 from ddlib.engine.recipe import Recipe
 from ddlib.models import list_models
 from ddlib.protocols.cell import Cell, TrainedModel, device_name, group_params
-from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, check_recipe, check_weight, validate_set_params
 from ddlib.protocols.common import obtain as obtain_set
 from ddlib.protocols.dcbench import check_augment
 from ddlib.protocols.inputs import checkpoint_path
-from ddlib.protocols.released import check_expected_accuracy, pool_checkpoints
+from ddlib.protocols.released import check_checkpoint_accuracy, check_expected_accuracy, pool_checkpoints
 from ddlib.tracking import TAG, config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
@@ -108,7 +108,7 @@ MODES = ("untargeted", "targeted")
 BEARD_ATTACKS = ["fgsm", "pgd", "pgd_l2", "cw", "deepfool", "autoattack"]
 
 SPEC = ProtocolSpec(
-    name="adversarial", revision=5, order=30, title="BEARD: adversarial robustness (targeted and untargeted)",
+    name="adversarial", revision=6, order=30, title="BEARD: adversarial robustness (targeted and untargeted)",
     summary="models trained on the set (or released) attacked: robust accuracy, ASR, time per attack, RR, AE, CREI",
     params={
         **SET_PARAMS,
@@ -148,7 +148,11 @@ SPEC = ProtocolSpec(
              "NaN with fewer than two attacks; RR variants rome and rome+; target kind next_mod10",
              "4: BEARD's schedule (its eva_utils.evaluate_synset, as DC's): Epoch + 1 epochs, lr x 0.1 with a new "
              "optimizer after Epoch // 2 + 1 (scheduler: dc_step), the base of every recipe (BEARD_RECIPE)",
-             f"5: {LAYOUT_REVISION}"),
+             f"5: {LAYOUT_REVISION}",
+             f"6: {IDENTITY_REVISION}"
+              "; in space beard_compat the eps_curve's 0 point runs the attack (BEARD's [0, 1] clamp on normalised "
+              "tensors acts with no budget), no longer the clean accuracy; a checkpoint's expected_accuracy in % and "
+              "required where its file name carries none (or `unknown`)"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 SPACE_TAG = "ddlib.attack_space"
@@ -209,14 +213,10 @@ def _check_checkpoint(p: dict, raw: dict) -> None:
         if source["model"] not in list_models():
             raise ValueError(f"method {p['method']!r}: unknown model {source['model']!r}; known: {list_models()}")
         p["model"] = source["model"]
-    for key, low in (("expected_accuracy", 0.0), ("accuracy_tolerance", -1e-12)):
-        value = source.get(key)
-        if value is not None and not (low < value <= 1):
-            raise ValueError(f"method {p['method']!r}: {key} must be a fraction in ({max(low, 0):g}, 1] "
-                             f"(0.6995 for 69.95 %), got {value!r}")
     if "{seed}" not in source["path"] and len(p["seeds"]) > 1:
         raise ValueError(f"method {p['method']!r}: path {source['path']!r} has no {{seed}}, so the {len(p['seeds'])} "
                          "seeds would attack one file; put {seed} in the path or list one seed")
+    check_checkpoint_accuracy(p["method"], source)
 
 
 def group_identity(params: dict) -> dict:
@@ -369,7 +369,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedMod
         images, labels = attack_subset(cell)
         test_id = f"{ds.name}:{ds.source}:{tensor_digest(images, labels)}"
         attacks = parse_attacks(p["attacks"])
-        curve = parse_curve(p["eps_curve"], targeted)
+        curve = parse_curve(p["eps_curve"], targeted, p["space"])
         run = dict(num_classes=ds.num_classes, batch_size=p["attack_batch_size"], seed=p["attack_seed"],
                    device=cell.device, space=p["space"])
         pair = {k: v for k, v in group_params(p, PROTOCOL).items() if k not in ("mode", "target")}
@@ -407,7 +407,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedMod
             if len(accs) < metrics.MIN_ATTACKS:
                 few[evaluation.seed] = [a.name for a in attacks if a.name not in skipped]
             row.update(metrics.beard_scores(100 * row["clean_acc"], accs, row["clean_seconds"], times, p["alpha"]))
-            for point in curve:  # robustness curves (ddlib.attacks.curves): at eps 0 the clean accuracy
+            for point in curve:  # robustness curves (ddlib.attacks.curves): at eps 0 in pixel space the clean accuracy
                 row[point.key] = row["clean_acc"] if point.spec is None else _attack(
                     cell, net, point.spec, images, labels, identity, evaluation.seed, targeted, run)["robust_acc"]
             row.update(curve_aucs(row))

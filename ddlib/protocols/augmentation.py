@@ -25,16 +25,16 @@ import pandas as pd
 
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, augment_label, best_by_mean,
-                                     check_augment, check_recipe_params, setting_recipe, mean_std_table,
-                                     train_settings)
+                                     check_augment, check_cell_convnets, check_recipe_params, convnet_for_images,
+                                     setting_recipe, mean_std_table, train_settings)
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationResult"]
 
 SPEC = ProtocolSpec(
-    name="augmentation", revision=5, order=40, title="DC-Bench: accuracy without and with augmentation",
+    name="augmentation", revision=6, order=40, title="DC-Bench: accuracy without and with augmentation",
     summary="a set's accuracy under each of DC-Bench's augmentations (none, DSA, AutoAugment, RandAugment, ImageNet's)",
     params={
         **SET_PARAMS,
@@ -52,13 +52,17 @@ SPEC = ProtocolSpec(
     history=("2: best augmentation = highest mean over seeds (was: mean of per-seed maxima)",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
              "4: DC-Bench's schedule by default (scheduler dc_step); policy ops draw once per batch by default (DC-Bench)",
-             f"5: {LAYOUT_REVISION}"),
+             f"5: {LAYOUT_REVISION}",
+             f"6: {IDENTITY_REVISION}"
+              "; the 4-layer ConvNet (convnet_d4) by default on 64 px data (Tiny ImageNet), a 3-layer ConvNet "
+              "refused there"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
     p = validate_set_params(PROTOCOL, PARAMS, params)
+    convnet_for_images(p, params)
     check_recipe_params(p)
     augs = p["augmentations"]
     if not isinstance(augs, list) or not augs:
@@ -83,7 +87,9 @@ class AugmentationResult(Result):
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
-    return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
+    cell = Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
+    check_cell_convnets(cell, [cell.params["model"]])
+    return cell
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationResult:

@@ -29,14 +29,14 @@ import pandas as pd
 from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import BEYOND_COLUMNS, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import BEYOND_COLUMNS, IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import PRESET_PARAMS, SET_PARAMS, check_weight, obtain, validate_common
 from ddlib.protocols.preset_eval import SideTrainer, resolve_preset
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationRobustResult"]
 
 SPEC = ProtocolSpec(
-    name="augmentation_robust", revision=5, order=20, title="DD-Ranking: Augmentation-Robust Score",
+    name="augmentation_robust", revision=6, order=20, title="DD-Ranking: Augmentation-Robust Score",
     summary="IOR with and without the preset's augmentation, and ARS, against a random subset of the set's size",
     params={**SET_PARAMS, "gamma": Param(0.5, "ARS's weight on IOR with augmentation"), **PRESET_PARAMS,
             "preset": Param("dsa", "the method's evaluation preset (its augmentation is what ARS removes)")},
@@ -45,14 +45,17 @@ SPEC = ProtocolSpec(
                            ("acc_syn_noaug", "accuracy without it"), ("acc_rdm_aug", "random subset, with"),
                            ("acc_rdm_noaug", "random subset, without"), ("ior_aug", "IOR with augmentation"),
                            ("ior_noaug", "IOR without augmentation"), ("ars", "ARS (0-100)"), *BEYOND_COLUMNS),
-                  variant=("model", "preset"), weight="gamma"),),
+                  variant=("model", "preset", "gamma"), weight="gamma"),),
     headline="ars",
     history=("2: per-seed random subsets, teacher labels for the random side of stored-soft-label presets, learned lr",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
              "4: as DD-Ranking's code: ZCA fitted on [0, 1] pixels of the whole training set, in place of normalisation; "
              "the presets' DSA resamples with align_corners=True; CutMix's box is the CutMix authors' rand_bbox; random "
              "baselines from their own stream; the preset's labels.teacher.recipe applied",
-             f"5: {LAYOUT_REVISION}"),
+             f"5: {LAYOUT_REVISION}",
+             f"6: {IDENTITY_REVISION}"
+              "; as DD-Ranking's code, mse_ce's CE term sees the images' own labels under CutMix with online "
+              "relabelling (EDC, G-VBSM)"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 

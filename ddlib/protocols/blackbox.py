@@ -22,11 +22,13 @@ long table is the artifact ``transfer_matrix.csv`` (and ``.json``). The board ``
 attack, ranked by the target's mean robust accuracy over the *other* surrogates. Results are cached
 by (surrogate model, target models, attack, mode, space, test subset, seed, device).
 
-Out of scope: BEARD's black-box RR/AE/CREI (its toolkit converts transfer logs into one white-box log
-per target, ``Code/metrics/black_box/convert_to_white_box.py``, and scores those like white-box ones);
-ensembles of surrogates; input-diversity or momentum transfer attacks other than the registry's
-(``difgsm``, ``mifgsm``, ``tifgsm`` are there). Target entries with a file or checkpoint source are
-keyed by their path, not their content, in the cell's config (the models themselves are keyed by
+The board ``blackbox_irr`` scores each surrogate x target pair over the attacks with ROME's I-RR (and
+BEARD's RR), as BEARD's toolkit does after converting a transfer log into one white-box log per target
+(``Code/metrics/black_box/convert_to_white_box.py``, ``calculate_rr(..., 'rome')``): ROME's black-box
+heatmap, from the logged accuracies. Out of scope: a black-box AE/CREI (the transfer log's times are the
+surrogate's, the same for every target); ensembles of surrogates; input-diversity or momentum transfer
+attacks other than the registry's (``difgsm``, ``mifgsm``, ``tifgsm`` are there). Target entries with a
+file or checkpoint source are keyed by their path, not their content, in the cell's config (the models themselves are keyed by
 their training tensors or weights, so no result is ever reused for another model).
 """
 
@@ -49,7 +51,7 @@ from ddlib.models import list_models
 from ddlib.protocols import adversarial
 from ddlib.protocols.cell import Cell, TrainedModel, device_name
 from ddlib.protocols.common import SET_PARAMS, _from_zca_space
-from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.shown import shown
 
 __all__ = ["SPEC", "PARAMS", "validate", "group_identity", "fill_sources", "open_cell", "obtain", "train_models",
@@ -57,7 +59,7 @@ __all__ = ["SPEC", "PARAMS", "validate", "group_identity", "fill_sources", "open
 
 _ADV = adversarial.SPEC.params
 SPEC = ProtocolSpec(
-    name="blackbox", revision=2, order=31, title="BEARD black-box: transfer attacks (surrogate x target)",
+    name="blackbox", revision=3, order=31, title="BEARD black-box: transfer attacks (surrogate x target)",
     summary="attacks crafted on the set's models (the surrogate) scored on other pooled models: robust accuracy per "
             "surrogate x target and attack",
     params={
@@ -75,9 +77,15 @@ SPEC = ProtocolSpec(
                   columns=(("clean_acc", "the target's clean accuracy"),
                            ("transfer_acc", "robust accuracy under transfer: mean over the other surrogates"),
                            ("white_box_acc", "robust accuracy with itself as the surrogate (white-box)")),
-                  more_columns=True, variant=("attack", "mode", "space", "training", "model")),),
+                  more_columns=True, variant=("attack", "mode", "space", "training", "model")),
+            Board("blackbox_irr", "BEARD black-box: ROME's I-RR per surrogate x target (over the attacks)",
+                  "ddlib.report.blackbox:irr_leaderboard", "rr_rome", "I-RR",
+                  columns=(("rr_rome", "ROME's I-RR of the target under the surrogate's attacks (0-100)"),
+                           ("rr", "BEARD's RR of the same accuracies (0-100)")),
+                  more_columns=True, variant=("surrogate", "mode", "space", "training", "model"))),
     headline="blackbox",
-    history=(f"2: {LAYOUT_REVISION}",),
+    history=(f"2: {LAYOUT_REVISION}",
+             f"3: {IDENTITY_REVISION}; board blackbox_irr (ROME's I-RR per surrogate x target)"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 _LABEL = re.compile(r"[A-Za-z0-9_\-/]+")  # an MLflow metric name part, without the '.' that separates parts

@@ -2,9 +2,12 @@
 
 A *cell* is one notebook execution (one point of a params grid): one parent run in the
 protocol's experiment. Every model it trains is a child run (an *evaluation*) tagged with a
-key that hashes what was trained (the exact training tensors), how (model, recipe, hooks),
-on which test set and with which seed. Before training, the cell looks for a FINISHED run
-with that key in any experiment and reuses its accuracy: the full-data reference, or the
+key that hashes what was trained (the exact training tensors), how (model, recipe, hooks, a
+fitted preprocessing's content), on which test set (its images' and labels' content), with which
+seed and under which definition (the engine's revision and the protocol's, with those of the
+protocols sharing its models: :func:`ddlib.keys.definition`; a revision bump therefore trains
+again). Before training, the cell looks for a FINISHED run with that key in any experiment and
+reuses its accuracy: the full-data reference, or the
 random baseline shared by every method at one IPC, is trained once, not once per cell.
 A file lock keeps parallel workers from training the same key twice.
 
@@ -31,11 +34,11 @@ from typing import Any, Callable, Iterator, Sequence
 import pandas as pd
 import torch
 
-import ddlib
 from ddlib import units
 from ddlib.units import shown_frame
 from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
-from ddlib.data.digest import tensor_digest
+from ddlib.data.digest import data_identity, tensor_digest
+from ddlib.keys import definition
 from ddlib.engine.device import configure_threads, forget_compiled, resolve_device, run_precision
 from ddlib.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
@@ -202,8 +205,28 @@ class Cell:
             if zca is None:
                 zca = fit_zca(ds.train_images, device=self.device)
                 cache_store(path, {**zca.state(), "identity": identity})
+            # the fit depends on the training images: the keys of what it whitens hold its content
+            zca.fit_digest = tensor_digest(*(v for v in zca.state().values() if isinstance(v, torch.Tensor)))
             self.cache["zca"] = zca
         return self.cache["zca"]
+
+    def definition(self) -> dict:
+        """The definition revision every reuse key of this cell holds (:func:`ddlib.keys.definition`)."""
+        return definition(self.protocol)
+
+    def scored_on(self, split: str) -> dict:
+        """What a model tested on ``split`` (``test`` or ``val``) is scored against, by content: the
+        dataset's identity (name, normalisation, classes) and the digest of the split's images and labels."""
+        if split == "val":
+            if self.validation is None:
+                raise ValueError("this cell has no validation split (val_fraction is not set)")
+            images, labels = self.validation
+        elif split == "test":
+            images, labels = self.dataset.test_images, self.dataset.test_labels
+        else:
+            raise ValueError(f"eval_split must be 'test' or 'val', got {split!r}")
+        data = {k: v for k, v in data_identity(self.dataset).items() if k not in ("train", "test")}
+        return {"split": split, "data": data, "content": tensor_digest(images, labels)}
 
     def _note_precision(self, precision: str) -> None:
         """Tag ``ddlib.precision`` on the cell run: the precisions its trainings ran in (``auto``, the
@@ -353,12 +376,13 @@ class Cell:
         role_of = role if callable(role) else (lambda lr: role)
         recipes = {lr: recipe if lr == recipe.lr else replace(recipe, lr=lr) for lr in lrs}
         identity = {
-            "train": tensor_digest(images, targets),
-            "test": f"{ds.name}:{ds.source}:{eval_split}:{tensor_digest(eval_labels)}",
+            "train": tensor_digest(images, targets), "test": self.scored_on(eval_split),
             "model": model, "model_kwargs": model_kwargs or {}, "recipe": recipe.to_dict(),
             "augment": hook_name(augment, "none"), "loss": hook_name(loss, "ce"),
-            "preprocess": hook_name(preprocess, "none"), "version": ddlib.__version__,
+            "preprocess": hook_name(preprocess, "none"), "definition": self.definition(),
         }
+        if fit_digest(preprocess) is not None:  # a fitted preprocessing (ZCA) is keyed by its content
+            identity["preprocess_fit"] = fit_digest(preprocess)
         if objective is not None:  # only when used, so earlier keys (and their runs) stay valid
             identity["objective"] = hook_name(objective, "none")
         identities = {lr: {**identity, "recipe": r.to_dict()} for lr, r in recipes.items()}
@@ -500,10 +524,10 @@ class Cell:
         """Metrics of a deterministic computation (an attack on a pooled model, say), computed once.
 
         ``identity`` must say everything the result depends on (the model's run id, the attack and
-        its parameters, the test images, the seed). The first call runs ``compute()`` and logs its
-        metrics as a child run tagged with the identity's hash; later calls, in any cell or process,
-        return those metrics. Returns (metrics, reused)."""
-        key = config_hash({**identity, "version": ddlib.__version__})
+        its parameters, the test images, the seed); the cell's definition revision is added to it.
+        The first call runs ``compute()`` and logs its metrics as a child run tagged with the
+        identity's hash; later calls, in any cell or process, return those metrics. Returns (metrics, reused)."""
+        key = config_hash({**identity, "definition": self.definition()})
         with self.guard(), file_lock(f"result-{key}"):
             runs = self.tracker.find_finished({RESULT_KEY_TAG: key})
             if runs:
@@ -519,6 +543,11 @@ class Cell:
             self.tracker.log_metrics(run_id, metrics)
             self.tracker.end_run(run_id)
         return as_stored(metrics), False  # the values a later call reads back
+
+
+def fit_digest(hook) -> str | None:
+    """The content digest of a hook fitted on data (a ZCA's ``fit_digest``, set by :meth:`Cell.zca`), or None."""
+    return getattr(hook, "fit_digest", None)
 
 
 def hold_out_validation(dataset: Dataset, fraction: float, seed: int = VALIDATION_SEED) -> tuple[Dataset, tuple]:

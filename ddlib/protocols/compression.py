@@ -20,16 +20,17 @@ import pandas as pd
 
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import BEYOND_COLUMNS, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import BEYOND_COLUMNS, IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_recipe_params,
-                                     setting_recipe, mean_std_table, train_settings)
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_cell_convnets,
+                                     check_recipe_params, convnet_for_images, setting_recipe, mean_std_table,
+                                     train_settings)
 from ddlib.methods.sources import full_set
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "CompressionResult"]
 
 SPEC = ProtocolSpec(
-    name="compression", revision=5, order=60, title="DC-Bench: accuracy against images per class",
+    name="compression", revision=6, order=60, title="DC-Bench: accuracy against images per class",
     summary="a set's accuracy at one IPC next to the full data's (DSA, 1000 epochs)",
     params={
         **SET_PARAMS,
@@ -46,13 +47,17 @@ SPEC = ProtocolSpec(
     history=("2: DSA (1000 epochs) by default, as DC-Bench's tables (was: no augmentation)",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
              "4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)",
-             f"5: {LAYOUT_REVISION}"),
+             f"5: {LAYOUT_REVISION}",
+             f"6: {IDENTITY_REVISION}"
+              "; the 4-layer ConvNet (convnet_d4) by default on 64 px data (Tiny ImageNet), a 3-layer ConvNet "
+              "refused there"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
     p = validate_set_params(PROTOCOL, PARAMS, params)
+    convnet_for_images(p, params)
     check_recipe_params(p)
     check_augment(p["augment"], "augment")
     if not isinstance(p["full_data"], bool):
@@ -73,7 +78,9 @@ class CompressionResult(Result):
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
-    return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
+    cell = Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
+    check_cell_convnets(cell, [cell.params["model"]])
+    return cell
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> CompressionResult:

@@ -16,6 +16,12 @@ restarts: ``scheduler: dc_step``. (Before REVISION 4 these protocols trained ``E
 and kept momentum across the drop at ``Epoch // 2``: ``recipe: {scheduler: step}`` still does.) Its compression and
 transfer tables (Tables 2, 5, 6) train every set, and the whole
 training set, with DSA; those two protocols therefore train with ``augment: dsa`` by default.
+
+DC-Bench's ConvNet follows the images: depth 3 at 32 px, its ``convnet4`` (four conv-norm-ReLU-pool
+blocks) on Tiny ImageNet's 64 px (the 3-layer one leaves an 8x8 map, a classifier 4x as wide). Here
+(:func:`convnet_for_images`) an unset ``model`` (and transfer's ``models``) is ``convnet_d4`` where the
+dataset's name says 64 px (``tinyimagenet``), and a 3-layer ConvNet at 64 px or more is refused, by
+name before the cell starts, or once another dataset is loaded and turns out that large.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from ddlib.protocols.common import positive_int, check_recipe
 from ddlib.engine.recipe import Recipe
 
 __all__ = ["DCBENCH_RECIPE", "RECIPE_PARAMS", "Setting", "train_settings", "check_recipe_params", "augment_label",
-           "setting_recipe", "accuracy_rows", "best_by_mean"]
+           "setting_recipe", "accuracy_rows", "best_by_mean", "DEEPER_CONVNET", "convnet_for_images",
+           "check_convnet_depth", "check_cell_convnets"]
 
 # DC-Bench's evaluation recipe: Recipe's defaults (SGD 0.01, momentum 0.9, wd 5e-4, batch 256, 300
 # epochs) under DC's own schedule (301 epochs, lr x 0.1 and momentum reset after the first 152).
@@ -44,6 +51,45 @@ RECIPE_PARAMS = {
     "aug_epochs": Param(1000, "epochs when a condition trains with an augmentation (DC-Bench); null: the recipe's"),
     "real_recipe": Param({}, "overrides when training on the whole training set (method full, the full-data reference)"),
 }
+
+
+# The 3-layer ConvNets and the 4-layer ones DC-Bench trains instead from 64 px (its `convnet4`).
+DEEPER_CONVNET = {"convnet": "convnet_d4", "convnet_bn": "convnet_d4_bn"}
+DEEP_IMAGES = 64  # px: from here on DC-Bench's ConvNet has 4 layers (ddlib.methods.select.feature_model_name)
+# Datasets whose image size the name says, so the default is decided before any data is read.
+NAMED_IMAGE_SIZES = {"tinyimagenet": 64}
+
+
+def check_convnet_depth(models: list[str], image_size, key: str = "model", where: str = "") -> None:
+    """Refuse a 3-layer ConvNet on images of 64 px or more, where DC-Bench trains its 4-layer one."""
+    if min(image_size if isinstance(image_size, (tuple, list)) else (image_size,)) < DEEP_IMAGES:
+        return
+    for name in models:
+        if name in DEEPER_CONVNET:
+            raise ValueError(f"{key}: {name} is the 3-layer ConvNet; on {where or 'these'} images of "
+                             f"{DEEP_IMAGES} px or more DC-Bench trains the 4-layer one: give {DEEPER_CONVNET[name]}")
+
+
+def convnet_for_images(p: dict, given: dict) -> None:
+    """Where the dataset's name says its images are 64 px: an unset ``model`` (and ``models``) becomes
+    the 4-layer ConvNet, and a 3-layer one given is refused before anything runs."""
+    size = NAMED_IMAGE_SIZES.get(p["dataset"])
+    if size is None or size < DEEP_IMAGES:
+        return
+    if "model" not in given:
+        p["model"] = DEEPER_CONVNET.get(p["model"], p["model"])
+    if "models" in p and "models" not in given:
+        p["models"] = [DEEPER_CONVNET.get(m, m) for m in p["models"]]
+    check_convnet_depth([p["model"]], size, "model", f"{p['dataset']}'s")
+    check_convnet_depth(p.get("models") or [], size, "models", f"{p['dataset']}'s")
+
+
+def check_cell_convnets(cell: Cell, models: list[str], key: str = "model") -> None:
+    """Once the cell's data is loaded (a dataset the name does not size): :func:`check_convnet_depth`,
+    the cell marked failed before anything trains."""
+    ds = cell.dataset
+    with cell.guard():
+        check_convnet_depth(models, ds.image_size, key, f"{ds.name}'s")
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ and ``soft_label.py``):
 * **Full-data reference** (acc_real_hard): the whole real training set, the validation split
   included (DD-Ranking trains it on its ``dst_train``, the whole training set; nothing of this side
   is chosen on the validation split: its lr is never searched), hard labels, ``real_recipe``, no
-  augmentation (DD-Ranking's fixed ``REAL_DATA_TRAINING_CONFIG``). It depends only on the dataset,
-  model and recipe: identical in every cell that shares them, whatever the preset. The first cell
+  augmentation (DD-Ranking's fixed ``REAL_DATA_TRAINING_CONFIG``), ZCA-whitened where the preset
+  says ``zca: true`` (DD-Ranking's ``get_dataset(use_zca)`` whitens the ``dst_train`` its real side
+  trains on, and the test set: DATM, MTT). It depends only on the dataset, model, recipe and
+  whitening: identical in every cell that shares them, whatever the preset. The first cell
   that needs it trains it right after the distilled set's hard-label side (where a broken set
   fails); a cell that finds another training it does its own sides first, then waits for it (the
   order changes no number).
@@ -27,9 +29,13 @@ and ``soft_label.py``):
   ``acc_rdm_hard`` is absent from those cells.
 * **Random subsets** come from the baselines' own stream (:func:`ddlib.methods.select.baseline_subset`),
   disjoint from every method's draws, so the ``random`` method is never its own baseline.
-* Learning rates: ``lr_policy`` (:mod:`ddlib.protocols.preset_eval`); DD-Ranking's ``paper``
-  searches every hard-label accuracy and the random subset, and trains the distilled set at the
-  method's own (or learned, shipped) lr under its own evaluation.
+* Learning rates: ``lr_policy`` (:mod:`ddlib.protocols.preset_eval`); ``paper`` follows DD-Ranking's
+  code: it searches the hard-label accuracies and the random subset, and trains the distilled set
+  at the method's own (or learned, shipped) lr under its own evaluation. For a hard-label preset
+  whose set ships its lr (MTT) that evaluation *is* the hard-label side, so acc_syn_hard trains at
+  the learned lr, unsearched (``LabelRobustScoreHard.compute_metrics(syn_lr=...)``), where the
+  paper's text says every hard-label accuracy is searched (named in docs/deviations.md;
+  ``lr_policy: symmetric`` searches it).
 
 HLR = acc_real_hard - acc_syn_hard, IOR = acc_syn_any - acc_rdm_any, LRS(HLR, IOR, w); mean +- std
 over seeds. Deviations from the peer's code, all named in docs/deviations.md: searches are scored on a
@@ -54,7 +60,7 @@ from ddlib import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import BEYOND_COLUMNS, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import BEYOND_COLUMNS, IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain,
                                     validate_common)
 from ddlib.protocols.preset_eval import SideTrainer
@@ -64,7 +70,7 @@ __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", 
 # What this protocol computes is in the keys of its cells: the spec's revision changes whenever that
 # changes, so nothing computed under an earlier definition is reused or pooled into a leaderboard row.
 SPEC = ProtocolSpec(
-    name="label_robust", revision=5, order=10, title="DD-Ranking: Label-Robust Score",
+    name="label_robust", revision=6, order=10, title="DD-Ranking: Label-Robust Score",
     summary="HLR, IOR and LRS of a set against a random subset of its size, under the method's own evaluation",
     params={
         **SET_PARAMS,
@@ -84,7 +90,7 @@ SPEC = ProtocolSpec(
                        ("acc_rdm_matched", "random subset trained for the set's images seen (matched_compute)"),
                        ("ior_matched", "IOR against it: acc_syn_any - acc_rdm_matched (matched_compute)"),
                        *BEYOND_COLUMNS),
-                  variant=("model", "preset"), weight="w"),),
+                  variant=("model", "preset", "w"), weight="w"),),
     headline="lrs",
     history=("2: hard side under the preset's evaluation, per-seed random subsets, teacher labels for the random side "
              "of stored-soft-label presets, learned lr, lr_policy, one real-data pool, ZCA-space sets",
@@ -94,7 +100,11 @@ SPEC = ProtocolSpec(
              "is the CutMix authors' rand_bbox; random baselines from their own stream; the preset's "
              "labels.teacher.recipe applied; the full-data reference on the whole training set; no rdm_hard side under "
              "soft-label presets",
-             f"5: {LAYOUT_REVISION}"),
+             f"5: {LAYOUT_REVISION}",
+             f"6: {IDENTITY_REVISION}"
+              "; as DD-Ranking's code, mse_ce's CE term sees the images' own labels under CutMix/Mixup with online "
+              "relabelling (EDC, G-VBSM), and the full-data reference is ZCA-whitened under a ZCA preset (MTT, "
+              "DATM) and trained with the preset's DSA under a soft-label preset with use_aug_for_hard (DATM)"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 

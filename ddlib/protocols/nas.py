@@ -5,7 +5,9 @@ Per cell (one set): ``num_archs`` NAS-Bench-201 architectures are drawn with ``a
 isomorphism``; :func:`ddlib.protocols.nas_space.sample_architectures`), each is built as the
 reduced search proxy (``C`` channels, ``N`` cells per stage; DC-Bench uses 3 cells, N=1, instead of
 the benchmark's 15) and trained on the set with DC-Bench's proxy recipe (50 epochs, SGD lr 0.025
-cosine to 0.001, momentum 0.9, weight decay 3e-4, batch 64, gradient norm clipped to 5; IPC 50).
+cosine to 0.001, momentum 0.9, weight decay 3e-4, batch 64, gradient norm clipped to 5; IPC 50), with
+``augment`` as without (``aug_epochs`` is null here, not the 1000 the other DC-Bench protocols train
+augmented sets for).
 Its *proxy accuracy* is measured on a validation split held out of the training set
 (``val_fraction``: 20 %, 10,000 CIFAR-10 images, as DC-Bench's code holds out; the test set is
 never used to rank), averaged over the seeds, and correlated with the ground truth (test accuracy
@@ -34,7 +36,7 @@ import pandas as pd
 from ddlib.protocols import nas_space
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, obtain, validate_set_params
 from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, check_augment, check_recipe_params, setting_recipe,
                                      train_settings)
@@ -51,13 +53,16 @@ PROXY_RECIPE = Recipe(epochs=50, batch_size=64, optimizer="sgd", lr=0.025, momen
                       scheduler="cosine", lr_min=0.001, grad_clip=5.0)
 
 SPEC = ProtocolSpec(
-    name="nas", revision=5, order=70, title="DC-Bench: neural architecture search on the set",
+    name="nas", revision=6, order=70, title="DC-Bench: neural architecture search on the set",
     summary="NAS-Bench-201 architectures trained on the set as a proxy, rank-correlated with their ground truth",
     params={
         **{k: v for k, v in SET_PARAMS.items() if k != "model"},  # the models are the sampled architectures
         "ipc": Param(50, "images per class (DC-Bench's NAS sets: 50)"),
         **RECIPE_PARAMS,
         "recipe": Param({}, "overrides of DC-Bench's proxy recipe (50 epochs, SGD 0.025 cosine to 0.001, batch 64, clip 5)"),
+        # not the shared 1000: DC-Bench's proxies train 50 epochs, and augment alone must not make them train 20x longer
+        "aug_epochs": Param(None, "null: the proxy's own epochs (50) with augment as without; a number: those epochs "
+                                  "when augment is set", "int"),
         "real_recipe": Param({"epochs": 10}, "the full-data reference: 10 epochs on the training split (DC-Bench)"),
         "augment": Param(None, "one augmentation spec (ddlib.engine.augment) or null; DC-Bench trains without", "str"),
         "ground_truth": Param(None, "CSV: architecture string -> accuracy (e.g. ../shared/data/nasbench201-accuracy.csv)",
@@ -80,7 +85,9 @@ SPEC = ProtocolSpec(
     history=("2: validation split, seed-averaged proxy, DC-Bench's proxy recipe, uniform sampling",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
              "4: the proxies' cell BatchNorms are affine=False, as DC-Bench's search cells",
-             f"5: {LAYOUT_REVISION}"),
+             f"5: {LAYOUT_REVISION}",
+             f"6: {IDENTITY_REVISION}"
+              "; an augment proxy keeps the proxy recipe's 50 epochs (aug_epochs null; was the shared 1000)"),
 )
 PROTOCOL, REVISION, PARAMS, PATH_PARAMS = SPEC.name, SPEC.revision, SPEC.defaults(), SPEC.path_params
 

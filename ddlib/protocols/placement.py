@@ -1,11 +1,11 @@
 """Where a cell belongs: its keys (the config a rerun skips by, its leaderboard row, that row across
 IPCs, the rows it is compared with) and its run name. The keys hash the cell's parameters in the
-protocol's canonical form, the protocol's revision and the content of the cell's input files."""
+protocol's canonical form, the protocol's and the engine's revisions (:mod:`ddlib.keys`), the content
+of the cell's real data (not where it lies: ``data_root``) and of its input files."""
 
 from __future__ import annotations
 
-import ddlib
-from ddlib.keys import LATER_PARAM_DEFAULTS, without_later_defaults
+from ddlib.keys import ENGINE_REVISION, LATER_PARAM_DEFAULTS, without_later_defaults
 from ddlib.methods.sources import RENAMED_KEYS
 from ddlib.protocols.inputs import input_digests
 from ddlib.tracking import TAG, config_hash
@@ -56,7 +56,10 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
     family = {k: v for k, v in series.items() if k not in ("method", "source")}
     # The protocol's revision is part of every key: a row never pools cells computed under two
     # definitions, and a rerun after a definition change recomputes instead of skipping.
-    head = {"protocol": protocol, "revision": protocol_revision(protocol) if protocol in PROTOCOLS else 0}
+    # So are the engine's revision and the content of the real data (PNG in place of JPEG at the same
+    # data_root is other data).
+    head = {"protocol": protocol, "revision": protocol_revision(protocol) if protocol in PROTOCOLS else 0,
+            "engine": ENGINE_REVISION, "data": _data_content(raw)}
     # So is the content of every input file (a set replaced at the same path is a new input).
     digests = input_digests(raw)
     inputs = {"inputs": digests} if digests else {}
@@ -64,11 +67,27 @@ def cell_tags(protocol: str, params: dict) -> dict[str, str]:
     return {
         TAG["kind"]: "cell",
         TAG["revision"]: str(head["revision"]),
-        TAG["config"]: config_hash({**head, **params, "version": ddlib.__version__, **inputs}),
+        TAG["engine_revision"]: str(ENGINE_REVISION),
+        TAG["config"]: config_hash({**head, **params, **inputs}),
         TAG["group"]: config_hash({**head, **group, **inputs}),
         TAG["series"]: config_hash({**head, **series, **inputs}),
         TAG["family"]: config_hash({**head, **family, **({"inputs": shared} if shared else {})}),
     }
+
+
+def _data_content(params: dict) -> dict | str:
+    """The content of the cell's real data (:func:`ddlib.data.digest.data_identity`: its training and
+    test images and labels, normalisation and classes; loaded once per process and digested once per
+    dataset), or ``"unavailable"`` where it cannot be loaded (such a cell fails when it runs)."""
+    from ddlib.data.datasets import DatasetError, load_dataset
+    from ddlib.data.digest import data_identity
+
+    if not params.get("dataset"):
+        return "none"
+    try:
+        return data_identity(load_dataset(params["dataset"], params.get("data_root")))
+    except (DatasetError, OSError, ValueError):
+        return "unavailable"
 
 
 def _identity(params: dict) -> dict:

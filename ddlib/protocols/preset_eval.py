@@ -22,11 +22,14 @@ Settings:
 
 Learning-rate policy (``lr_policy``; the real-data reference is never searched):
 
-* ``paper`` (default), DD-Ranking's: every hard-label accuracy is searched over ``lr_grid``
+* ``paper`` (default), DD-Ranking's code: hard-label accuracies are searched over ``lr_grid``
   ("When computing the accuracy under hard labels, we perform the hyperparameter search for the
   learning rate and report the best one"); under the method's own evaluation the distilled set
   trains at the method's lr (the preset's, or the learned lr the set ships where the preset says
-  ``learned_lr: true``: DD-Ranking's ``syn_lr``) and the random subset is searched.
+  ``learned_lr: true``: DD-Ranking's ``syn_lr``) and the random subset is searched. One exception
+  to the paper's sentence, the code's: a hard-label preset's own evaluation is its hard-label side,
+  so MTT's acc_syn_hard trains at the learned lr it ships, unsearched, as
+  ``LabelRobustScoreHard.compute_metrics(syn_lr=...)`` does (docs/deviations.md).
 * ``symmetric``: every side searched (DD-Ranking's code when no ``syn_lr`` is passed).
 * ``fixed``: nothing searched: the preset's lr (or the set's learned lr), else the grid's recipe.
 
@@ -92,6 +95,7 @@ from ddlib.protocols.cell import Cell, TrainedModel
 from ddlib.protocols.presets import Preset, load_preset
 
 __all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "LR_SEARCHES", "DEFAULT_MODEL", "halving_rungs", "pick_lr", "resolve_preset",
+           "preset_augment",
            "Setting", "LrPlan", "lr_plan", "teacher_recipe", "SideTrainer"]
 
 LR_GRID = [0.001, 0.005, 0.01, 0.05, 0.1]  # DD-Ranking's grid (soft_label.py, hard_label.py, aug_robust.py)
@@ -170,6 +174,18 @@ def lr_plan(policy: str, setting: Setting, side: str, learned_lr: float | None, 
     return LrPlan(False, setting.recipe.lr, f"{own_lr} (the method's own)")
 
 
+def preset_augment(preset: Preset, with_augment: bool, mean, std, num_classes: int):
+    """The augmentation hook a preset trains with (None without). Under online relabelling the
+    label-mixing ops leave the targets alone (:func:`ddlib.engine.labels.teacher_augment`): the
+    teachers label the mixed images, and ``mse_ce``'s CE term sees the images' own labels, as in
+    DD-Ranking's ``train_one_epoch``."""
+    from ddlib.engine.augment import create_augment
+    from ddlib.engine.labels import teacher_augment
+
+    augment = create_augment(preset.augment if with_augment else [], mean=mean, std=std, num_classes=num_classes)
+    return teacher_augment(augment) if preset.label_type == "teacher" else augment
+
+
 def pick_lr(scores: dict[float, float]) -> float:
     """The best-scoring lr; ties go to the smaller lr."""
     return max(scores, key=lambda c: (scores[c], -c))
@@ -205,15 +221,10 @@ class SideTrainer:
 
     # ------------------------------------------------------------------ settings
 
-    def _augment(self, spec: list):
-        from ddlib.engine.augment import create_augment
-
-        ds = self.cell.dataset
-        return create_augment(spec, mean=ds.mean, std=ds.std, num_classes=ds.num_classes)
-
     def _from_preset(self, name: str, preset: Preset, with_augment: bool, own: bool) -> Setting:
         recipe = preset.recipe if self.epochs is None else replace(preset.recipe, epochs=self.epochs)
-        augment = self._augment(preset.augment if with_augment else [])
+        ds = self.cell.dataset
+        augment = preset_augment(preset, with_augment, ds.mean, ds.std, ds.num_classes)
         return Setting(name, recipe, self.cell.params["model"], preset, preset.label_type == "hard",
                        augment, self.cell.zca() if preset.zca else None, own)
 
@@ -264,7 +275,7 @@ class SideTrainer:
             teachers = []
             for seed, arch in enumerate(archs):  # one seed (or checkpoint) per ensemble member
                 teachers += get_teachers(cell.dataset, arch, 1, self.teacher_recipe, seeds=[seed], device=cell.device,
-                                         progress=cell.progress,
+                                         progress=cell.progress, protocol=cell.protocol,
                                          checkpoint=checkpoints[seed] if checkpoints is not None else None)
             cell.cache[key] = TeacherRelabel(teachers, loss=preset.loss)
         return cell.cache[key]
@@ -359,20 +370,21 @@ class SideTrainer:
                loss, common: dict) -> tuple[float, bool, object]:
         """The lr of one seed's search, whether another cell had already searched it, and, when the
         search trained here, its model of that lr (the engine's ``SeedResult``, else None). The search
-        is a cached result keyed by everything it trains (not by the method or the cell), so the
+        is a cached result keyed by everything it trains (not by the method or the cell) and the split's
+        content it is scored on (with the cell's definition revision: :meth:`Cell.cached_result`), so the
         random subset of one (dataset, IPC, preset, seed, pool) is searched once per store."""
         from ddlib.engine.device import run_precision
 
         cell = self.cell
+        from ddlib.protocols.cell import fit_digest
+
         recipe = replace(setting.recipe, precision=run_precision(setting.recipe, cell.device))
-        eval_labels = cell.validation[1] if self.split == "val" else cell.dataset.test_labels
-        ds = cell.dataset
         identity = {
             "kind": "lr_search", "mode": self.search_mode, "grid": self.grid, "seed": seed,
-            "train": tensor_digest(subset.images, targets),
-            "scored_on": f"{ds.name}:{ds.source}:{self.split}:{tensor_digest(eval_labels)}",
+            "train": tensor_digest(subset.images, targets), "scored_on": cell.scored_on(self.split),
             "model": setting.model, "recipe": {k: v for k, v in recipe.to_dict().items() if k != "lr"},
             "augment": setting.augment_name, "loss": hook_name(loss, "ce"), "preprocess": setting.preprocess_name,
+            **({"preprocess_fit": fit_digest(setting.preprocess)} if fit_digest(setting.preprocess) else {}),
         }
 
         # the full-epoch candidates trained here, in memory; scored on the test set a candidate's evaluation
@@ -411,21 +423,45 @@ class SideTrainer:
         tracker.set_tags(run_id, {"ddlib.lr_search": f"{self.search_mode}: {self.searches['run']} run, "
                                                      f"{self.searches['reused']} reused from other cells"})
 
+    def real_preprocess(self):
+        """The full-data reference's input: ZCA-whitened where the preset whitens (DD-Ranking trains
+        and tests its real side on ``get_dataset(use_zca)``'s whitened ``dst_train``: DATM, MTT), else
+        the mean/std normalisation (None)."""
+        return self.cell.zca() if self.preset is not None and self.preset.zca else None
+
+    def real_augment(self):
+        """The full-data reference's augmentation: none, but under a soft-label preset that says
+        ``use_aug_for_hard: true`` (DATM) its batch-level ops, as DD-Ranking's soft-label evaluator
+        trains every hard-label model, the real one included, with its ``data_aug_func`` there (its
+        hard-label evaluator never augments the real side)."""
+        from ddlib.protocols.presets import BATCH_AUGMENT_OPS
+
+        preset = self.preset
+        if preset is None or preset.label_type == "hard" or not preset.use_aug_for_hard:
+            return None
+        ops = [op for op in preset.augment if (op if isinstance(op, str) else next(iter(op))) in BATCH_AUGMENT_OPS]
+        ds = self.cell.dataset
+        return preset_augment(replace(preset.hard_label_variant(), augment=ops), True, ds.mean, ds.std, ds.num_classes)
+
     def run_real(self, role: str, recipe: Recipe, seeds: Sequence[int], unless_busy: bool = False) -> list[TrainedModel] | None:
         """The full-data reference: the whole training set (the validation split included, as
         DD-Ranking trains on its ``dst_train``: nothing of this side is chosen on that split, its lr is
-        never searched), hard labels, ``recipe``. Scored on the test set like every side.
+        never searched), hard labels, ``recipe``, ZCA-whitened under a ZCA preset
+        (:meth:`real_preprocess`), augmented only as :meth:`real_augment` says. Scored on the test set
+        like every side.
         ``unless_busy``: None, at once, while another cell trains it (:meth:`Cell.train_eval`)."""
         cell = self.cell
         ds = cell.unsplit if cell.unsplit is not None else cell.dataset
-        results = cell.train_eval(role, ds.train_images, ds.train_labels, recipe, seeds, unless_busy=unless_busy)
+        preprocess, augment = self.real_preprocess(), self.real_augment()
+        results = cell.train_eval(role, ds.train_images, ds.train_labels, recipe, seeds, unless_busy=unless_busy,
+                                  preprocess=preprocess, augment=augment)
         if results is None:
             return None
         self.log_lrs(role, {s: recipe.lr for s in seeds}, {s: "real_recipe (never searched)" for s in seeds})
         self.rows.append({"role": role, "set": f"the whole real training set ({len(ds.train_labels)} images, "
                                                "the validation split included)",
-                          "setting": "real", "labels": "hard labels", "loss": "ce", "augment": "none",
-                          "preprocess": "none", "model": self.cell.params["model"],
+                          "setting": "real", "labels": "hard labels", "loss": "ce", "augment": hook_name(augment, "none"),
+                          "preprocess": hook_name(preprocess, "none"), "model": self.cell.params["model"],
                           "recipe": f"{recipe.optimizer}, {recipe.scheduler}, {recipe.epochs} epochs, batch {recipe.batch_size}",
                           "lr": f"{recipe.lr:g}", "lr from": "real_recipe (never searched)"})
         return results

@@ -64,9 +64,12 @@ it unless the grid names a ``model``.
 
 ``use_aug_for_hard`` (default ``true``; DD-Ranking's config key of that name): whether the hard-label
 side trains with the preset's batch-level augmentation (DD-Ranking's ``data_aug_func``: ``dsa``,
-``cutmix``, ``mixup``). Its configs say ``true`` for DATM (and its hard-label evaluator always
-applies DSA for DC/DSA/DM/MTT), ``false`` for SRe2L, RDED, DWA, D4M and G-VBSM, whose hard side keeps
-only the per-image transforms (``custom_train_trans``: crops, flips, PatchShuffle).
+``cutmix``, ``mixup``). Its configs say ``true`` for DATM, ``false`` for SRe2L, RDED, DWA, D4M and
+G-VBSM, whose hard side keeps only the per-image transforms (``custom_train_trans``: crops, flips,
+PatchShuffle). Its hard-label evaluator (DC, DSA, DM, MTT) has no such key: it applies the config's
+``data_aug_func`` to the distilled and random sides (never to the full-data reference), which is
+``dsa`` for DSA, DM and MTT and ``null`` for DC (its DC/CIFAR10/IPC{1,10,50} configs): DC's preset
+has no augmentation, on either side.
 
 ``learned_lr``: ``true`` where the method learns the evaluation lr with the images and ships it
 (MTT's ``lr_best.pt``, DATM's ``lr.pt``): the distilled set's own evaluation then trains at that lr,

@@ -4,9 +4,13 @@ accuracy a released model must reach on the cell's data (its file per seed:
 
 The load check sees only shapes: BACON's weights load into a ConvNet with ``GroupNorm`` or max
 pooling (25.7 % and 64.0 % clean) as well as into the right one (67.0 %; ddlib measures 68.63 % on
-CIFAR-10 (JPEG)). So the clean accuracy is compared with ``expected_accuracy`` (given, or the
-``_0.6995`` that ends BEARD's file names) within ``accuracy_tolerance``; beyond it the cell fails,
-naming the file and both figures.
+CIFAR-10 (JPEG)). So the clean accuracy is compared with ``expected_accuracy`` (given in %, like
+every accuracy ddlib shows, or the ``_0.6995`` that ends BEARD's file names) within
+``accuracy_tolerance`` (points); beyond it the cell fails, naming the file and both figures. A file
+whose name carries no accuracy (BEARD's own ``DC_ConvNet_CIFAR10_50_None.pth``, ``DM_...``) is
+refused before anything runs unless the source gives ``expected_accuracy``, a figure or
+``unknown`` (then the cell is only flagged): BEARD's Table 18 gives 54.31 for its DC and 62.06 for
+its DM model (:data:`BEARD_POOL_ACCURACY`).
 """
 
 from __future__ import annotations
@@ -18,19 +22,47 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ddlib.protocols.cell import Cell, TrainedModel
 
-__all__ = ["expected_accuracy", "check_expected_accuracy", "DEFAULT_ACCURACY_TOLERANCE"]
+__all__ = ["expected_accuracy", "check_expected_accuracy", "check_checkpoint_accuracy", "DEFAULT_ACCURACY_TOLERANCE",
+           "UNKNOWN", "BEARD_POOL_ACCURACY"]
 
 
-DEFAULT_ACCURACY_TOLERANCE = 0.04  # BEARD's BACON ConvNet: 69.95 % on CIFAR-10, 68.63 % on CIFAR-10 (JPEG)
+DEFAULT_ACCURACY_TOLERANCE = 0.04  # a fraction (the key is in points: 4); BEARD's BACON: 69.95 % on CIFAR-10, 68.63 % on JPEG
 _ACCURACY_IN_NAME = re.compile(r"_(0\.\d{2,})$")  # BEARD's model pool: BACON_ConvNet_CIFAR10_50_None_0.6995.pth
+UNKNOWN = "unknown"  # expected_accuracy: unknown: attack a model whose accuracy nobody published (flagged)
+# BEARD's Table 18 (CIFAR-10, ConvNet, IPC 50), in %: its released models whose file names carry no accuracy
+BEARD_POOL_ACCURACY = {"DC": 54.31, "DM": 62.06}
 
 
 def expected_accuracy(source: dict, path: str) -> tuple[float | None, str]:
-    """The clean accuracy a checkpoint must reach, and where that figure comes from."""
-    if source.get("expected_accuracy") is not None:
-        return float(source["expected_accuracy"]), "expected_accuracy"
+    """The clean accuracy (a fraction) a checkpoint must reach, and where that figure comes from;
+    None for ``expected_accuracy: unknown`` or a file name without one."""
+    given = source.get("expected_accuracy")
+    if given == UNKNOWN:
+        return None, ""
+    if given is not None:
+        return float(given) / 100, "expected_accuracy"
     match = _ACCURACY_IN_NAME.search(Path(path).stem)
     return (float(match[1]), "its file name") if match else (None, "")
+
+
+def check_checkpoint_accuracy(method: str, source: dict) -> None:
+    """Before anything runs: ``expected_accuracy`` is a percentage in (1, 100] or ``unknown``, and is
+    given where the file name carries no accuracy (the load check sees only shapes: a mis-built
+    variant would load and be attacked); ``accuracy_tolerance`` is in points, in [0, 100]."""
+    value, name = source.get("expected_accuracy"), Path(source["path"]).name
+    if value is None and _ACCURACY_IN_NAME.search(Path(source["path"]).stem) is None:
+        raise ValueError(f"method {method!r}: {name} carries no accuracy in its name (BEARD's _0.6995) and the source "
+                         "has no expected_accuracy: give it in % (BEARD's Table 18: 54.31 for its DC, 62.06 for its DM "
+                         "model) or expected_accuracy: unknown (the load check sees only shapes)")
+    if isinstance(value, str) and value != UNKNOWN:
+        raise ValueError(f"method {method!r}: expected_accuracy must be a number in % or {UNKNOWN!r}, got {value!r}")
+    if isinstance(value, (int, float)) and not 1 < value <= 100:
+        raise ValueError(f"method {method!r}: expected_accuracy is in % like every accuracy ddlib shows (69.95 for "
+                         f"69.95 %), in (1, 100], got {value!r}" + (" (a fraction? times 100)" if 0 < value <= 1 else ""))
+    tolerance = source.get("accuracy_tolerance")
+    if tolerance is not None and not 0 <= tolerance <= 100:
+        raise ValueError(f"method {method!r}: accuracy_tolerance is in points (4 for 4 points), in [0, 100], "
+                         f"got {tolerance!r}")
 
 
 def check_expected_accuracy(cell: Cell, models: list[TrainedModel], paths: dict[int, str]) -> None:
@@ -39,7 +71,8 @@ def check_expected_accuracy(cell: Cell, models: list[TrainedModel], paths: dict[
     from ddlib.protocols.teachers import CheckpointError
 
     source, ds = cell.params["source"], cell.dataset
-    tolerance = source.get("accuracy_tolerance", DEFAULT_ACCURACY_TOLERANCE)
+    given = source.get("accuracy_tolerance")
+    tolerance = DEFAULT_ACCURACY_TOLERANCE if given is None else given / 100
     for model in models:
         path = paths[model.seed]
         expected, origin = expected_accuracy(source, path)
@@ -48,7 +81,7 @@ def check_expected_accuracy(cell: Cell, models: list[TrainedModel], paths: dict[
             cell.flag(f"{Path(path).name}: clean accuracy {100 * model.accuracy:.1f} % "
                       + (f"is near chance for {ds.num_classes} classes (untrained, or trained on other data or "
                          "normalisation?)" if near else "was checked against no expected accuracy (the load check sees "
-                                                        "only shapes)") + "; give expected_accuracy to check it")
+                                                        "only shapes)") + "; give expected_accuracy (in %) to check it")
             continue
         gap = model.accuracy - expected
         if abs(gap) > tolerance:
@@ -75,7 +108,6 @@ def pool_checkpoints(cell: Cell, role: str, paths: dict[int, str], model: str,
     so results cached against it (attacks) are reused."""
     import time
 
-    import ddlib
     from ddlib.data.digest import tensor_digest
     from ddlib.engine.test_pass import Normalize, model_accuracy
     from ddlib.protocols.cell import MODEL_STORED_TAG, TrainedModel
@@ -83,7 +115,7 @@ def pool_checkpoints(cell: Cell, role: str, paths: dict[int, str], model: str,
     from ddlib.tracking import TAG, as_stored, config_hash, default_tags, file_lock, run_metrics
 
     ds = cell.dataset
-    test = f"{ds.name}:{ds.source}:test:{tensor_digest(ds.test_labels)}"
+    test = cell.scored_on("test")
     found, digests = [], {}
     with cell.guard():
         for seed, path in paths.items():
@@ -96,7 +128,7 @@ def pool_checkpoints(cell: Cell, role: str, paths: dict[int, str], model: str,
                                       "each seed must be another model (or list one seed)")
             digests[digest] = seed
             identity = {"checkpoint": digest, "model": model, "model_kwargs": model_kwargs or {}, "test": test,
-                        "version": ddlib.__version__}
+                        "definition": cell.definition()}
             key = config_hash(identity)
             with file_lock(f"eval-{key}"):
                 runs = cell.tracker.find_finished({TAG["eval_key"]: key, MODEL_STORED_TAG: "true"})

@@ -339,6 +339,11 @@ def board_specs() -> dict[str, tuple[ProtocolSpec, Board]]:
 # every protocol's revision after the one that made the data row-major (a history entry of each spec)
 LAYOUT_REVISION = ("tensors in row-major layout (ddlib.data.layout): on 1-channel data such as digits, whose loader "
                    "kept stride 1 on the channel axis, the convolutions round otherwise; 3-channel data as before")
+# every protocol's revision after the one that made every reuse key carry the definition (issue 54.1)
+IDENTITY_REVISION = ("every reuse key (trained models, lr searches, teachers, cached results) holds the definition "
+                     "(ddlib.keys.ENGINE_REVISION and the protocol's revision) and digests of every tensor that "
+                     "enters it (train, validation, test images and labels, the ZCA fit): nothing stored under an "
+                     "earlier revision is reused")
 RUN_PARAMS = ("run_id", "experiment")  # the runner's own: which MLflow run and experiment a cell writes to
 
 

@@ -2,7 +2,8 @@
 from the user's checkpoints.
 
 A teacher is identified by the content of the data it was trained on, its architecture, recipe,
-augmentation and seed (:func:`teacher_key`); its weights are the artifact ``teacher.pt`` of a run
+augmentation, seed and definition revision (the engine's and its protocol's: :func:`ddlib.keys.definition`;
+:func:`teacher_key`), so a revision bump trains teachers again; its weights are the artifact ``teacher.pt`` of a run
 in experiment ``teachers``, found again by that key from any process. This is tracking-layer work
 built on the engine's training loop, which is why it lives here and not in
 :mod:`ddlib.engine.labels` (the losses and the relabelling hook, which know nothing of MLflow).
@@ -13,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import torch
 import torch.nn as nn
 
-import ddlib
-from ddlib.data.digest import tensor_digest
+from ddlib.data.digest import data_identity
+from ddlib.keys import definition
 from ddlib.engine.device import resolve_device, run_precision
 from ddlib.engine.recipe import Recipe
 from ddlib.engine.train import AugmentHook, hook_name, train_and_test
@@ -44,28 +44,27 @@ class CheckpointError(ValueError):
     """A teacher checkpoint is missing, unreadable or does not fit the architecture; names the file."""
 
 
-_IDENTITIES: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
-
-
 def dataset_identity(dataset: "Dataset") -> dict:
-    """What a teacher was trained on: the dataset's name and a digest of the full training images
-    and labels (not ``source``, a path that differs between machines holding the same data; a
-    reduced or re-split set differs in content, so it gets its own teachers). Hashing CIFAR-10's
-    150 MB takes well under a second and is memoised per Dataset object."""
-    if dataset not in _IDENTITIES:
-        _IDENTITIES[dataset] = {"name": dataset.name, "train": tensor_digest(dataset.train_images, dataset.train_labels)}
-    return dict(_IDENTITIES[dataset])
+    """What a teacher was trained on: the dataset's name, normalisation, class count and a digest of
+    the training images and labels (not ``source``, a path that differs between machines holding the
+    same data; a reduced or re-split set differs in content, so it gets its own teachers). Memoised
+    per Dataset object (:func:`ddlib.data.digest.data_identity`); the test split, which only scores
+    a teacher, is left out."""
+    return {k: v for k, v in data_identity(dataset).items() if k != "test"}
 
 
-def _teacher_group(dataset: "Dataset", arch: str, recipe: Recipe, augment_name: str, model_kwargs: dict | None) -> dict:
+def _teacher_group(dataset: "Dataset", arch: str, recipe: Recipe, augment_name: str, model_kwargs: dict | None,
+                   protocol: str | None) -> dict:
     return {"kind": "teacher", "dataset": dataset_identity(dataset), "arch": arch, "model_kwargs": model_kwargs or {},
-            "recipe": recipe.to_dict(), "augment": augment_name, "version": ddlib.__version__}
+            "recipe": recipe.to_dict(), "augment": augment_name, "definition": definition(protocol)}
 
 
 def teacher_key(dataset: "Dataset", arch: str, recipe: Recipe, seed: int, augment_name: str = "none",
-                model_kwargs: dict | None = None) -> str:
-    """The reuse key of one teacher: dataset content, architecture, recipe, augmentation, seed, version."""
-    return config_hash({**_teacher_group(dataset, arch, recipe, augment_name, model_kwargs), "seed": int(seed)})
+                model_kwargs: dict | None = None, protocol: str | None = None) -> str:
+    """The reuse key of one teacher: dataset content, architecture, recipe, augmentation, seed and the
+    definition revision of ``protocol`` (the engine's alone for None)."""
+    return config_hash({**_teacher_group(dataset, arch, recipe, augment_name, model_kwargs, protocol),
+                        "seed": int(seed)})
 
 
 def _state_dict_from(obj: Any, path: Path) -> dict:
@@ -134,18 +133,19 @@ def get_teachers(
     progress: bool = False,
     augment: AugmentHook | None = None,
     model_kwargs: dict | None = None,
+    protocol: str | None = None,
 ) -> list[nn.Module]:
     """``count`` teachers of architecture ``arch`` for ``dataset``, in eval mode on ``device``.
 
     With ``checkpoint`` (a state_dict file, or a list of them) the teachers are loaded from there.
     Otherwise each is trained on the full real training set (``train_and_test``, seeds
     ``0..count-1`` unless given) ONCE per (dataset content, arch, recipe, augmentation, seed,
-    ddlib version): the state_dict is logged as artifact ``teacher.pt`` of a run in MLflow
-    experiment ``teachers`` (tags ``ddlib.kind=teacher``, ``ddlib.teacher_key``), and any later
-    call, in any process, downloads it instead of training. A file lock keeps parallel workers from
-    training the same teachers twice. ``augment`` (a hook carrying its name) trains them with an augmentation
-    hook (the name is part of the key, so give a distinct one per hook configuration).
-    """
+    definition revision of ``protocol``, the protocol whose cells use them): the state_dict is
+    logged as artifact ``teacher.pt`` of a run in MLflow experiment ``teachers`` (tags
+    ``ddlib.kind=teacher``, ``ddlib.teacher_key``), and any later call, in any process, downloads
+    it instead of training. A file lock keeps parallel workers from training the same teachers
+    twice. ``augment`` (a hook carrying its name) trains them with an augmentation hook (the name is
+    part of the key, so give a distinct one per hook configuration)."""
     dev = resolve_device(device)
     # "auto" precision differs by device: the key holds what it resolves to here
     recipe = replace(recipe, precision=run_precision(recipe, dev))
@@ -160,9 +160,9 @@ def get_teachers(
     init_store()
     tracker = Tracker(TEACHER_EXPERIMENT)
     augment_name = hook_name(augment, "none")
-    keys = {s: teacher_key(dataset, arch, recipe, s, augment_name, model_kwargs) for s in seeds}
+    keys = {s: teacher_key(dataset, arch, recipe, s, augment_name, model_kwargs, protocol) for s in seeds}
     # One lock per (data, arch, recipe, augment): overlapping seed lists never train a teacher twice.
-    group = config_hash(_teacher_group(dataset, arch, recipe, augment_name, model_kwargs))
+    group = config_hash(_teacher_group(dataset, arch, recipe, augment_name, model_kwargs, protocol))
     found: dict[int, nn.Module] = {}
     with file_lock(f"teacher-{group}"), tempfile.TemporaryDirectory(prefix="ddlib-teacher-") as tmp:
         for seed, key in keys.items():

@@ -23,17 +23,18 @@ import pandas as pd
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import create_model, list_models
 from ddlib.protocols.cell import Cell
-from ddlib.protocols.spec import LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
+from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_recipe_params,
-                                     setting_recipe, mean_std_table, train_settings)
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_convnet_depth,
+                                     check_recipe_params, convnet_for_images, setting_recipe, mean_std_table,
+                                     train_settings)
 from ddlib.engine.recipe import Recipe
 
 __all__ = ["PROTOCOL", "PARAMS", "DCBENCH_TRANSFER_MODELS", "validate", "open_cell", "obtain", "evaluate",
            "TransferResult"]
 
 SPEC = ProtocolSpec(
-    name="transfer", revision=5, order=50, title="DC-Bench: transfer across architectures",
+    name="transfer", revision=6, order=50, title="DC-Bench: transfer across architectures",
     summary="a set trained on several architectures: DC-Bench's Transfer (MLP, ResNet-18, ResNet-152, ViT) and the rest",
     params={
         **SET_PARAMS,
@@ -54,7 +55,10 @@ SPEC = ProtocolSpec(
     history=("2: DSA (1000 epochs) by default; DC-Bench's four-architecture Transfer average",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
              "4: DC-Bench's schedule by default (scheduler dc_step: one more epoch, momentum reset at the drop)",
-             f"5: {LAYOUT_REVISION}"),
+             f"5: {LAYOUT_REVISION}",
+             f"6: {IDENTITY_REVISION}"
+              "; the 4-layer ConvNet (convnet_d4) by default on 64 px data (Tiny ImageNet, in the default models "
+              "too), a 3-layer ConvNet refused there"),
 )
 PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 # The architectures DC-Bench's "Transfer" column averages (Table 2: Random CIFAR-10 IPC 10,
@@ -64,6 +68,7 @@ DCBENCH_TRANSFER_MODELS = ("mlp", "resnet18", "resnet152", "vit")
 
 def validate(params: dict) -> dict:
     p = validate_set_params(PROTOCOL, PARAMS, params)
+    convnet_for_images(p, params)
     base = check_recipe_params(p)
     check_augment(p["augment"], "augment")
     models = p["models"]
@@ -99,6 +104,7 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
     cell = Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
     ds = cell.dataset
     with cell.guard():  # an architecture that cannot take these images fails now, not after the others trained
+        check_convnet_depth(cell.params["models"], ds.image_size, "models", f"{ds.name}'s")
         for name in cell.params["models"]:
             try:
                 create_model(name, ds.channels, ds.num_classes, ds.image_size)

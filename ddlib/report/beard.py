@@ -38,7 +38,7 @@ __all__ = ["ROW_PARAMS", "robustness_leaderboard", "unified_leaderboard", "eps_c
 ROW_PARAMS = ("dataset", "ipc", "method", "model", "training", "mode", "target", "space", "attacks", "device")
 PAIR_TARGETS = ("next", "next_mod10")  # BEARD's targets: the targeted row an untargeted one pairs with
 EXPERIMENT = "adversarial"
-_ATTACK_VALUES = (".robust_acc", ".asr", ".asr_beard", ".attack_seconds", ".queries")
+_ATTACK_VALUES = (".robust_acc", ".asr", ".asr_beard", ".attack_seconds", ".queries", ".timing_process")
 
 
 def _values(experiment: str) -> pd.DataFrame:
@@ -120,7 +120,10 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
     """BEARD's multi-adversary scores over IPCs: per dataset x method x model x training x mode x
     target x space and seed, RRM (and its ``rome``/``rome+`` variants) / AEM pool the attack values of
     the models of every IPC against their mean clean value (:func:`ddlib.metrics.rr_multi`; clean
-    times by ``clean_time``), CREI from them (``rr_variant``), and RCR likewise; mean and std over seeds."""
+    times by ``clean_time``), CREI from them (``rr_variant``), and RCR likewise; mean and std over seeds.
+    The IPC cells are usually timed in different processes (a grid runs each cell in its own), whose
+    loads differ: AEM then pools times that are not comparable, and the row's ``sanity`` says so
+    (:func:`_timing_note`), as a cell flags a row's AE timed in several processes."""
     df = _values(experiment)
     if df.empty:
         return df
@@ -140,6 +143,7 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
                                             [_ran(r, attacks, "attack_seconds") for _, r in sub.iterrows()],
                                             alpha, rr_variant)
         rows.append({"group": key, "seed": seed, "family": first["family"], "data": first.get("data"),
+                     "timing": _timing_note(sub, attacks),
                      **{k: first[k] for k in keys}, "precision": first.get("precision"),
                      "ipcs": ",".join("all" if i == FULL_IPC else str(i) for i in sorted(sub["ipc"].unique())),
                      **scores,
@@ -148,8 +152,26 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
     out = pd.DataFrame(rows)
     # the IPC list is part of a row: seeds missing at one IPC make a different row, never a silent mix
     out["group"] = out["group"] + "|" + out["ipcs"] + "|" + out.pop("sets")
-    return aggregate(out, ["rrm", "rrm_rome", "rrm_rome_plus", "aem", "creim", "creim_rome", "rcrm"], [*keys, "ipcs"],
-                     sort=("dataset", "mode", "family"), descending="creim")
+    out["timing"] = out.groupby("group", sort=False)["timing"].transform(
+        lambda notes: "; ".join(filter(None, dict.fromkeys(notes))))  # one note per row, over its seeds
+    board = aggregate(out, ["rrm", "rrm_rome", "rrm_rome_plus", "aem", "creim", "creim_rome", "rcrm"],
+                      [*keys, "ipcs", "timing"], sort=("dataset", "mode", "family"), descending="creim")
+    if board.empty:
+        return board
+    board["sanity"] = ["; ".join(filter(None, (str(s) if isinstance(s, str) else "", t)))
+                       for s, t in zip(board.get("sanity", [""] * len(board)), board.pop("timing"))]
+    return board
+
+
+def _timing_note(sub: pd.DataFrame, attacks: list[str]) -> str:
+    """Where the attack times of one seed's IPC rows come from several processes: a note naming how
+    many (AEM pools them; each row's own AE compares one process's times only)."""
+    columns = [f"{a}.timing_process" for a in attacks if f"{a}.timing_process" in sub]
+    processes = {float(v) for v in sub[columns].to_numpy().ravel() if pd.notna(v)} if columns else set()
+    if len(processes) < 2:
+        return ""
+    return (f"AEM pools attack times from {len(processes)} processes (the IPC cells were timed apart), whose loads "
+            "differ: compare AEM only between rows timed together")
 
 
 def eps_curves(experiment: str = EXPERIMENT) -> pd.DataFrame:

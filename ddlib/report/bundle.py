@@ -6,8 +6,10 @@ data label its cells ran on (e.g. "CIFAR-10 (JPEG)"), each cell run's logged con
 values, ddlib's version and commit, and the row's mean and std; beside it the rows in the layout of
 DD-Ranking's leaderboard (:data:`DDRANKING_COLUMNS`) and ddlib's own export of every board.
 
-DD-Ranking's layout: its leaderboard space (huggingface.co/spaces/logits/DD-Ranking) cannot be read
-from here, so the value columns are the result keys of DD-Ranking's released ``compute_metrics``
+DD-Ranking's layout: its leaderboard space reads a data.csv of ``method, verified, date, dataset,
+ipc, label_type, hlr, ior`` (:data:`LEADERBOARD_COLUMNS`, first in ``ddranking.csv``; that file is
+not in its GitHub repository, so the formats of date and label_type are ddlib's reading); after
+them ddlib's columns: the result keys of DD-Ranking's released ``compute_metrics``
 (``ddranking==0.2.0``: ``hard_label_recovery_mean``, ..., ``augmentation_robust_score_std``) in
 the units the leaderboard and the paper publish: HLR, IOR and the with/without-augmentation
 differences in percentage points, LRS and ARS on 0-100. The row columns say what was scored.
@@ -30,7 +32,8 @@ from ddlib.report.published import (ARS_VALUES, LRS_VALUES, PUBLISHED_EXPERIMENT
                                      published_table)
 from ddlib.shown import shown
 
-__all__ = ["DDRANKING_COLUMNS", "PUBLISHED_EXPERIMENT", "write_bundle", "ddranking_rows", "import_published",
+__all__ = ["DDRANKING_COLUMNS", "LEADERBOARD_COLUMNS", "PUBLISHED_EXPERIMENT", "write_bundle", "ddranking_rows",
+           "import_published",
            "published_table", "read_ddranking_rows"]
 
 BUNDLE_FORMAT = 2  # 2: values in ddlib.units' shown units (accuracies in %), per-row flag and ranked
@@ -38,10 +41,15 @@ UNITS_NOTE = ("accuracies in %, HLR and IOR in points, LRS, ARS and BEARD's scor
               "membership-inference AUC 0-1 (ddlib.units)")
 ROW_KEY_TAG = "ddlib.published_key"  # a published row's content: importing a file twice adds nothing
 
+# The columns of DD-Ranking's leaderboard space (its data.csv), in its order: first in ddranking.csv.
+# verified: true for a row ddlib computed whose set is not flagged (below); date: the export's day
+# (YYYY-MM-DD, UTC); label_type: hard | soft; hlr, ior: the LRS means in points (empty on ARS rows).
+LEADERBOARD_COLUMNS = ("method", "verified", "date", "dataset", "ipc", "label_type", "hlr", "ior")
+PEER_SYNONYMS = {"hlr": "hard_label_recovery_mean", "ior": "improvement_over_random_mean"}  # data.csv's names
 ROW_COLUMNS = ("method", "dataset", "ipc", "model", "label_type", "num_eval")
 VALUE_COLUMNS = tuple(f"{key}_{stat}" for key in (*LRS_VALUES, *ARS_VALUES) for stat in ("mean", "std"))
 # flag: why the row is no result (the set holds test images; accuracies near chance), empty where it is one
-DDRANKING_COLUMNS = (*ROW_COLUMNS, *VALUE_COLUMNS, "w", "gamma", "data", "source", "flag")
+DDRANKING_COLUMNS = (*LEADERBOARD_COLUMNS, "model", "num_eval", *VALUE_COLUMNS, "w", "gamma", "data", "source", "flag")
 _ROW_SKIP = ("runs", "config", "rank", "tied_with", "series", "family", "sanity", "seeds", "unranked")
 
 
@@ -114,19 +122,24 @@ def _label_type(preset) -> str:
 def ddranking_rows(tables: dict[str, pd.DataFrame], w: float = 0.5, gamma: float = 0.5) -> pd.DataFrame:
     """The ``lrs`` and ``ars`` boards (numbers in ddlib's shown units, ``_mean``/``_std``: HLR and IOR in
     points, LRS and ARS 0-100, DD-Ranking's units too) as DD-Ranking's leaderboard rows
-    (:data:`DDRANKING_COLUMNS`), one per board row; a score's columns are empty on the other's rows."""
+    (:data:`DDRANKING_COLUMNS`: its space's data.csv columns first), one per board row; a score's
+    columns are empty on the other's rows. ``verified``: computed by ddlib and not flagged."""
     rows = []
+    today = datetime.now(timezone.utc).date().isoformat()
     for name, values, weight in (("lrs", LRS_VALUES, ("w", w)), ("ars", ARS_VALUES, ("gamma", gamma))):
         board = tables.get(name, pd.DataFrame())
         for _, row in board.iterrows():
-            out = {"method": row.get("method"), "dataset": row.get("dataset"), "ipc": row.get("ipc"),
-                   "model": row.get("model"), "label_type": _label_type(row.get("preset")),
+            flag = _flag(row)
+            out = {"method": row.get("method"), "verified": not flag, "date": today, "dataset": row.get("dataset"),
+                   "ipc": row.get("ipc"), "model": row.get("model"), "label_type": _label_type(row.get("preset")),
                    "num_eval": row.get("seeds"), weight[0]: weight[1], "data": row.get("data"), "source": "ddlib",
-                   "flag": _flag(row)}
+                   "flag": flag}
             for key, (column, _) in values.items():
                 for stat in ("mean", "std"):
                     value = row.get(f"{column}_{stat}")
                     out[f"{key}_{stat}"] = None if value is None else round(float(value), 6)
+            for short, long in PEER_SYNONYMS.items():
+                out[short] = out.get(long)
             rows.append(out)
     return pd.DataFrame(rows, columns=list(DDRANKING_COLUMNS))
 
@@ -191,13 +204,17 @@ def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float =
 
 
 def read_ddranking_rows(path: str | Path) -> pd.DataFrame:
-    """A CSV of DD-Ranking leaderboard rows (:data:`DDRANKING_COLUMNS`; extra columns are kept as
-    they are), checked: a ValueError naming the file, row and column otherwise."""
+    """A CSV of DD-Ranking leaderboard rows (:data:`DDRANKING_COLUMNS`, or its space's data.csv with
+    ``hlr``/``ior``; extra columns are kept as they are), checked: a ValueError naming the file, row
+    and column otherwise."""
     path = Path(path)
     try:
         table = pd.read_csv(path)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: not a readable CSV ({e.__class__.__name__})") from None
+    for short, long in PEER_SYNONYMS.items():  # DD-Ranking's own data.csv names its two values hlr, ior
+        if short in table.columns and long not in table.columns:
+            table[long] = table[short]
     missing = [c for c in ("method", "dataset", "ipc") if c not in table.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; a row needs method, dataset, ipc and at "

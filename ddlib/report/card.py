@@ -27,7 +27,8 @@ from ddlib.protocols.common import FULL_IPC
 from ddlib.report import beard, evals, viz
 from ddlib.report.boards import Boards, load_boards
 from ddlib.report.export import row_recipe
-from ddlib.report.plots import board_rows, eps_curve_figures, ipc_points, radar_profile, set_grid_png
+from ddlib.report.plots import (board_rows, eps_curve_figures, ipc_points, radar_families, radar_profile,
+                                 set_grid_png)
 from ddlib.report.core import INTERVALS, _param, display_format, rank_caption, reading_from, source_tags
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.stats import describe_method
@@ -377,7 +378,8 @@ def _figures(card: Card, boards: Boards) -> dict:
     figures = {}
     profiles = {card.method: radar_profile(boards, card.method, card.dataset, card.ipc)}
     if card.method != "random" and list_sets(boards, "random", card.dataset, card.ipc):
-        profiles["random (same IPC)"] = radar_profile(boards, "random", card.dataset, card.ipc)
+        same_setting = radar_families(boards, card.method, card.dataset, card.ipc)  # random of the set's own setting
+        profiles["random (same IPC)"] = radar_profile(boards, "random", card.dataset, card.ipc, families=same_setting)
     figures["radar"] = viz.radar(profiles, f"{card.method}, {card.data}, IPC {card.ipc}: scores normalised to [0, 1]")
     points, full, what = ipc_points(boards, card.dataset, [card.method])
     figures["accuracy_vs_ipc"] = viz.accuracy_vs_ipc(points, card.method, full,

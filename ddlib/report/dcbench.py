@@ -22,7 +22,7 @@ __all__ = ["augmentation_leaderboard", "compression_leaderboard", "plot_compress
            "transfer_leaderboard", "transfer_tau", "nas_leaderboard", "SELECTION"]
 
 # real-image selection baselines; everything else but "full" is a method
-SELECTION = ("random", "kcenter", "kcenter_greedy", "herding", "forgetting", "el2n")
+SELECTION = ("random", "kcenter", "kcenter_greedy", "herding", "herding_dc", "forgetting", "el2n")
 
 
 def _accuracies(experiment: str, row_params, keys=()) -> pd.DataFrame:

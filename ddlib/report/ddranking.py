@@ -11,9 +11,13 @@ from ddlib.report.boards import build_board
 from ddlib.report.core import KEY_COLUMNS, aggregate, per_seed_values
 from ddlib.tracking import TAG
 
-__all__ = ["ROW_PARAMS", "ROW_TAGS", "SWEEP", "lrs_leaderboard", "ars_leaderboard", "weight_sweep", "plot_scores"]
+__all__ = ["ROW_PARAMS", "WEIGHT_PARAM", "row_params", "ROW_TAGS", "SWEEP", "lrs_leaderboard", "ars_leaderboard",
+           "weight_sweep", "plot_scores"]
 
 ROW_PARAMS = ("dataset", "ipc", "method", "model", "preset", "lr_policy")
+# The cells' own score weight is part of a row's key, so cells that differ only by it are rows that say so
+# (not look-alike duplicates); the board's score column is computed at the board's weight (w=, gamma=).
+WEIGHT_PARAM = {"lrs": "w", "ars": "gamma"}
 # Part of a row's key besides its params (the group hash holds the revision already; the tags show it
 # as a column): the protocol revision, so no row pools cells of two definitions, and the real-data
 # pool's identity (its content digest), so no row pools cells scored against different real data.
@@ -22,16 +26,22 @@ ROW_TAGS = {"revision": TAG["revision"], "pool": POOL_TAG}
 MATCHED_COMPUTE = ("acc_rdm_matched", "ior_matched")  # per-seed values of cells run with matched_compute: true
 
 
+def row_params(score: str) -> tuple[str, ...]:
+    """The params that key a row of the ``score`` board ("lrs", "ars"): ROW_PARAMS and the cells' weight."""
+    return (*ROW_PARAMS, WEIGHT_PARAM[score])
+
+
 def _leaderboard(experiment: str, keys: tuple[str, ...], derive, score: str, roles: tuple[str, ...]) -> pd.DataFrame:
     """Pool per-seed values by group, add derived columns, and aggregate mean and std over seeds; then
     the calibration, class-wise fairness and cost of the ``roles``' models (:mod:`ddlib.protocols.beyond`)."""
-    df = per_seed_values(experiment, keys, ROW_PARAMS, row_tags=ROW_TAGS,
+    params = row_params(score)
+    df = per_seed_values(experiment, keys, params, row_tags=ROW_TAGS,
                          match=lambda k: beyond.is_beyond(k) or k in MATCHED_COMPUTE)
     if df.empty:
         return df
     derived = derive(df) + [k for k in MATCHED_COMPUTE if k in df]  # label_robust's matched_compute: true
     extra = beyond.board_columns(df, roles)
-    return aggregate(df, [*keys, *derived, *extra], (*ROW_PARAMS, "revision"), sort=("dataset", "ipc"), descending=score)
+    return aggregate(df, [*keys, *derived, *extra], (*params, "revision"), sort=("dataset", "ipc"), descending=score)
 
 
 def lrs_leaderboard(experiment: str = "label_robust", w: float = 0.5) -> pd.DataFrame:
@@ -73,7 +83,7 @@ def weight_sweep(score: str = "lrs", weights=SWEEP, experiment: str | None = Non
         board = build(v)
         if board.empty:
             return board
-        key = [*ROW_PARAMS, "revision", *[c for c in (*KEY_COLUMNS, "config") if c in board]]
+        key = [*row_params(score), "revision", *[c for c in (*KEY_COLUMNS, "config") if c in board]]
         column = board[key + [f"{score}_mean"]].rename(columns={f"{score}_mean": f"{score} @ {v:g}"})
         table = column if table is None else table.merge(column, on=key, how="outer")
     return table

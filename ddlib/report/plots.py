@@ -14,7 +14,7 @@ from ddlib.report import evals, viz
 from ddlib.report.boards import Boards
 from ddlib.report.dcbench import SELECTION
 
-__all__ = ["SELECTION", "board_rows", "radar_profile", "ipc_points", "summary_figures", "set_grid_png",
+__all__ = ["SELECTION", "board_rows", "radar_profile", "radar_families", "ipc_points", "summary_figures", "set_grid_png",
            "RANDOM_BASELINE", "eps_curve_figures"]
 
 
@@ -28,40 +28,79 @@ def board_rows(board: pd.DataFrame, method: str, dataset: str, ipc: int | None) 
     return board[keep]
 
 
-def radar_profile(boards: Boards, method: str, dataset: str, ipc: int) -> dict[str, tuple[float, str]]:
+# The boards the radar reads, each with the mode whose rows it prefers (BEARD: untargeted attacks).
+RADAR_BOARDS = (("lrs", None), ("ars", None), ("beard", "untargeted"), ("transfer", None), ("nas", None))
+
+
+def _radar_rows(boards: Boards, name: str, method: str, dataset: str, ipc: int, prefer=None, precision=None,
+                family=None) -> pd.DataFrame:
+    """A set's rows on one board: of ``family`` (where given) and ``precision`` (where given), BEARD's
+    preferred mode where it has rows in it; several rows are several variants (recipes, presets, models)."""
+    rows = board_rows(boards[name], method, dataset, ipc)
+    if prefer is not None and not rows.empty and "mode" in rows:
+        preferred = rows[rows["mode"] == prefer]
+        rows = preferred if not preferred.empty else rows
+    for column, wanted in (("precision", precision), ("family", family)):
+        if wanted is not None and not rows.empty and column in rows:
+            rows = rows[rows[column].astype(str) == str(wanted)]
+    return rows
+
+
+def radar_families(boards: Boards, method: str, dataset: str, ipc: int, precision: str | None = None) -> dict[str, str]:
+    """The family (the setting: data, model, recipe, precision) of the row each board shows for this set:
+    pass it to :func:`radar_profile` to draw another method (random) from the same setting."""
+    out = {}
+    for name, prefer in RADAR_BOARDS:
+        rows = _radar_rows(boards, name, method, dataset, ipc, prefer, precision)
+        if not rows.empty and "family" in rows:
+            out[name] = str(rows["family"].iloc[0])
+    return out
+
+
+def radar_profile(boards: Boards, method: str, dataset: str, ipc: int, precision: str | None = None,
+                  families: dict[str, str] | None = None) -> dict[str, tuple[float, str]]:
     """LRS, ARS, CREI, DC-Bench's transfer average and NAS Spearman rho of a set (each the score its
     protocol's board ranks by), scaled to [0, 1] (LRS, ARS, CREI / 100; transfer average accuracy as a
     fraction; (rho + 1) / 2), NaN if not run.
+
+    Which row: ``precision`` and ``families`` (board -> family, :func:`radar_families`) keep the rows of
+    that precision and setting. Where the set still has several rows on a board (variants: two
+    recipes, presets, models, precisions), the board's first, its best, is drawn and the value is
+    labelled "best of N variants", never shown as if it were the only one.
 
     The transfer axis is DC-Bench's "Transfer" (``acc_transfer``: MLP, ResNet-18, ResNet-152, ViT)
     under :data:`TRANSFER_AXIS`. A transfer grid without those four has no such number; its mean over
     the grid's other architectures (``acc_others_avg``) is shown on an axis of its own,
     :data:`OTHERS_AXIS`, never under DC-Bench's name (two sets scored differently then sit on two
     axes instead of one)."""
+    families = families or {}
 
-    def mean(name, column, prefer=None):
-        rows = board_rows(boards[name], method, dataset, ipc)
-        if prefer is not None and not rows.empty and "mode" in rows:
-            preferred = rows[rows["mode"] == prefer]
-            rows = preferred if not preferred.empty else rows
-        return float(rows[f"{column}_mean"].iloc[0]) if not rows.empty and f"{column}_mean" in rows else float("nan")
+    def value(name, column, prefer=None):
+        rows = _radar_rows(boards, name, method, dataset, ipc, prefer, precision, families.get(name))
+        if rows.empty or f"{column}_mean" not in rows:
+            return float("nan"), ""
+        rows = rows[rows[f"{column}_mean"].notna()]
+        if rows.empty:
+            return float("nan"), ""
+        return float(rows[f"{column}_mean"].iloc[0]), f" (best of {len(rows)} variants)" if len(rows) > 1 else ""
 
-    lrs, ars = mean("lrs", "lrs"), mean("ars", "ars")
-    crei, rho = mean("beard", "crei", "untargeted"), mean("nas", "spearman")
-    transfer = mean("transfer", "acc_transfer")  # DC-Bench's Transfer: MLP, ResNet-18, ResNet-152, ViT
-    others = mean("transfer", "acc_others_avg") if transfer != transfer else float("nan")
+    (lrs, lrs_n), (ars, ars_n) = value("lrs", "lrs"), value("ars", "ars")
+    (crei, crei_n), (rho, rho_n) = value("beard", "crei", "untargeted"), value("nas", "spearman")
+    transfer, transfer_n = value("transfer", "acc_transfer")  # DC-Bench's Transfer: MLP, ResNet-18, ResNet-152, ViT
+    others, others_n = value("transfer", "acc_others_avg") if transfer != transfer else (float("nan"), "")
 
     def label(value, text):
         return "not run" if value != value else text
 
     if others == others:  # a grid without DC-Bench's four: its own axis, its own name
-        axis, value, text = OTHERS_AXIS, others, f"{100 * others:.1f} % (not DC-Bench's four)"
+        axis, shown, text = OTHERS_AXIS, others, f"{100 * others:.1f} % (not DC-Bench's four){others_n}"
     else:
-        axis, value, text = TRANSFER_AXIS, transfer, f"{100 * transfer:.1f} %"
-    return {"LRS": (lrs / 100, label(lrs, f"{lrs:.1f} / 100")), "ARS": (ars / 100, label(ars, f"{ars:.1f} / 100")),
-            "CREI": (crei / 100, label(crei, f"{crei:.1f} / 100")),
-            axis: (value, label(value, text)),
-            "NAS rho": ((rho + 1) / 2, label(rho, f"rho {rho:.2f} -> {(rho + 1) / 2:.2f}"))}
+        axis, shown, text = TRANSFER_AXIS, transfer, f"{100 * transfer:.1f} %{transfer_n}"
+    return {"LRS": (lrs / 100, label(lrs, f"{lrs:.1f} / 100{lrs_n}")),
+            "ARS": (ars / 100, label(ars, f"{ars:.1f} / 100{ars_n}")),
+            "CREI": (crei / 100, label(crei, f"{crei:.1f} / 100{crei_n}")),
+            axis: (shown, label(shown, text)),
+            "NAS rho": ((rho + 1) / 2, label(rho, f"rho {rho:.2f} -> {(rho + 1) / 2:.2f}{rho_n}"))}
 
 
 TRANSFER_AXIS = "DC-Bench Transfer"  # acc_transfer: the mean over MLP, ResNet-18, ResNet-152, ViT

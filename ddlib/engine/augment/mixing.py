@@ -83,8 +83,9 @@ def _cutmix_factory(ctx: AugmentContext, *, alpha: float = 1.0, p: float = 1.0):
     alpha) (the CutMix authors' ``rand_bbox``, :func:`_cutmix_box`), the reversed batch's box pasted
     in, lambda corrected to the pasted area, targets mixed by area. DD-Ranking, SRe2L and RDED paste
     from a random permutation (the same in law on a shuffled batch) and relabel the mixed image with
-    a teacher (DD-Ranking leaves hard targets unmixed); every CutMix preset relabels, so the target
-    mixing never reaches their numbers."""
+    a teacher, leaving the targets unmixed; every CutMix preset relabels, and its protocols train with
+    :func:`ddlib.engine.labels.teacher_augment`, which keeps the targets unmixed too (``mse_ce``'s CE
+    term reads them)."""
     alpha = _number("cutmix", "alpha", alpha, lo=0.0, lo_open=True)
     p = _number("cutmix", "p", p, lo=0.0, hi=1.0)
 
