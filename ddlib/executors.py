@@ -47,6 +47,7 @@ __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecu
 # batch run talk only to this process over loopback, and a shutdown logs a spurious
 # KeyboardInterrupt, so keep its own log quiet (notebook errors still reach the executed notebook).
 KERNEL_ARGUMENTS = ["--log-level=CRITICAL"]
+RAY_START_ATTEMPTS = 3  # a local Ray start that times out on a loaded machine is tried this often
 RAY_INSTALL_HINT = "pip install 'ddlib[cluster]' (in a checkout: make setup)"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, `kill`: either stops a cell, which is marked KILLED
 KERNEL_TAG = "ddlib.kernel"  # "fresh", or "warm: cell N of its kernel" (a worker's kernel kept, ddlib.kernels)
@@ -510,6 +511,29 @@ class RayExecutor:
         except ImportError:
             raise ExecutorError(f"--executor ray needs Ray: {RAY_INSTALL_HINT}") from None
 
+    def _start_local_ray(self) -> None:
+        """A local Ray instance for this grid. Ray gives its raylet a fixed 30 s to register (on a loaded
+        machine it may not): such a start is tried again, :data:`RAY_START_ATTEMPTS` times in all, then
+        reported in one line."""
+        import ray
+
+        env = {k: os.environ[k] for k in ("PYTHONPATH",) if os.environ.get(k)}
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+            try:
+                ray.init(num_cpus=max(1, int(self.workers * self.cpus_per_cell)), include_dashboard=False,
+                         _node_ip_address="127.0.0.1", log_to_driver=False,
+                         runtime_env={"env_vars": env} if env else None)
+                return
+            except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this one
+                if "timed out during startup" not in str(error):
+                    raise
+                ray.shutdown()
+                if attempt == RAY_START_ATTEMPTS:
+                    raise RuntimeError(f"its node did not start in {RAY_START_ATTEMPTS} tries of Ray's 30 s "
+                                       "(a loaded machine?)") from None
+                print(f"Ray's node did not start within its 30 s (try {attempt} of {RAY_START_ATTEMPTS}): "
+                      "starting it again", file=sys.stderr)
+
     def run(self, jobs: Sequence[CellJob], on_outcome: OnOutcome) -> None:
         self.check_installed()
         import ray
@@ -519,10 +543,7 @@ class RayExecutor:
             handler = signal.getsignal(signal.SIGTERM)
             try:
                 if self.address is None:
-                    env = {k: os.environ[k] for k in ("PYTHONPATH",) if os.environ.get(k)}
-                    ray.init(num_cpus=max(1, int(self.workers * self.cpus_per_cell)), include_dashboard=False,
-                             _node_ip_address="127.0.0.1", log_to_driver=False,
-                             runtime_env={"env_vars": env} if env else None)
+                    self._start_local_ray()
                 else:
                     ray.init(address=self.address, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as error:

@@ -22,7 +22,9 @@ every key holds (:func:`definition`), so nothing computed before is reused or po
   the revisions of the protocols that share those results with it (:data:`SHARED_DEFINITIONS`).
 
 The package's version is in no key (it has been 0.2.0 since the first commit): a release that changes
-no number reuses everything, one that changes a number bumps a revision.
+no number reuses everything, one that changes a number bumps a revision. A change that only adds a
+board or a column computed from values already logged changes no number and needs no bump (a bump of
+one protocol of a shared group recomputes the whole group).
 """
 
 from __future__ import annotations

@@ -302,6 +302,12 @@ def test_radar_labels_a_best_of_several_variants_and_draws_random_from_the_sets_
     random = radar_profile(boards, "random", "digits", 10, families=radar_families(boards, "dc", "digits", 10))
     assert random["LRS"] == (pytest.approx(0.25), "25.0 / 100")  # random's best (35, another setting) is not it
     assert radar_profile(boards, "random", "digits", 10, families={"lrs": "elsewhere"})["LRS"][1] == "not run"
+    # a board not sorted by its score (BEARD's sorts by family before CREI): the best is still the best
+    beard = pd.DataFrame({"method": ["dc", "dc"], "dataset": ["digits"] * 2, "ipc": [10] * 2, "mode": ["untargeted"] * 2,
+                          "family": ["a-pixel", "b-beard_compat"], "crei_mean": [20.0, 45.0]})
+    shown = radar_profile(Boards(tables={"beard": beard}), "dc", "digits", 10)
+    assert shown["CREI"] == (pytest.approx(0.45), "45.0 / 100 (best of 2 variants)")
+    assert radar_families(Boards(tables={"beard": beard}), "dc", "digits", 10) == {"beard": "b-beard_compat"}
 
 
 def test_data_source_label():

@@ -337,3 +337,30 @@ def test_ray_executor_on_a_local_cpu_ray_instance(real_results, server, tmp_path
     results = cell_results(url)
     assert results == real_results  # the same cells, the same per-seed accuracies as the local pool
     assert home_token.exists() == had_token
+
+
+def test_a_local_ray_start_that_times_out_is_tried_again_then_one_line(monkeypatch, capsys):
+    """Ray gives its raylet a fixed 30 s to register and then raises a bare Exception (seen under two busy
+    loops beside the suite): the executor starts it again, and after its last try says so in one line."""
+    ray = pytest.importorskip("ray")
+    from ddlib.executors import RAY_START_ATTEMPTS, ExecutorError, RayExecutor
+
+    calls = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        if len(calls) < failures:
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    failures = 2  # the second try starts it
+    RayExecutor(None, workers=1)._start_local_ray()
+    assert len(calls) == 2 and "try 1 of" in capsys.readouterr().err
+    calls.clear()
+    failures = RAY_START_ATTEMPTS + 1  # never starts
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with pytest.raises(ExecutorError, match=rf"cannot start or reach Ray \(address local\): its node did not start "
+                                            rf"in {RAY_START_ATTEMPTS} tries"):
+        RayExecutor(None, workers=1).run([], lambda *a: None)
+    assert len(calls) == RAY_START_ATTEMPTS

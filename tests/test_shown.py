@@ -284,3 +284,28 @@ def test_a_scored_set_shows_each_value_in_one_unit_on_every_surface(tmp_path, mo
     column = lrs.tables[0][1].iloc[:, 0]
     hlr_label = next(i for i in column.index if i.startswith("HLR"))
     assert column[hlr_label].startswith(f"{table.loc['hlr', 'mean']:.2f}")
+
+
+def test_a_row_of_an_earlier_revision_is_shown_but_never_ranked_nor_headlined(tmp_path, monkeypatch):
+    """A cell computed under an earlier revision of its protocol (another definition: privacy's revision 2
+    drew members that capped its AUC near 0.5) stays on the board, below the ranked rows with the reason
+    beside its rank; the site's headline never names it, however it scores (issue 54 review)."""
+    from ddlib.protocols.spec import get_spec
+    from ddlib.report.boards import build_board
+    from ddlib.report.core import UNRANKED_STALE
+    from ddlib.report.site import build_site
+
+    use_store(monkeypatch, tmp_path / "mlruns")
+    tracking.init_store()
+    _cell("label_robust", CLEAN, BOARD_VALUES["label_robust"])
+    old = _cell("label_robust", LEAKY, {**BOARD_VALUES["label_robust"], "acc_syn_hard": 0.8, "acc_syn_any": 0.8})
+    current = get_spec("label_robust").revision
+    tracking.client().set_tag(old, tracking.TAG["revision"], str(current - 1))
+    board = build_board("lrs")
+    assert list(board["method"]) == [CLEAN, LEAKY]  # the earlier revision's row last, though it scores higher
+    stale = board.iloc[1]
+    assert pd.isna(stale["rank"]) and stale["unranked"] == UNRANKED_STALE.format(revision=current - 1, current=current)
+    assert board.iloc[0]["rank"] == 1
+    assert build_site(tmp_path / "site", with_cards=False)
+    headline = (tmp_path / "site" / "lrs-digits-ipc1.html").read_text().split('id="headline">')[1].split("</p>")[0]
+    assert f"by <b>{CLEAN}</b>" in headline

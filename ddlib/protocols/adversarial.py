@@ -367,7 +367,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedMod
         _check_cell_targets(cell)
         models = models if models is not None else train_models(cell, distilled)
         images, labels = attack_subset(cell)
-        test_id = f"{ds.name}:{ds.source}:{tensor_digest(images, labels)}"
+        test_id = f"{ds.name}:{tensor_digest(images, labels)}"  # by content: the same images under another path are the same
         attacks = parse_attacks(p["attacks"])
         curve = parse_curve(p["eps_curve"], targeted, p["space"])
         run = dict(num_classes=ds.num_classes, batch_size=p["attack_batch_size"], seed=p["attack_seed"],

@@ -233,7 +233,7 @@ def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedMod
         pools = {label: {m.seed: m for m in (surrogates if label == p["method"] else _target_models(cell, e))}
                  for label, e in entries.items()}
         images, labels = adversarial.attack_subset(cell)
-        test_id = f"{ds.name}:{ds.source}:{tensor_digest(images, labels)}"
+        test_id = f"{ds.name}:{tensor_digest(images, labels)}"  # by content: the same images under another path are the same
         cell.tracker.set_tags(cell.run_id, {adversarial.SPACE_TAG: p["space"]})
         rows, matrix, skipped = [], [], {}
         for surrogate in surrogates:

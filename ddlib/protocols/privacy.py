@@ -16,7 +16,8 @@ the full-data model (``full_data``). Every model is trained through
 earlier cell trained it, never trained twice. Method ``full`` (ipc 0): the set is the training split,
 attacked once with the full-data shadows (no random subset).
 
-Two attacks, both black-box on the softmax (the model's fp32 forward, whatever precision it trained in):
+Two attacks, both black-box on the softmax (logits as the model's test pass computes them, bf16 autocast for a
+bf16 model; softmax and loss in fp32):
 
 * **loss threshold** (Yeom et al., CSF 2018): score = - cross-entropy of the true label; no training.
 * **shadow models** (Shokri et al., S&P 2017), in its simple form: per seed a shadow model trained the

@@ -42,7 +42,8 @@ UNITS_NOTE = ("accuracies in %, HLR and IOR in points, LRS, ARS and BEARD's scor
 ROW_KEY_TAG = "ddlib.published_key"  # a published row's content: importing a file twice adds nothing
 
 # The columns of DD-Ranking's leaderboard space (its data.csv), in its order: first in ddranking.csv.
-# verified: true for a row ddlib computed whose set is not flagged (below); date: the export's day
+# verified: false (the space's check that a row reproduces, which ddlib's computing a row is not; why a set
+# is no result is in flag); date: the export's day
 # (YYYY-MM-DD, UTC); label_type: hard | soft; hlr, ior: the LRS means in points (empty on ARS rows).
 LEADERBOARD_COLUMNS = ("method", "verified", "date", "dataset", "ipc", "label_type", "hlr", "ior")
 PEER_SYNONYMS = {"hlr": "hard_label_recovery_mean", "ior": "improvement_over_random_mean"}  # data.csv's names
@@ -123,14 +124,15 @@ def ddranking_rows(tables: dict[str, pd.DataFrame], w: float = 0.5, gamma: float
     """The ``lrs`` and ``ars`` boards (numbers in ddlib's shown units, ``_mean``/``_std``: HLR and IOR in
     points, LRS and ARS 0-100, DD-Ranking's units too) as DD-Ranking's leaderboard rows
     (:data:`DDRANKING_COLUMNS`: its space's data.csv columns first), one per board row; a score's
-    columns are empty on the other's rows. ``verified``: computed by ddlib and not flagged."""
+    columns are empty on the other's rows. ``verified`` is false: a row ddlib computed is not a row the
+    space verified (``flag`` says why a set is no result)."""
     rows = []
     today = datetime.now(timezone.utc).date().isoformat()
     for name, values, weight in (("lrs", LRS_VALUES, ("w", w)), ("ars", ARS_VALUES, ("gamma", gamma))):
         board = tables.get(name, pd.DataFrame())
         for _, row in board.iterrows():
             flag = _flag(row)
-            out = {"method": row.get("method"), "verified": not flag, "date": today, "dataset": row.get("dataset"),
+            out = {"method": row.get("method"), "verified": False, "date": today, "dataset": row.get("dataset"),
                    "ipc": row.get("ipc"), "model": row.get("model"), "label_type": _label_type(row.get("preset")),
                    "num_eval": row.get("seeds"), weight[0]: weight[1], "data": row.get("data"), "source": "ddlib",
                    "flag": flag}

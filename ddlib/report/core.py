@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import math
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -247,7 +248,8 @@ def per_seed_values(experiment: str, keys: Sequence[str] = (), row_params: Seque
                    "family": tags.get(TAG["family"], group) + split,
                    "seed": seed, "run_id": run.info.run_id, "data": tags.get(TAG["data"]),
                    "classes": _classes(run), "leakage": tags.get(LEAKAGE_TAG), "devices": tags.get(TAG["device_name"]),
-                   "quick": QUICK_NOTE if tags.get(TAG["quick"]) else ""}
+                   "quick": QUICK_NOTE if tags.get(TAG["quick"]) else "",
+                   "revision": tags.get(TAG["revision"]), "protocol": tags.get(TAG["protocol"], experiment)}
             row.update({p: _param(run, p) for p in row_params})
             row.update({column: tags.get(tag) for column, tag in (row_tags or {}).items()})
             row.update({column: tags.get(tag) for column, tag in {**SPLIT_TAGS, **SET_TAGS}.items()})
@@ -333,6 +335,25 @@ def leakage_note(sub: pd.DataFrame) -> str:
     return "; ".join(dict.fromkeys(str(v) for v in sub["leakage"] if isinstance(v, str) and v))
 
 
+def stale_note(sub: pd.DataFrame) -> str:
+    """Why a row computed under an earlier revision of its protocol is not ranked (empty where its cells
+    are of the protocol's revision now, or where that cannot be told): its number is of another
+    definition (each protocol's ``history`` says what changed), shown on the board but never ranked,
+    headlined or pooled with today's."""
+    if "revision" not in sub or "protocol" not in sub:
+        return ""
+    from ddlib.protocols.spec import ProtocolLoadError, get_spec
+
+    try:
+        current = get_spec(str(sub["protocol"].iloc[0])).revision
+        revisions = {int(r) for r in sub["revision"] if r is not None and not (isinstance(r, float) and math.isnan(r))}
+    except (KeyError, ValueError, TypeError, ImportError, ProtocolLoadError):  # not installed here; a hand-written tag
+        return ""
+    if not revisions or max(revisions) >= current:
+        return ""
+    return UNRANKED_STALE.format(revision=max(revisions), current=current)
+
+
 def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[str],
               sort: Sequence[str] = (), descending: str | None = None) -> pd.DataFrame:
     """Mean and std over seeds of ``value_cols`` per group, each with its bootstrap interval
@@ -371,7 +392,8 @@ def aggregate(df: pd.DataFrame, value_cols: Sequence[str], row_params: Sequence[
         notes = [leak, _sanity(sub) if "classes" in sub else "", quick]
         if "classes" in sub or "leakage" in sub:
             row["sanity"] = "; ".join(n for n in notes if n)
-        row["unranked"] = UNRANKED_LEAK if leak else ""  # a set holding test images is never ranked as a result
+        # a set holding test images is never ranked as a result, nor a number of an earlier definition
+        row["unranked"] = UNRANKED_LEAK if leak else stale_note(sub)
         row["config"] = group[:8]
         row["runs"] = " ".join(dict.fromkeys(sub["run_id"])) if "run_id" in sub else ""
         out.append(row)
@@ -497,6 +519,7 @@ HIDDEN = ("seeds", "series", "family", "runs", "rank", "tied_with", "sanity", "l
 QUICK_NOTE = "quick look (ddlib score --quick): not a result"
 # What a board's rank says of a row left out of the ranking: its set holds test (or validation) images.
 UNRANKED_LEAK = "not ranked: the set holds test images"
+UNRANKED_STALE = "not ranked: computed under revision {revision} (the protocol is at {current}): rerun the cell"
 PER_SEED = "_per_seed"  # <score>_per_seed: {seed: value} as JSON
 
 

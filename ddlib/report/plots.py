@@ -30,6 +30,17 @@ def board_rows(board: pd.DataFrame, method: str, dataset: str, ipc: int | None) 
 
 # The boards the radar reads, each with the mode whose rows it prefers (BEARD: untargeted attacks).
 RADAR_BOARDS = (("lrs", None), ("ars", None), ("beard", "untargeted"), ("transfer", None), ("nas", None))
+# the value each radar board is drawn by (every axis: higher is better)
+RADAR_SCORES = {"lrs": "lrs", "ars": "ars", "beard": "crei", "transfer": "acc_transfer", "nas": "spearman"}
+
+
+def _best(rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows that have ``column``, best first (a board's own order need not be by it: BEARD's sorts
+    by family before CREI), so that "best of N variants" is the best."""
+    if f"{column}_mean" not in rows:
+        return rows.iloc[0:0]
+    rows = rows[rows[f"{column}_mean"].notna()]
+    return rows.sort_values(f"{column}_mean", ascending=False, kind="stable")
 
 
 def _radar_rows(boards: Boards, name: str, method: str, dataset: str, ipc: int, prefer=None, precision=None,
@@ -52,6 +63,8 @@ def radar_families(boards: Boards, method: str, dataset: str, ipc: int, precisio
     out = {}
     for name, prefer in RADAR_BOARDS:
         rows = _radar_rows(boards, name, method, dataset, ipc, prefer, precision)
+        best = _best(rows, RADAR_SCORES[name])
+        rows = best if not best.empty or name != "transfer" else _best(rows, "acc_others_avg")  # no DC-Bench four
         if not rows.empty and "family" in rows:
             out[name] = str(rows["family"].iloc[0])
     return out
@@ -65,7 +78,7 @@ def radar_profile(boards: Boards, method: str, dataset: str, ipc: int, precision
 
     Which row: ``precision`` and ``families`` (board -> family, :func:`radar_families`) keep the rows of
     that precision and setting. Where the set still has several rows on a board (variants: two
-    recipes, presets, models, precisions), the board's first, its best, is drawn and the value is
+    recipes, presets, models, precisions), the best is drawn and the value is
     labelled "best of N variants", never shown as if it were the only one.
 
     The transfer axis is DC-Bench's "Transfer" (``acc_transfer``: MLP, ResNet-18, ResNet-152, ViT)
@@ -76,10 +89,7 @@ def radar_profile(boards: Boards, method: str, dataset: str, ipc: int, precision
     families = families or {}
 
     def value(name, column, prefer=None):
-        rows = _radar_rows(boards, name, method, dataset, ipc, prefer, precision, families.get(name))
-        if rows.empty or f"{column}_mean" not in rows:
-            return float("nan"), ""
-        rows = rows[rows[f"{column}_mean"].notna()]
+        rows = _best(_radar_rows(boards, name, method, dataset, ipc, prefer, precision, families.get(name)), column)
         if rows.empty:
             return float("nan"), ""
         return float(rows[f"{column}_mean"].iloc[0]), f" (best of {len(rows)} variants)" if len(rows) > 1 else ""
