@@ -1,5 +1,6 @@
 """How fast this machine trains and tests, and so what a cell's work (:mod:`ddlib.work`) costs here:
-the rates, measured in a few seconds and cached, the arithmetic that turns work into seconds, and the
+the rates, measured in a few seconds and cached, and what one training or pass costs at them
+(:func:`ddlib.work.seconds` adds up a cell), and the
 arithmetic peak ``bench/roofline.py`` reports.
 
 A **probe** is what a rate depends on besides the machine: the architecture, the input shape, the
@@ -20,7 +21,7 @@ scales the rates by now / then. The load average is recorded beside them.
 **Costs** (:func:`seconds`): per model ``epochs x (steps x step + images x image) + scored images x
 test image + call``, per pass its images' gradient and forward passes, per record written
 :data:`RECORD_SECONDS`, and a cell's start (:data:`CELL_FIXED_SECONDS`, :data:`CELL_SECONDS`). A
-running cell measures its own pace against the same arithmetic (:func:`running_plan`,
+running cell measures its own pace against the same arithmetic (:func:`ddlib.work.running_plan`,
 :func:`epoch_unit`, :mod:`ddlib.progress`).
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["Probe", "Rates", "rates", "pace", "peak", "best_seconds", "calibration_key", "forward_flops", "describe",
-           "seconds", "training_seconds", "passes_seconds", "running_plan", "epoch_unit", "CELL_FIXED_SECONDS",
+           "training_seconds", "passes_seconds", "cached_rates", "epoch_unit", "CELL_FIXED_SECONDS",
            "CELL_SECONDS", "RECORD_SECONDS", "REFERENCE_PACE", "CALIBRATION_FILE",
            "REVISION"]
 
@@ -321,31 +322,10 @@ def passes_seconds(p, r: Rates) -> float:
     return p.images * (p.gradients * r.image + p.forwards * r.test_image) + p.steps * r.step
 
 
-def seconds(work: list, rates_of, record: float = RECORD_SECONDS,
-            trained: dict[int, int] | None = None) -> float:
-    """Seconds of ``work`` at the rates ``rates_of(probe)`` gives (scaled to the machine's pace now):
-    every model of a training (or ``trained[i]`` of entry ``i``, made here: trained, or tested; the
-    others found in the store, which cost a record's read), every pass, and ``record`` seconds per
-    evaluation or cached result written.
-    The cell's own start (:data:`CELL_SECONDS`) is not in it."""
-    from ddlib.work import Passes
-
-    total = 0.0
-    for i, item in enumerate(work):
-        r = rates_of(item.probe)
-        if isinstance(item, Passes):
-            total += passes_seconds(item, r) + item.recorded * record
-            continue
-        n = item.models if trained is None else trained.get(i, item.models)
-        each = training_seconds(item, r, [rates_of(t) for t in item.teachers])
-        total += n * (each + (record if item.recorded else 0.0)) + (item.models - n) * record
-    return total
-
-
 # --------------------------------------------------------------------------- a running cell (ddlib.progress)
 
 
-def _cached_rates(device):
+def cached_rates(device):
     """Rates as calibrated here, in units of the reference workload's time then (so that rates
     measured under different loads add up); LookupError for a probe never calibrated here."""
     threads = torch.get_num_threads()
@@ -361,26 +341,14 @@ def _cached_rates(device):
     return rates_of
 
 
-def running_plan(protocol: str, params: dict, device) -> float | None:
-    """A running cell's work in reference units (:func:`_cached_rates`), for its progress line; None
-    where it is not known here (a protocol without a model of its work, a probe never calibrated)."""
-    from ddlib.work import cell_work, data_of
-
-    try:
-        return seconds(cell_work(protocol, params, data_of(params), device), _cached_rates(device),
-                       RECORD_SECONDS / REFERENCE_PACE)
-    except Exception:  # noqa: BLE001 - progress is advice
-        return None
-
-
 def epoch_unit(model: str, shape, classes: int, images: int, recipe, augment_name: str, model_kwargs: dict | None,
                objective_name: str, device) -> float | None:
-    """One model-epoch of a training call, in the units of :func:`running_plan` (None: not calibrated here)."""
+    """One model-epoch of a training call, in the units of :func:`ddlib.work.running_plan` (None: not calibrated here)."""
     found = re.search(r"steps=(\d+)", objective_name or "")
     try:
         probe = Probe(model, tuple(shape), classes, recipe.precision, augment_name or "none",
                       json.dumps(model_kwargs or {}, sort_keys=True))
-        r = _cached_rates(device)(probe)
+        r = cached_rates(device)(probe)
     except Exception:  # noqa: BLE001 - progress is advice: never a reason for a training to fail
         return None
     passes = 1 + (int(found.group(1)) if found and objective_name != "standard" else 0)

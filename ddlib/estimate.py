@@ -305,7 +305,8 @@ class Machine:
 
     def seconds(self, work: list, trained: dict[int, int] | None = None, cell: bool = True) -> float:
         """A cell's seconds: its work at these rates, and its start (:meth:`start_seconds`)."""
-        from ddlib.calibrate import RECORD_SECONDS, seconds
+        from ddlib.calibrate import RECORD_SECONDS
+        from ddlib.work import seconds
 
         total = seconds(work, self.rates, RECORD_SECONDS * self.overhead_scale(), trained)
         return total + (self.start_seconds() if cell else 0.0)

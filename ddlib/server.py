@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from ddlib.tracking import artifact_root, create_sqlite_store, is_server_uri, tracking_uri
+from ddlib.tracking import redact_uri as _redact
 
 __all__ = ["ServerError", "server_command", "mlflow_server_env", "JOB_EXECUTION_ENV", "start_server", "stop_server",
            "wait_healthy", "serve", "run_foreground", "LOOPBACK", "check_port_free"]
@@ -216,12 +217,3 @@ def run_foreground(command: list[str], env: dict[str, str] | None, url: str, rea
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _redact(uri: str) -> str:
-    """A database URI without its password, for printing."""
-    scheme, sep, rest = uri.partition("://")
-    if sep and "@" in rest and ":" in rest.split("@", 1)[0]:
-        user = rest.split("@", 1)[0].split(":", 1)[0]
-        return f"{scheme}://{user}:***@{rest.split('@', 1)[1]}"
-    return uri

@@ -163,15 +163,22 @@ def _store_label(folder: Path | None = None) -> str:
     return f"{folder} (DDLIB_MLRUNS)" if os.environ.get("DDLIB_MLRUNS") else str(folder)
 
 
+def redact_uri(uri: str) -> str:
+    """A database URI without its password, for printing."""
+    scheme, sep, rest = uri.partition("://")
+    if sep and "@" in rest and ":" in rest.split("@", 1)[0]:
+        user = rest.split("@", 1)[0].split(":", 1)[0]
+        return f"{scheme}://{user}:***@{rest.split('@', 1)[1]}"
+    return uri
+
+
 def _database_label() -> str:
     """The store's database as a message names it: the store's folder where it lies there, else its URI
     (a server's, another database's, without a password)."""
     uri, database = tracking_uri(), _sqlite_file(tracking_uri())
     if database is not None and database.parent.is_relative_to(mlruns_dir()):
         return _store_label()
-    from ddlib.server import _redact
-
-    return f"{database or _redact(uri)} (MLFLOW_TRACKING_URI)"
+    return f"{database or redact_uri(uri)} (MLFLOW_TRACKING_URI)"
 
 
 def _sqlite_file(uri: str) -> Path | None:

@@ -10,7 +10,7 @@ shadow models, the target models of a black-box cell. It follows the protocols' 
 (:mod:`ddlib.protocols`); ``tests/test_estimate.py`` checks each protocol's list against what a cell
 trains.
 
-:func:`ddlib.calibrate.seconds` turns the work into seconds with this machine's rates. Attack costs
+:func:`seconds` turns the work into seconds with this machine's rates. Attack costs
 are gradient and forward passes per image (:data:`ATTACK_COST`), measured on digits models (where half
 the images survive the first attacks, so AutoAttack's and Square's later queries are many).
 """
@@ -22,9 +22,10 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from ddlib.calibrate import Probe, forward_flops
+from ddlib.calibrate import (RECORD_SECONDS, REFERENCE_PACE, Probe, cached_rates, forward_flops, passes_seconds,
+                             training_seconds)
 
-__all__ = ["Data", "Training", "Passes", "cell_work", "data_of", "ATTACK_COST", "shown_stem"]
+__all__ = ["Data", "Training", "Passes", "cell_work", "data_of", "ATTACK_COST", "shown_stem", "seconds", "running_plan"]
 
 # What an attack costs per attacked image, as (gradient passes, forward passes, step overheads): each
 # pass at the attack's batch, a step overhead what an optimisation step costs beyond its images.
@@ -466,3 +467,35 @@ def cell_work(protocol: str, params: dict, data: Data | None = None, device=None
         raise ValueError(f"no model of the work of protocol {protocol!r}; known: {sorted(PROTOCOL_WORK)}")
     PROTOCOL_WORK[protocol](b)
     return b.work
+
+
+# --------------------------------------------------------------------------- the work in seconds
+
+
+def seconds(work: list, rates_of, record: float = RECORD_SECONDS,
+            trained: dict[int, int] | None = None) -> float:
+    """Seconds of ``work`` at the rates ``rates_of(probe)`` gives (scaled to the machine's pace now):
+    every model of a training (or ``trained[i]`` of entry ``i``, made here: trained, or tested; the
+    others found in the store, which cost a record's read), every pass, and ``record`` seconds per
+    evaluation or cached result written.
+    The cell's own start (:data:`CELL_SECONDS`) is not in it."""
+    total = 0.0
+    for i, item in enumerate(work):
+        r = rates_of(item.probe)
+        if isinstance(item, Passes):
+            total += passes_seconds(item, r) + item.recorded * record
+            continue
+        n = item.models if trained is None else trained.get(i, item.models)
+        each = training_seconds(item, r, [rates_of(t) for t in item.teachers])
+        total += n * (each + (record if item.recorded else 0.0)) + (item.models - n) * record
+    return total
+
+
+def running_plan(protocol: str, params: dict, device) -> float | None:
+    """A running cell's work in reference units (:func:`ddlib.calibrate.cached_rates`), for its progress line; None
+    where it is not known here (a protocol without a model of its work, a probe never calibrated)."""
+    try:
+        return seconds(cell_work(protocol, params, data_of(params), device), cached_rates(device),
+                       RECORD_SECONDS / REFERENCE_PACE)
+    except Exception:  # noqa: BLE001 - progress is advice
+        return None

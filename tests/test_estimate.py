@@ -16,7 +16,8 @@ import torch
 import yaml
 
 from ddlib import calibrate
-from ddlib.calibrate import REFERENCE_PACE, Probe, Rates, seconds, training_seconds
+from ddlib.calibrate import REFERENCE_PACE, Probe, Rates, training_seconds
+from ddlib.work import seconds
 from ddlib.work import Data, Passes, Training, cell_work
 
 DIGITS = Data(shape=(1, 8, 8), classes=10, train=1211, whole=1347, val=136, test=450)  # 10 % held out per class

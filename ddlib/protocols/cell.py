@@ -161,7 +161,7 @@ class Cell:
             if "val_fraction" in params:
                 cell._hold_out(params["val_fraction"])
             if cell.progress_writer is not None:  # the cell's own remaining time on the runner's line
-                from ddlib.calibrate import running_plan
+                from ddlib.work import running_plan
 
                 cell.progress_writer.plan(running_plan(protocol, cell.params, device))
         return cell
