@@ -231,15 +231,19 @@ def test_the_dry_run_refuses_a_missing_device_and_an_unwritable_store(mlflow_sto
 # --------------------------------------------------------------------------- the running cell
 
 
-def test_the_running_line_says_what_the_cell_has_left_at_its_own_pace(tmp_path):
+def test_the_running_line_says_what_the_cell_has_left_at_its_own_pace(tmp_path, monkeypatch):
     """A cell of 100 predicted seconds, 20 of them found in the store, that took 10 s for its first 5:
-    the other 75 take 150 s at that pace, however fast the dry run thought the machine."""
+    the other 75 take 150 s at that pace, however fast the dry run thought the machine. The clock the
+    writer reads stands still at 10 s after its start (a loaded machine's stall cannot move the pace)."""
+    from ddlib import progress
     from ddlib.progress import ProgressWriter, describe, read
 
     writer = ProgressWriter(tmp_path / "p.json", "cell", every=0)
     writer.plan(100.0)
     writer.skipped(20.0)
-    writer.started = time.time() - 10
+    now = time.time()
+    writer.started = now - 10
+    monkeypatch.setattr(progress.time, "time", lambda: now)
     call = SimpleNamespace(runs=((0, 0.01),), epoch=5, epochs=10, models_before=0, models=1, eta_seconds=10.0)
     writer("syn_hard", call, unit=1.0)  # 5 epochs of one model, 1 s each
     record = read(tmp_path / "p.json")
