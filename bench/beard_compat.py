@@ -123,7 +123,7 @@ def main() -> None:
 def _print_curves(cells: list[dict], eps: list[float]) -> None:
     """Each curve's points (%), its area, and the area it would have with the clean accuracy at eps 0
     (what ddlib logged there before issue 54; in beard_compat space it is not BEARD's pipeline's point)."""
-    from ddlib.metrics_robust import curve_auc
+    from ddlib.scores.robustness import curve_auc
 
     print(f"\n{'mode':>10} {'space':>12} {'attack':>6} " + " ".join(f"{e:>6g}" for e in eps)
           + "   auc  auc (clean at 0)")

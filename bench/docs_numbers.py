@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import machine_info  # noqa: E402
-from ddlib.metrics import lrs  # noqa: E402
+from ddlib.scores.metrics import lrs  # noqa: E402
 
 OUT = ROOT / "docs" / "numbers" / "demo.md"
 README = ROOT / "README.md"

@@ -2,7 +2,7 @@
 """How close a first dry run's time estimate comes to the real time (issue 53): for every protocol, a
 small real cell on digits in an empty temporary store and an empty feature cache (the machine's
 calibration, ``calibration.json``, is kept: it is measured once per machine), its estimate
-(``python -m ddlib run GRID --dry-run``: :func:`ddlib.plan.plan_grid`) against the wall time of
+(``python -m ddlib run GRID --dry-run``: :func:`ddlib.run.plan.plan_grid`) against the wall time of
 ``python -m ddlib run GRID``. The ratio estimate / real should stay within 1.5 either way. Writes
 bench/results/estimate_accuracy.json and prints a summary with the machine (CPU model, flags,
 threads) and its load before and after each cell.
@@ -65,7 +65,7 @@ def cells(set_path: str, full: bool = False) -> dict[str, dict]:
 
 def plan_json(path: str) -> int:
     """The dry run's plan of a one-cell grid, as JSON on stdout (run in a fresh process by :func:`measure`)."""
-    from ddlib.plan import plan_grid
+    from ddlib.run.plan import plan_grid
 
     started = time.perf_counter()
     plan = plan_grid(path)
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.plan:
         return plan_json(args.plan)
-    from ddlib.cache import cache_dir
+    from ddlib.store.cache import cache_dir
     from ddlib.data.datasets import load_dataset
     from ddlib.methods.select import random_subset
 

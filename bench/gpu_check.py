@@ -184,8 +184,7 @@ def _ddlib(ctx: Context, args: list[str], log: str) -> subprocess.CompletedProce
 
 
 def _cell_runs(experiment: str):
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     return tracking.runs(experiment, status=None, kind="cell")
 
 
@@ -221,8 +220,7 @@ def _cell_check(protocol: str):
                  f"{protocol}: the cell ran on {device_tag!r} ({name_tag!r}), not {ctx.device}")
         metrics = {k[len("metrics."):]: v for k, v in run.items()
                    if k.startswith("metrics.") and isinstance(v, float) and not math.isnan(v)}
-        from ddlib import tracking
-
+        from ddlib.store import tracking
         evals = tracking.runs(protocol, kind="eval")  # the models the cell trained (or reused from the store)
         modes = evals["tags.ddlib.train_mode"].value_counts().to_dict() if "tags.ddlib.train_mode" in evals else {}
         sanity = run.get("tags.ddlib.sanity")
@@ -554,7 +552,7 @@ def main(argv=None) -> int:
         os.environ["DDLIB_MLRUNS"] = str(store)  # before ddlib is imported: its tracking reads them
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
         from bench.machine import machine_info
-        from ddlib.tracking import git_commit
+        from ddlib.store.tracking import git_commit
 
         ctx = Context(device, args.quick, work, args.min_speedup,
                       args.throughput_images or (500 if args.quick else 100000))

@@ -39,8 +39,7 @@ def report(store: Path, experiment: str) -> dict:
     """Per-cell, per-model and per-attack times read back from the store."""
     os.environ.update(_store_env(store))
     sys.path.insert(0, str(ROOT))
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     out = {"cells": [], "models": [], "results": []}
     cells = tracking.runs(experiment, status=None, kind="cell")
     for _, run in cells.iterrows():

@@ -46,7 +46,7 @@ IMPORTS = {
     "import papermill": "import papermill",
     "import papermill, rfc3987_syntax left out (pool workers)": "import sys; sys.modules['rfc3987_syntax'] = None; "
                                                                  "import papermill",
-    "import ddlib.runner (the runner's imports)": "import ddlib.cli, ddlib.runner",
+    "import ddlib.run.runner (the runner's imports)": "import ddlib.cli, ddlib.run.runner",
 }
 
 

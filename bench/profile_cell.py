@@ -135,7 +135,7 @@ def _wrap(owner, name: str, profile: Profile, category: str):
 
 def instrument(profile: Profile) -> list:
     """Wrap the functions doing each kind of work; returns what to restore."""
-    from ddlib import tracking
+    from ddlib.store import tracking
     from ddlib.engine import labels, test_pass, train
     from ddlib.engine.augment import registry
     from ddlib.protocols import cell as cell_mod, teachers
@@ -228,7 +228,7 @@ def write_preset(path: Path, epochs: int, precision: str | None = None) -> Path:
 def profile_protocol(protocol: str, params: dict, store: Path) -> dict:
     import torch
 
-    from ddlib import tracking
+    from ddlib.store import tracking
     from ddlib.engine.device import resolve_device
     from ddlib.protocols import augmentation_robust, label_robust
 

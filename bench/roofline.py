@@ -15,7 +15,7 @@ for a forced-AVX2 run) and with the threads each model trained with (``--threads
 The peak is the best throughput of fp32 (and, where the CPU computes it natively, bf16) 3x3
 convolutions at ConvNet-3's layer shapes (batch 1024, a test pass's, forward, no autograd) and of a 2048x2048 matrix
 product, each the best of five runs: a favourable peak, so the bounds below are generous. FLOPs
-are :func:`ddlib.beyond.flops_per_image` (``torch.utils.flop_counter``, a multiply-add counts 2);
+are :func:`ddlib.scores.beyond_accuracy.flops_per_image` (``torch.utils.flop_counter``, a multiply-add counts 2);
 a training costs 3 x forward x images seen, a test pass forward x test images. The teacher's forward
 passes of soft-label roles are not counted: the work is understated, so the least time is too and
 every ratio bound is an upper bound.
@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import machine_info, write_results  # noqa: E402  (bench/machine.py)
 
-from ddlib.beyond import TRAIN_FLOPS_PER_FORWARD, flops_per_image  # noqa: E402
-from ddlib.calibrate import CONV_SHAPES, peak  # noqa: E402,F401  (the peak probe, shared with ddlib's estimates)
+from ddlib.scores.beyond_accuracy import TRAIN_FLOPS_PER_FORWARD, flops_per_image  # noqa: E402
+from ddlib.run.calibrate import CONV_SHAPES, peak  # noqa: E402,F401  (the peak probe, shared with ddlib's estimates)
 from ddlib.engine.device import bf16_supported, tune_cpu_allocator  # noqa: E402
 from ddlib.models import create_model  # noqa: E402
 
@@ -89,8 +89,7 @@ def store_bound(store: str, experiment: str, peak_gflops: float) -> dict:
     if "://" not in store:
         store = f"sqlite:///{Path(store) / 'mlflow.db'}"
     os.environ["MLFLOW_TRACKING_URI"] = store
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     evals = tracking.runs(experiment, kind="eval")
     rows, flops, seconds = [], 0.0, 0.0
     for _, r in evals.iterrows():

@@ -52,9 +52,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddlib import units
-from ddlib.cache import cache_dir
-from ddlib.tracking import run_metrics
+from ddlib.specs import units
+from ddlib.store.cache import cache_dir
+from ddlib.store.tracking import run_metrics
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # before anything imports tqdm
 
@@ -328,8 +328,7 @@ def _ms(values) -> tuple[float, float]:
 def peer_per_iteration(peer: dict, protocol: str, seeds: list[int], w: float) -> list[dict]:
     """The peer's accuracies per evaluation run (from the instrumented helpers), as fractions, with
     its own (percent-scale) score next to ddlib's formula applied to the same accuracies."""
-    from ddlib import metrics
-
+    from ddlib.scores import metrics
     raw = peer[protocol]
     rows = []
     for i, seed in enumerate(seeds):

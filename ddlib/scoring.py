@@ -29,9 +29,9 @@ import numpy as np
 import pandas as pd
 
 from ddlib.protocols.spec import set_protocols
-from ddlib.shown import shown
-from ddlib import tracking
-from ddlib.tracking import TAG, Tracker, config_hash, mlruns_dir
+from ddlib.specs.shown import shown
+from ddlib.store import tracking
+from ddlib.store.tracking import TAG, Tracker, config_hash, mlruns_dir
 
 __all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", "FILE_OPTIONS", "given_file_options",
            "save_arrays", "QUICK", "QUICK_TAG", "quick_params", "quick_note", "tag_quick"]
@@ -73,7 +73,7 @@ def quick_note(protocol: str) -> str:
 
 def tag_quick(run_id: str, protocol: str) -> None:
     """Tag a quick cell's run (:data:`QUICK_TAG`) so that the store says what it is."""
-    from ddlib.tracking import client
+    from ddlib.store.tracking import client
 
     client().set_tag(run_id, QUICK_TAG, quick_note(protocol))
 
@@ -123,7 +123,7 @@ def like_grid(like: str | os.PathLike, protocol: str | None, dataset: str | None
     crossed value that is one value only; ``method``, ``ipc`` and ``source`` are the set's. A grid that
     crosses anything else (two presets, two recipes) has several settings: the error names the key to
     choose. A grid of a protocol that scores no single set (``nas``) is refused naming the file."""
-    from ddlib.runner import load_grid
+    from ddlib.run.runner import load_grid
 
     spec = load_grid(like)  # a path, or a shipped grid's name (`--like demo`)
     if spec.protocol not in SET_PROTOCOLS:
@@ -234,7 +234,7 @@ def _numpy(value: Any) -> np.ndarray:
 def resolve_cell(grid: dict) -> tuple[str, str, dict]:
     """(protocol, experiment, the cell's validated params) of a one-cell grid, exactly as the batch
     runner resolves it."""
-    from ddlib.runner import GridSpec, expand
+    from ddlib.run.runner import GridSpec, expand
 
     spec = GridSpec(Path("<score>"), grid["protocol"], grid.get("experiment") or grid["protocol"],
                     grid["params"], [grid["grid"]], grid["methods"])
@@ -246,7 +246,7 @@ def resolve_cell(grid: dict) -> tuple[str, str, dict]:
 
 
 class CellResult:
-    """A finished cell as MLflow holds it, in shown units (:mod:`ddlib.units`): ``per_seed`` (one row
+    """A finished cell as MLflow holds it, in shown units (:mod:`ddlib.specs.units`): ``per_seed`` (one row
     per seed), ``summary`` (``<value>_mean`` and ``<value>_std``), ``facts`` (what the cell logged once:
     models trained and reused, ...), the run's id, its data label and its protocol."""
 
@@ -264,7 +264,7 @@ class CellResult:
         """As :meth:`ddlib.protocols.spec.Result.values`: the scores (or ``"all"`` values) with their
         units, mean, std, interval and seeds."""
         from ddlib.protocols.spec import value_names
-        from ddlib.tables import value_table
+        from ddlib.scores.tables import value_table
 
         return value_table(self.per_seed, value_names(self.protocol, self.per_seed, columns))
 
@@ -274,9 +274,9 @@ class CellResult:
 
 def cell_result(protocol: str, experiment: str, params: dict) -> CellResult | None:
     """The newest FINISHED cell run of these params (its config key), read back from MLflow."""
-    from ddlib import units
+    from ddlib.specs import units
     from ddlib.protocols.cell import cell_tags, run_name
-    from ddlib.tracking import per_seed_key, per_seed_names
+    from ddlib.store.tracking import per_seed_key, per_seed_names
 
     tags = cell_tags(protocol, params)
     tracker = Tracker(experiment)

@@ -74,7 +74,7 @@ def cifar10_jpeg_root(shared_data: Path) -> Path:
     archive = shared_data / "cifar10-jpeg.tar.gz"
     if not archive.is_file():
         pytest.skip(f"{archive} not present")
-    from ddlib.cache import cache_dir
+    from ddlib.store.cache import cache_dir
     from ddlib.data.loaders import extract_archive
 
     return extract_archive(archive, cache_dir() / "cifar10-jpeg")
@@ -102,8 +102,7 @@ def one_thread():
 @pytest.fixture
 def mlflow_store(tmp_path, monkeypatch) -> Path:
     """A fresh, private MLflow store for one test (never the user's mlruns/)."""
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     store = tmp_path / "mlruns"
     monkeypatch.setenv("DDLIB_MLRUNS", str(store))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
@@ -116,11 +115,11 @@ def mlflow_store(tmp_path, monkeypatch) -> Path:
 PROBE_PER_SEED = ("acc_syn_hard", "acc_real_hard", "lrs")
 PROBE = """\
 import os, time
-from ddlib.tracking import Tracker
+from ddlib.store.tracking import Tracker
 
 if os.environ.get("DDLIB_PROBE_PROGRESS"):  # a cell that says where its training is, as Cell.train_eval does
     from types import SimpleNamespace
-    from ddlib.progress import writer_from_env
+    from ddlib.store.progress import writer_from_env
     writer_from_env(os.environ["DDLIB_PROBE_PROGRESS"])("syn_hard", SimpleNamespace(
         runs=((seeds[0], 0.01),), epoch=12, epochs=30, models_before=1, models=2, eta_seconds=54.0))
 time.sleep(float(os.environ.get("DDLIB_PROBE_SLEEP", "0")))  # a cell that takes a while, without using a core
@@ -147,7 +146,7 @@ def probe_notebooks(tmp_path_factory) -> Path:
     without importing torch or training: a kernel start costs ~3 CPU-s instead of ~10, so tests of
     the runner and the stores can run dozens of cells. ``DDLIB_PROBE_SLEEP`` (seconds) makes each
     cell last that long; ``DDLIB_PROBE_FLAG`` sets the cell's ``ddlib.sanity`` tag;
-    ``DDLIB_PROBE_PROGRESS`` (the cell's name) writes a training progress record (:mod:`ddlib.progress`);
+    ``DDLIB_PROBE_PROGRESS`` (the cell's name) writes a training progress record (:mod:`ddlib.store.progress`);
     ``DDLIB_PROBE_GATE`` (a folder) holds each cell, its run id its name, until the test releases it
     (tests/waiting.py: tests that order or stop cells wait on that, not on how long cells sleep)."""
     import nbformat

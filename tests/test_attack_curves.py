@@ -12,7 +12,7 @@ import torchattacks
 from ddlib import report
 from ddlib.attacks import create_attack
 from ddlib.attacks.curves import curve_aucs, parse_curve
-from ddlib.metrics_robust import curve_auc
+from ddlib.scores.robustness import curve_auc
 from ddlib.protocols import adversarial
 from ddlib.report.plots import eps_curve_figures
 

@@ -8,7 +8,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ddlib import beyond, tracking
+from ddlib.scores import beyond_accuracy as beyond
+
+from ddlib.store import tracking
 from ddlib.engine.test_pass import _test_counts
 
 # Six test images, two classes; the model's confidence in its predicted class, and whether it is right:
@@ -136,7 +138,7 @@ def _lrs_cell(method: str, rows: list[dict]) -> str:
     """A FINISHED label_robust cell run with per-seed histories, as a cell logs them."""
     from ddlib.protocols import label_robust
     from ddlib.protocols.cell import cell_tags
-    from ddlib.tracking import Tracker, default_tags
+    from ddlib.store.tracking import Tracker, default_tags
 
     params = label_robust.validate({"dataset": "digits", "method": method, "ipc": 2, "seeds": [0, 1]})
     tracker = Tracker("label_robust")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import ddlib
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.cli import main as cli_main
 from ddlib.report.bundle import DDRANKING_COLUMNS, published_table
 
@@ -129,7 +129,7 @@ def test_bundle_holds_each_set_and_its_ddranking_row_and_reads_back_as_published
     assert list(rows.columns) == list(DDRANKING_COLUMNS)
     (row,) = rows.to_dict("records")
     assert row["label_type"] == "hard" and row["num_eval"] == 2 and row["w"] == 0.5 and row["source"] == "ddlib"
-    # one unit everywhere: DD-Ranking's points are the API's and the CLI's (ddlib.units)
+    # one unit everywhere: DD-Ranking's points are the API's and the CLI's (ddlib.specs.units)
     assert row["hard_label_recovery_mean"] == pytest.approx(result.summary["hlr_mean"])
     assert row["improvement_over_random_std"] == pytest.approx(result.summary["ior_std"])
     assert row["label_robust_score_mean"] == pytest.approx(result.summary["lrs_mean"])

@@ -125,7 +125,7 @@ def cifar_subset(peer_available, shared_data_or_none, tmp_path_factory):
     if shared_data_or_none is None or not (shared_data_or_none / "cifar10-jpeg.tar.gz").is_file():
         return None
     from bench.vs_ddranking import write_torchvision_cifar10
-    from ddlib.cache import cache_dir
+    from ddlib.store.cache import cache_dir
     from ddlib.data.datasets import load_dataset, reduce_dataset
     from ddlib.data.loaders import extract_archive
 
@@ -347,8 +347,7 @@ def test_lrs_and_ars_arithmetic_is_ddrankings(peer, w):
     # The peer's compute_metrics with its accuracy helpers replaced by the given accuracies: its own
     # differences, exponential map and mean/std over runs. Its map has no x100 (ddlib's scores are
     # on 0-100) and it is fed percent in its code: given fractions, it is ddlib's to the last digit.
-    from ddlib import metrics
-
+    from ddlib.scores import metrics
     out = result(peer, "scores")
     hlr = [metrics.hlr(r["real_hard"], r["syn_hard"]) for r in LRS_RUNS]
     ior_hard = [metrics.ior(r["syn_hard"], r["rdm_hard"]) for r in LRS_RUNS]

@@ -146,7 +146,7 @@ def test_own_grid_walkthrough_makes_a_set_and_a_grid_that_validate(tmp_path, mon
     before it estimates anything)."""
     import yaml
 
-    from ddlib.runner import check_cell_inputs, expand, load_grid
+    from ddlib.run.runner import check_cell_inputs, expand, load_grid
 
     walkthrough = _section("running-grids.md", "Your own grid, step by step")
     script = re.search(r"```python\n(.*?)```", walkthrough, re.S).group(1)

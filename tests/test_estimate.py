@@ -1,7 +1,7 @@
-"""An honest estimate before the first score (issue 53): the model of a cell's work (ddlib.work) counts
-every model a cell trains, its arithmetic turns the machine's calibrated rates (ddlib.calibrate) into
-seconds, the dry run gives a first run an estimate and checks the store and the device (ddlib.plan),
-the running cell's line says what it has left at its own pace (ddlib.progress), and ``--quick``.
+"""An honest estimate before the first score (issue 53): the model of a cell's work (ddlib.run.work) counts
+every model a cell trains, its arithmetic turns the machine's calibrated rates (ddlib.run.calibrate) into
+seconds, the dry run gives a first run an estimate and checks the store and the device (ddlib.run.plan),
+the running cell's line says what it has left at its own pace (ddlib.store.progress), and ``--quick``.
 No timings: the calibration is replaced by fixed rates."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 import torch
 import yaml
 
-from ddlib import calibrate
-from ddlib.calibrate import REFERENCE_PACE, Probe, Rates, training_seconds
-from ddlib.work import seconds
-from ddlib.work import Data, Passes, Training, cell_work
+from ddlib.run import calibrate
+from ddlib.run.calibrate import REFERENCE_PACE, Probe, Rates, training_seconds
+from ddlib.run.work import seconds
+from ddlib.run.work import Data, Passes, Training, cell_work
 
 DIGITS = Data(shape=(1, 8, 8), classes=10, train=1211, whole=1347, val=136, test=450)  # 10 % held out per class
 RATES = Rates(step=0.01, image=0.001, test_image=0.0005, call=0.1, reference=REFERENCE_PACE)
@@ -146,7 +146,7 @@ def test_nas_counts_each_architecture_and_scales_its_costs_by_itsforward_flops(t
     five one-operation cells give exactly (a network's FLOPs are a base plus a term per edge)."""
     import json
 
-    from ddlib.calibrate import forward_flops
+    from ddlib.run.calibrate import forward_flops
 
     archs = ["|nor_conv_3x3~0|+|none~0|skip_connect~1|+|nor_conv_1x1~0|avg_pool_3x3~1|nor_conv_3x3~2|",
              "|skip_connect~0|+|skip_connect~0|skip_connect~1|+|skip_connect~0|skip_connect~1|skip_connect~2|",
@@ -165,7 +165,7 @@ def test_nas_counts_each_architecture_and_scales_its_costs_by_itsforward_flops(t
 
 
 def test_rates_are_measured_once_per_machine_and_scaled_by_its_pace_now(calibrated, monkeypatch):
-    from ddlib.estimate import Machine
+    from ddlib.run.estimate import Machine
 
     assert calibrate.rates(PROBE, CPU, 1) == calibrate.rates(PROBE, CPU, 1) and len(calibrated) == 1  # then cached
     monkeypatch.setattr(calibrate, "pace", lambda device, threads, fresh=False: 2 * RATES.reference)  # twice as busy
@@ -186,8 +186,8 @@ def _grid(tmp_path, protocol="label_robust", **params) -> str:
 
 def test_a_first_dry_run_estimates_from_the_work_and_counts_every_model(calibrated, mlflow_store, tmp_path, capsys):
     """The issue's first dry run said "no time estimate for every cell (no earlier runs of their recipe)"."""
-    from ddlib.estimate import FIRST_RUN
-    from ddlib.plan import plan_grid, print_plan
+    from ddlib.run.estimate import FIRST_RUN
+    from ddlib.run.plan import plan_grid, print_plan
 
     path = _grid(tmp_path, seeds=[0])
     assert print_plan(path) == 0
@@ -196,8 +196,8 @@ def test_a_first_dry_run_estimates_from_the_work_and_counts_every_model(calibrat
     assert "13 models; trains 11 (rdm_hard-lr*-val 5, real_hard 1, syn_hard-lr*-val 5)" in out
     assert "tests 2 an lr search trained (rdm_hard 1, syn_hard 1)" in out
     assert "calibrated this machine for convnet 1x8x8" in out
-    from ddlib.calibrate import CELL_FIXED_SECONDS, CELL_SECONDS, RECORD_SECONDS
-    from ddlib.work import data_of
+    from ddlib.run.calibrate import CELL_FIXED_SECONDS, CELL_SECONDS, RECORD_SECONDS
+    from ddlib.run.work import data_of
 
     assert data_of({"dataset": "digits", "val_fraction": 0.1}) == DIGITS  # the split Cell.open makes
     cell = plan_grid(path).cells[0]
@@ -208,7 +208,7 @@ def test_a_first_dry_run_estimates_from_the_work_and_counts_every_model(calibrat
 
 def test_the_dry_run_refuses_a_missing_device_and_an_unwritable_store(mlflow_store, tmp_path, monkeypatch, capsys):
     """Issue 53, 7.3: both said "would run 1"."""
-    from ddlib.plan import print_plan
+    from ddlib.run.plan import print_plan
 
     assert print_plan(_grid(tmp_path, device="cuda:99")) == 2
     err = capsys.readouterr().err
@@ -235,8 +235,8 @@ def test_the_running_line_says_what_the_cell_has_left_at_its_own_pace(tmp_path, 
     """A cell of 100 predicted seconds, 20 of them found in the store, that took 10 s for its first 5:
     the other 75 take 150 s at that pace, however fast the dry run thought the machine. The clock the
     writer reads stands still at 10 s after its start (a loaded machine's stall cannot move the pace)."""
-    from ddlib import progress
-    from ddlib.progress import ProgressWriter, describe, read
+    from ddlib.store import progress
+    from ddlib.store.progress import ProgressWriter, describe, read
 
     writer = ProgressWriter(tmp_path / "p.json", "cell", every=0)
     writer.plan(100.0)
@@ -278,7 +278,7 @@ def test_quick_is_one_seed_few_epochs_and_given_parameters_win(tmp_path, mlflow_
 def test_a_quick_score_in_process_is_tagged_as_a_first_look(tmp_path, mlflow_store):
     import ddlib
     from ddlib.scoring import QUICK_TAG
-    from ddlib.tracking import client
+    from ddlib.store.tracking import client
 
     images = np.random.default_rng(0).random((10, 1, 8, 8), dtype=np.float32)
     result = ddlib.score(images, np.arange(10), dataset="digits", quick=True, epochs=1, real_recipe={"epochs": 1},

@@ -22,7 +22,7 @@ from PIL import Image
 from ddlib.cli import main as cli_main
 from ddlib.data.datasets import load_dataset
 from ddlib.data.distilled import DistilledSetError, load
-from ddlib.runner import expand, load_grid
+from ddlib.run.runner import expand, load_grid
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -487,7 +487,7 @@ def test_an_imagefolder_set_reads_bmp_files_beside_png(tmp_path):
 
 
 def test_training_whose_loss_becomes_nan_fails_naming_evaluation_and_epoch(mlflow_store):
-    from ddlib import tracking
+    from ddlib.store import tracking
     from ddlib.engine.train import NonFiniteLossError
     from ddlib.protocols import label_robust
 

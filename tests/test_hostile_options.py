@@ -118,7 +118,7 @@ def test_a_device_or_a_huge_file_is_refused_without_reading_it(tmp_path, mlflow_
         assert error_lines(capsys.readouterr().err) == ["error: /dev/zero: not a regular file (a character device)"]
         assert cli_main(["score", str(a_set(tmp_path)), "--dataset", "digits", "--like", "/dev/zero", "--dry-run"]) == 2
         assert error_lines(capsys.readouterr().err) == ["error: /dev/zero: not a regular file (a character device)"]
-    from ddlib.yamlfile import MAX_BYTES
+    from ddlib.specs.yamlfile import MAX_BYTES
 
     huge = tmp_path / "huge.yaml"
     huge.write_text(yaml.safe_dump(GRID) + "#" * MAX_BYTES)

@@ -9,14 +9,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-import ddlib.keys
+import ddlib.specs.keys
 import ddlib.protocols
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.data.datasets import load_dataset
 from ddlib.engine.train import Recipe
 from ddlib.protocols import label_robust
 from ddlib.protocols.cell import Cell
-from ddlib.tracking import TAG
+from ddlib.store.tracking import TAG
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny trainings: a second thread only adds overhead
 
@@ -62,12 +62,12 @@ def test_a_protocol_revision_bump_trains_every_model_again(mlflow_store, monkeyp
 
 
 def test_the_engine_revision_is_in_every_evaluation_key(mlflow_store, monkeypatch):
-    import ddlib.keys
+    import ddlib.specs.keys
 
     cell = _cell()
     x, y = cell.dataset.train_images[:40], cell.dataset.train_labels[:40]
     (first,) = cell.train_eval("syn", x, y, TINY, [0])
-    monkeypatch.setattr(ddlib.keys, "ENGINE_REVISION", ddlib.keys.ENGINE_REVISION + 1)
+    monkeypatch.setattr(ddlib.specs.keys, "ENGINE_REVISION", ddlib.specs.keys.ENGINE_REVISION + 1)
     (bumped,) = cell.train_eval("syn", x, y, TINY, [0])
     assert not first.reused and not bumped.reused and bumped.run_id != first.run_id
 
@@ -172,7 +172,7 @@ def test_other_data_at_the_same_data_root_is_another_cell_and_row(monkeypatch):
     after = cell_tags("label_robust", params)
     for key in ("config", "group", "series", "family"):
         assert before[TAG[key]] != after[TAG[key]], key
-    assert before[TAG["engine_revision"]] == str(ddlib.keys.ENGINE_REVISION)  # shown on every cell
+    assert before[TAG["engine_revision"]] == str(ddlib.specs.keys.ENGINE_REVISION)  # shown on every cell
 
 
 # --------------------------------------------------------------------------- digests

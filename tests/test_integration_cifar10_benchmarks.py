@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
-from ddlib import metrics, tracking
+from ddlib.scores import metrics
+
+from ddlib.store import tracking
 from ddlib.protocols import adversarial, compression
 
 
@@ -32,7 +34,7 @@ def test_dc_ipc10_with_dcbench_no_augmentation_recipe_matches_its_recorded_accur
     cell.progress = False
     result = compression.evaluate(cell, compression.obtain(cell))
     cell.close()
-    accuracy = result.summary["acc_set_mean"]  # in % (ddlib.units)
+    accuracy = result.summary["acc_set_mean"]  # in % (ddlib.specs.units)
     assert abs(recorded - 42.2) < 0.05
     assert abs(accuracy - recorded) <= 2.0, f"{accuracy:.2f} % against the recorded {recorded:.2f} %"
     evals = tracking.runs("compression", kind="eval")
@@ -73,7 +75,7 @@ def test_beard_on_dc_ipc1_with_a_250_image_test_subset(mlflow_store, shared_data
             assert {f"{attack}.asr", f"{attack}.asr_beard"} <= set(row.index)  # values: test_attacks.py, by hand
             assert math.isfinite(row[f"{attack}.attack_seconds"])
             assert row[f"{attack}.seconds_per_sample"] == pytest.approx(row[f"{attack}.attack_seconds"] / ATTACKED)
-        accs = [row[f"{a}.robust_acc"] for a in ran]  # per-seed values are in % (ddlib.units)
+        accs = [row[f"{a}.robust_acc"] for a in ran]  # per-seed values are in % (ddlib.specs.units)
         if len(ran) >= metrics.MIN_ATTACKS:
             assert row.rr == pytest.approx(metrics.rr(row.clean_acc, accs))
             assert math.isfinite(row.ae) and row.crei == pytest.approx((row.rr + row.ae) / 2)

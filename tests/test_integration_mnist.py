@@ -7,10 +7,9 @@ import pytest
 import torch
 import yaml
 
-from ddlib import tracking
-
+from ddlib.store import tracking
 from ddlib import report
-from ddlib.runner import run_grid
+from ddlib.run.runner import run_grid
 
 
 @pytest.mark.slow
@@ -117,5 +116,5 @@ def test_dc_mnist_mlp_and_lenet_under_dcs_augmentation_over_ten_seeds(shared_dat
         runs = train_and_test(model, dc_set.images, dc_set.labels, mnist.test_images, mnist.test_labels, num_classes=10,
                               mean=mnist.mean, std=mnist.std, recipe=Recipe(epochs=1000, scheduler="dc_step", precision="fp32"),
                               seeds=range(10), augment=augment, device="cpu")
-        mean = 100 * sum(r.test_accuracy for r in runs) / len(runs)  # in % (ddlib.units)
+        mean = 100 * sum(r.test_accuracy for r in runs) / len(runs)  # in % (ddlib.specs.units)
         assert abs(mean - recorded) <= 1.5, (model, mean, recorded, [round(100 * r.test_accuracy, 2) for r in runs])

@@ -240,8 +240,7 @@ def test_teacher_relabel_inside_the_training_loop_never_updates_teachers(small_d
 
 
 def test_get_teachers_trains_once_and_reuses_the_mlflow_artifact(small_digits, mlflow_store, monkeypatch):
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     digits = small_digits  # 100 training images: the store, not the training, is under test
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.tracking_uri())  # undone after the test
@@ -250,8 +249,8 @@ def test_get_teachers_trains_once_and_reuses_the_mlflow_artifact(small_digits, m
     runs = tracking.Tracker("teachers").find_finished({"ddlib.kind": "teacher"})
     assert len(runs) == 2
     assert {r.data.params["seed"] for r in runs} == {"0", "1"}
-    assert all(0.0 <= r.data.metrics["test_accuracy"] <= 100.0 for r in runs)  # in % (ddlib.units), as shown
-    assert all(r.data.tags["ddlib.units"] == "shown" for r in runs)
+    assert all(0.0 <= r.data.metrics["test_accuracy"] <= 100.0 for r in runs)  # in % (ddlib.specs.units), as shown
+    assert all(r.data.tags["ddlib.specs.units"] == "shown" for r in runs)
     assert all(r.data.params["arch"] == "convnet" and r.data.params["dataset"] == "digits" for r in runs)
     assert all(r.data.tags[teachers.TEACHER_KEY_TAG] for r in runs)
 

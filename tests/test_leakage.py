@@ -12,14 +12,14 @@ import pytest
 import torch
 
 import ddlib
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.cli import main as cli_main
 from ddlib.data.datasets import load_dataset
 from ddlib.data.leakage import find_overlap
 from ddlib.protocols import label_robust, protocol_module
 from ddlib.protocols.cell import SANITY_TAG, cell_tags
 from ddlib.protocols.leakage import LEAKAGE_TAG, LeakageRefused
-from ddlib.tracking import TAG, Tracker, default_tags
+from ddlib.store.tracking import TAG, Tracker, default_tags
 
 # a cheap cell: the scores are near chance (flagged as such); what is tested is the leakage check
 CHEAP = {"seeds": [0], "recipe": {"epochs": 2, "batch_size": 64}, "real_recipe": {"epochs": 1}, "lr_policy": "fixed"}

@@ -4,8 +4,7 @@ import math
 
 import pytest
 
-from ddlib import metrics
-
+from ddlib.scores import metrics
 # DD-Ranking paper, CIFAR-10, w = 0.5; HLR / IOR in points, LRS as published (rounded). The HLR/IOR
 # pairs are also the leaderboard's (huggingface.co/spaces/logits/DD-Ranking data.csv: DC IPC1 52.66 /
 # 12.40, MTT IPC10 23.73 / 30.90).

@@ -20,7 +20,7 @@ import math
 
 import pytest
 
-from ddlib.metrics import (ae, ae_multi, beard_clean_time, beard_scores, beard_scores_multi, crei, rcr, rcr_multi, rr,
+from ddlib.scores.metrics import (ae, ae_multi, beard_clean_time, beard_scores, beard_scores_multi, crei, rcr, rcr_multi, rr,
                            rr_multi)
 
 # ipc: (clean acc, clean time targeted, clean time untargeted, untargeted [(acc, s)], targeted [(acc, s)])

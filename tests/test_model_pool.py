@@ -4,11 +4,11 @@ import pytest
 import torch
 import yaml
 
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.data.datasets import load_dataset
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.released import pool_checkpoints
-from ddlib.runner import GridError, expand, load_grid
+from ddlib.run.runner import GridError, expand, load_grid
 from ddlib.methods.sources import full_set, obtain_set, resolve_source
 from ddlib.engine.train import Recipe
 

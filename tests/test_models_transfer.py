@@ -248,7 +248,7 @@ def _dc_mnist_transfer(shared_data, models, **params):
     cell.progress = False
     result = transfer.evaluate(cell, transfer.obtain(cell))
     cell.close()
-    return {m: result.summary[f"acc_{m}_mean"] for m in models}, _recorded(path)  # in % (ddlib.units)
+    return {m: result.summary[f"acc_{m}_mean"] for m in models}, _recorded(path)  # in % (ddlib.specs.units)
 
 
 @pytest.mark.slow

@@ -21,11 +21,12 @@ import yaml
 from waiting import assert_gone, kill_leftovers
 
 import ddlib
-from ddlib import metrics, tracking
+from ddlib.scores import metrics
+from ddlib.store import tracking
 from ddlib.cli import main as cli_main
 from ddlib.report.core import aggregate, format_leaderboard
 from ddlib.scoring import cell_result, resolve_cell, score_grid
-from ddlib.tracking import TAG, Tracker
+from ddlib.store.tracking import TAG, Tracker
 
 # a cheap cell on digits: the set's and the random subset's models 30 epochs (30 steps: ~50 %), the reference 2
 FAST = {"seeds": [0, 1], "recipe": {"epochs": 30, "batch_size": 64}, "real_recipe": {"epochs": 2},
@@ -64,7 +65,7 @@ def test_score_cli_and_python_api_give_the_same_numbers(npz_set, tmp_path, monke
     assert cli_main(["score", str(npz_set), "--dataset", "digits", *FAST_ARGS]) == 0
     out = capsys.readouterr().out
     assert "scored my_set-ipc2-convnet on digits" in out and "acc_syn_hard" in out
-    # one line per score with its unit (ddlib.units), mean ± std, interval and seeds, the headline score first
+    # one line per score with its unit (ddlib.specs.units), mean ± std, interval and seeds, the headline score first
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["value", "unit"])
     assert lines[header].split()[-4:] == ["seed", "0", "seed", "1"], lines[header]
@@ -184,7 +185,7 @@ def test_dry_run_lists_cells_with_params_reuse_and_estimate(npz_set, tmp_path, m
     assert "no earlier run of this recipe" in out and "would run 2, skip 0" in out
 
     ddlib.score(path=npz_set, dataset="digits", method="mine", **cheap)
-    from ddlib.plan import plan_grid
+    from ddlib.run.plan import plan_grid
 
     plan = {c.name: c for c in plan_grid(path).cells}
     assert plan["mine-ipc2-convnet"].action == "skip"
@@ -354,7 +355,7 @@ def test_ui_prints_its_address_once_it_answers_and_sigterm_leaves_nothing_behind
 
 def test_export_formats_on_the_command_line_are_the_exporters():
     """The CLI lists the formats without importing the report stack; both lists must agree."""
-    from ddlib.commands import EXPORT_FORMATS
+    from ddlib.cli.commands import EXPORT_FORMATS
     from ddlib.report.export import FORMATS
 
     assert EXPORT_FORMATS == FORMATS

@@ -20,9 +20,9 @@ import yaml
 from browser import threading_drain
 from waiting import BOUND_SECONDS
 
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.cli import main as cli_main
-from ddlib.runner import GridError, load_grid
+from ddlib.run.runner import GridError, load_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in (ROOT / "params").glob("*.yaml"))

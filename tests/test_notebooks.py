@@ -67,8 +67,7 @@ def test_label_robust_notebook_runs_by_hand_then_summary_notebook(mlflow_store, 
     pm.execute_notebook(str(NOTEBOOKS / "label_robust.ipynb"), str(out), kernel_name="python3", progress_bar=False,
                         parameters={"method": "kcenter", "ipc": 1, "seeds": [0], "recipe": {"epochs": 2},
                                     "real_recipe": {"epochs": 1}}, cwd=str(NOTEBOOKS))
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     cells = tracking.runs("label_robust", kind="cell")
     assert len(cells) == 1 and cells.iloc[0]["status"] == "FINISHED"  # the notebook ended its own run
     summary_out = tmp_path / "summary.ipynb"
@@ -118,8 +117,7 @@ def test_every_protocol_notebook_runs_then_the_summary_shows_them(mlflow_store, 
                                 + "".join(f"{a},{acc}\n" for a, acc in NB201_SAMPLE))
     runs["nas"] = {"method": "random", "seeds": [0], "recipe": {"epochs": 2}, "num_archs": 5, "C": 4,
                    "ground_truth": str(ground_truth), "gt_column": "CIFAR10TestAccuracy200Epochs"}
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     for protocol, params in runs.items():
         notebook = PROTOCOLS[protocol][0]
         pm.execute_notebook(str(NOTEBOOKS / notebook), str(tmp_path / notebook), kernel_name="python3",
@@ -128,8 +126,7 @@ def test_every_protocol_notebook_runs_then_the_summary_shows_them(mlflow_store, 
         assert list(cells["status"]) == ["FINISHED"], protocol
     import sqlite3
 
-    from ddlib import units
-
+    from ddlib.specs import units
     with contextlib.closing(sqlite3.connect(mlflow_store / "mlflow.db")) as db:  # every value has its one unit
         logged = {key for (key,) in db.execute("select distinct key from metrics")}
     assert not [k for k in logged if not units.explicit(k) and not k.startswith("system/")]

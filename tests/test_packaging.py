@@ -143,8 +143,8 @@ def test_wheel_carries_the_notebooks_presets_and_grids(tmp_path):
 
 
 def test_wheel_layout_reads_notebooks_presets_and_grids_from_the_package(monkeypatch, tmp_path):
-    from ddlib import shipped_grids, tracking
-
+    from ddlib.run import shipped_grids
+    from ddlib.store import tracking
     monkeypatch.setattr(tracking, "IN_CHECKOUT", False)
     package = Path(ddlib.__file__).resolve().parent
     assert tracking.project_folder("notebooks") == package / "_files" / "notebooks"
@@ -179,8 +179,7 @@ def test_a_command_exits_without_a_last_collection_and_its_handlers_still_run(ml
     import gc
     import types
 
-    from ddlib import cli
-
+    from ddlib.cli import entry as cli
     store = tmp_path / "mlruns"
     env = {**os.environ, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
     code = ("import atexit, gc, sys\nfrom ddlib.cli import main\nstatus = main(['runs'])\n"
@@ -200,8 +199,7 @@ def test_a_command_exits_without_a_last_collection_and_its_handlers_still_run(ml
 
 def test_installed_wheel_reports_the_commit_pip_recorded(monkeypatch):
     """Outside a checkout git is not asked (it would answer for the repository around the venv)."""
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     class Dist:
         def read_text(self, name):
             assert name == "direct_url.json"
@@ -218,8 +216,7 @@ def test_without_the_notebooks_extra_a_grid_stops_naming_it(monkeypatch, tmp_pat
     """`ddlib run` / `ddlib score` execute notebooks: without papermill and ipykernel they say which extra."""
     import importlib.util
 
-    from ddlib import runner
-
+    from ddlib.run import runner
     real = importlib.util.find_spec
     hidden = ("papermill", "ipykernel")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a))

@@ -1,6 +1,6 @@
 """The shipped DC-Bench params files hold what DC-Bench's tables need.
 
-Checked on every cell of ``params/dcbench_*.yaml`` as the runner expands it (``ddlib.runner.expand``),
+Checked on every cell of ``params/dcbench_*.yaml`` as the runner expands it (``ddlib.run.runner.expand``),
 through the recipe each training resolves to, so a default that changes underneath a file is caught
 too. What DC-Bench needs, from its released code (justincui03/dc_benchmark):
 
@@ -31,7 +31,7 @@ from ddlib.engine.augment import create_augment
 from ddlib.engine.train import Recipe, epochs_trained
 from ddlib.protocols import nas, transfer
 from ddlib.protocols.dcbench import augment_label, setting_recipe
-from ddlib.runner import expand, load_grid
+from ddlib.run.runner import expand, load_grid
 
 PARAMS = Path(__file__).resolve().parents[1] / "params"
 SEEDS = [0, 1, 2, 3, 4]  # num_eval 5

@@ -129,8 +129,7 @@ def test_the_privacy_protocol_runs_end_to_end_and_fills_its_board(mlflow_store, 
     assert block.title in set(card.headline["protocol"])
     # Nothing trained twice: per seed the two sets (syn), and once for both cells the random subset (rdm),
     # the ipc-sized shadow (shared by the set and the random subset), the full-data model and its shadow.
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     cells = tracking.runs("privacy", kind="cell")
     assert cells["metrics.models_trained"].sum() == 2 * (2 + 4) and cells["metrics.models_reused"].sum() == 4 * 2
     # each set asked about its own 20 images, the full-data model about 80 drawn ones, against 80 test images
@@ -179,8 +178,7 @@ def test_a_set_that_memorised_its_images_is_seen_and_a_model_that_saw_none_is_no
     saw_none, cell = _cell_result(method="random", ipc=10, recipe=MEMORISE, member_indices=unseen.tolist())
     assert saw_none.member_counts["set"] == 225
     assert abs(saw_none.per_seed.iloc[0]["loss_auc_set"] - 0.5) < 0.05, saw_none.per_seed.iloc[0].to_dict()
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     run = tracking.client().get_run(cell.run_id)
     assert run.data.metrics["models_trained"] == 0  # the same models, from the pool: only the question changed
 
@@ -193,8 +191,7 @@ def test_a_set_whose_source_images_are_unknown_gets_no_auc_and_says_so(mlflow_st
     from ddlib.protocols.cell import SANITY_TAG
     from ddlib.protocols.membership import UNKNOWN
     from ddlib.protocols.privacy import leaderboard
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     path = save(random_subset(digits, 1, seed=0), tmp_path / "set.pt")
     with pytest.warns(UserWarning, match="membership not measured"):
         result, cell = _cell_result(method="mine", source={"kind": "file", "path": str(path)}, ipc=1,

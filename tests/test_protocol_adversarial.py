@@ -8,7 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
-from ddlib import metrics, report, tracking
+from ddlib import report
+
+from ddlib.scores import metrics
+
+from ddlib.store import tracking
 from ddlib.protocols import adversarial
 from ddlib.attacks import run as attacks_module
 
@@ -89,7 +93,7 @@ def test_targeted_then_untargeted_reuses_the_pool_and_skips_what_cannot_target(m
         assert {f"{attack}.asr", f"{attack}.asr_beard", f"{attack}.robust_acc"} <= set(row.index)
     assert row["fgsm.max_linf"] == pytest.approx(8 / 255, abs=1e-6)  # FGSM moves unclamped pixels by exactly ε
     assert 0.9 * 8 / 255 <= row["pgd.max_linf"] <= 8 / 255 + 1e-6
-    accs = [row[f"{a}.robust_acc"] for a in ("fgsm", "pgd", "cw")]  # a result's accuracies are in % (ddlib.units)
+    accs = [row[f"{a}.robust_acc"] for a in ("fgsm", "pgd", "cw")]  # a result's accuracies are in % (ddlib.specs.units)
     times = [row[f"{a}.attack_seconds"] for a in ("fgsm", "pgd", "cw")]
     # AE compares with the clean passes timed with these attacks (one before each)
     assert row.clean_seconds == pytest.approx(sum(row[f"{a}.clean_seconds"] for a in ("fgsm", "pgd", "cw")) / 3)
@@ -189,7 +193,7 @@ def test_beards_training_is_a_named_option(mlflow_store):
 
 def test_the_leaderboard_row_ignores_spelling_and_what_the_summary_recomputes():
     from ddlib.protocols.cell import cell_tags
-    from ddlib.tracking import TAG
+    from ddlib.store.tracking import TAG
 
     def group(**params):
         return cell_tags("adversarial", adversarial.validate({"dataset": "digits", **params}))[TAG["group"]]
@@ -216,7 +220,7 @@ def test_attack_size_is_exact_and_needs_one_image_per_class(mlflow_store):
 
 
 def test_timings_from_another_device_are_another_row(mlflow_store):
-    from ddlib.tracking import TAG
+    from ddlib.store.tracking import TAG
 
     first, _, _ = _run(attacks=["fgsm"])
     second, _, _ = _run(attacks=["fgsm"], seeds=[1])
@@ -410,7 +414,7 @@ def test_beard_compat_space_is_its_own_tagged_row(mlflow_store):
     assert c_row["fgsm.max_linf"] > 0.2  # the [0, 1] clamp on normalised digits moves background pixels to the mean
     board = report.robustness_leaderboard().set_index("space")
     assert sorted(board.index) == ["beard_compat", "pixel"] and set(board.seeds) == {1}
-    # the board computes in fractions, a result shows % (ddlib.units)
+    # the board computes in fractions, a result shows % (ddlib.specs.units)
     assert 100 * board.loc["pixel", "fgsm.robust_acc_mean"] == pytest.approx(p_row["fgsm.robust_acc"])
     assert 100 * board.loc["beard_compat", "fgsm.robust_acc_mean"] == pytest.approx(c_row["fgsm.robust_acc"])
 
@@ -445,7 +449,7 @@ def test_a_released_checkpoint_joins_the_pool_and_is_attacked(mlflow_store, tmp_
         run = tracking.client().get_run(model.run_id)
         assert run.data.tags["ddlib.model_stored"] == "true" and run.data.params["checkpoint"].endswith(
             f"BACON_ConvNet_digits_10_None_seed{model.seed}.pth")
-        assert run.data.metrics["test_accuracy"] == pytest.approx(100 * accuracy[model.seed])  # in % (ddlib.units)
+        assert run.data.metrics["test_accuracy"] == pytest.approx(100 * accuracy[model.seed])  # in % (ddlib.specs.units)
     # its clean accuracy, logged per seed (the attacks see the whole test set here)
     clean = dict(zip(result.per_seed.seed, result.per_seed.clean_acc))
     assert clean == pytest.approx({seed: 100 * value for seed, value in accuracy.items()})
@@ -560,7 +564,7 @@ def test_a_checkpoint_whose_name_carries_no_accuracy_is_refused_unless_told(name
 def test_a_grid_names_checkpoints_relative_to_where_it_runs(tmp_path, monkeypatch):
     import yaml
 
-    from ddlib.runner import expand, load_grid
+    from ddlib.run.runner import expand, load_grid
 
     monkeypatch.chdir(tmp_path)
     grid = {"protocol": "adversarial", "params": {"dataset": "digits", "seeds": [0, 1]},
@@ -595,7 +599,7 @@ def test_the_notebook_attacks_a_checkpoint_in_beard_compat_space(mlflow_store, t
                                     "attack_size": 50, "space": "beard_compat"})
     cells = tracking.runs("adversarial", kind="cell")
     assert list(cells["status"]) == ["FINISHED"] and list(cells["tags.ddlib.attack_space"]) == ["beard_compat"]
-    assert cells.iloc[0]["metrics.clean_acc_mean"] > 70  # in % (ddlib.units)
+    assert cells.iloc[0]["metrics.clean_acc_mean"] > 70  # in % (ddlib.specs.units)
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.attacks import PixelModel, run_attack, transfer_attack
 from ddlib.models import create_model
 from ddlib.protocols import adversarial, blackbox
@@ -115,7 +115,7 @@ def test_surrogates_and_targets_come_from_the_pool_and_fill_the_board(mlflow_sto
     fgsm = board[board["attack"] == "fgsm"].set_index("method")
     assert set(fgsm.index) == {"random", "kcenter", "random/mlp"}
     # target random: white-box from itself, transfer from the other surrogate (kcenter) only
-    # the board computes in fractions, a result shows % (ddlib.units)
+    # the board computes in fractions, a result shows % (ddlib.specs.units)
     assert 100 * fgsm.loc["random", "white_box_acc_mean"] == pytest.approx(white["fgsm.robust_acc"])
     assert 100 * fgsm.loc["random", "transfer_acc_mean"] == pytest.approx(other["transfer.fgsm.random"])
     assert 100 * fgsm.loc["kcenter", "transfer_acc_mean"] == pytest.approx(row["transfer.fgsm.kcenter"])
@@ -157,7 +157,7 @@ def test_bad_target_models_are_named():
 
 
 def test_the_runner_fills_target_sources_from_the_grid_methods(tmp_path):
-    from ddlib.runner import expand, load_grid
+    from ddlib.run.runner import expand, load_grid
 
     grid = tmp_path / "grid.yaml"
     grid.write_text("protocol: blackbox\nparams: {dataset: digits, target_models: [dc, random, {method: dc, model: mlp}]}\n"

@@ -7,8 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ddlib import tracking
-
+from ddlib.store import tracking
 from ddlib import report
 from ddlib.data.datasets import Dataset
 from ddlib.protocols import augmentation, compression, nas, transfer
@@ -212,7 +211,7 @@ def test_best_augmentation_is_the_highest_mean_not_the_mean_of_per_seed_maxima(m
     result = augmentation.evaluate(cell, augmentation.obtain(cell))
     cell.close()
     assert result.best == "flip"
-    assert list(result.per_seed.acc_aug_best) == pytest.approx([60.0, 80.0])  # in % (ddlib.units)
+    assert list(result.per_seed.acc_aug_best) == pytest.approx([60.0, 80.0])  # in % (ddlib.specs.units)
     assert result.summary["acc_aug_best_mean"] == pytest.approx(70.0)
     assert result.summary["acc_aug_best_std"] == pytest.approx(10.0)
     assert result.summary["acc_aug_avg_mean"] == pytest.approx(67.5)
@@ -247,7 +246,7 @@ def test_transfer_reports_dcbench_four_architecture_average_beside_the_mean_over
     result = transfer.evaluate(cell, transfer.obtain(cell))
     cell.close()
     row = result.per_seed.iloc[0]
-    assert round(row.acc_transfer, 2) == 24.16  # in % (ddlib.units)
+    assert round(row.acc_transfer, 2) == 24.16  # in % (ddlib.specs.units)
     assert row.acc_others_avg == pytest.approx(100 * (0.2508 + 0.2952 + 0.1584 + 0.2621 + 0.2000) / 5)
     board = report.transfer_leaderboard()
     assert round(100 * board.loc[0, "acc_transfer_mean"], 2) == 24.16

@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddlib import report, tracking
+from ddlib import report
+
+from ddlib.store import tracking
 from ddlib.engine.train import Recipe
 from ddlib.protocols import augmentation_robust, label_robust
-from ddlib.tracking import TAG
+from ddlib.store.tracking import TAG
 
 TINY = dict(dataset="digits", method="random7", source={"kind": "random", "seed": 7}, ipc=2, model="convnet",
             recipe={"epochs": 3}, real_recipe={"epochs": 1}, preset_epochs=3, teacher_recipe={"epochs": 2},

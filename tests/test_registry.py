@@ -1,8 +1,8 @@
-"""The one registry pattern (ddlib.registry) and the one number parser."""
+"""The one registry pattern (ddlib.specs.registry) and the one number parser."""
 
 import pytest
 
-from ddlib.registry import Registry, parse_number
+from ddlib.specs.registry import Registry, parse_number
 
 
 def test_parse_number_reads_what_params_files_write():
@@ -46,7 +46,7 @@ def test_a_factory_registers_once_and_its_keyword_only_parameters_are_the_spec()
 def test_a_spec_subclass_checks_and_writes_its_registry_values():
     """A registry whose values need their own checks or spelling (reuse keys written before the
     registry keep theirs) gives a Spec subclass; meta reads as attributes; a toy entry is removed."""
-    from ddlib.registry import Spec
+    from ddlib.specs.registry import Spec
 
     class Percent(Spec):
         @classmethod

@@ -26,13 +26,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.protocols import augmentation_robust, label_robust
 from ddlib.protocols.cell import cell_tags
 from ddlib.report import card as cards
 from ddlib.report.boards import load_boards
 from ddlib.report.core import aggregate, format_leaderboard
-from ddlib.tracking import TAG, Tracker, default_tags
+from ddlib.store.tracking import TAG, Tracker, default_tags
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -354,7 +354,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def _mlflow_ui():
     """An ``mlflow server`` on the test store (in the environment ddlib gives its servers); yields its base URL."""
-    from ddlib.server import mlflow_server_env
+    from ddlib.store.server import mlflow_server_env
 
     mlflow = Path(sys.executable).with_name("mlflow")
     if not mlflow.exists():
@@ -614,7 +614,7 @@ def test_summary_notebook_reads_the_experiment_named(mlflow_store, tmp_path):
 def test_run_summary_reads_the_grids_own_experiment(mlflow_store, tmp_path, monkeypatch, capsys):
     """``ddlib run GRID --summary`` for a grid with an ``experiment:`` key summarises that experiment's
     boards, where its cells are."""
-    from ddlib import runner
+    from ddlib.run import runner
     from ddlib.cli import main
 
     _write_cell_into("my_ablation", "label_robust", dict(dataset="digits", model="convnet", ipc=10, method="dm"),

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.protocols import label_robust
 from ddlib.report import card as cards, evals, plots, viz
 from ddlib.report.boards import load_boards

@@ -9,13 +9,12 @@ import pytest
 import torch
 import yaml
 
-from ddlib import tracking
-
+from ddlib.store import tracking
 from ddlib import report
 from ddlib.cli import main as cli_main
 from ddlib.protocols import label_robust
-from ddlib.runner import GridError, expand, load_grid, run_grid
-from ddlib.tracking import TAG
+from ddlib.run.runner import GridError, expand, load_grid, run_grid
+from ddlib.store.tracking import TAG
 
 TINY = {
     "protocol": "label_robust",
@@ -197,7 +196,7 @@ def test_cell_run_by_hand_owns_its_run_and_fails_cleanly(mlflow_store, tmp_path)
 
 @pytest.mark.slow
 def test_a_warm_kernel_gives_a_fresh_kernels_numbers(tmp_path, monkeypatch):
-    """One worker runs its cells in one kernel (ddlib.kernels): a cell in a kept kernel gives bit for
+    """One worker runs its cells in one kernel (ddlib.run.kernels): a cell in a kept kernel gives bit for
     bit the metrics of a fresh kernel (DDLIB_WARM_KERNEL=0), the runs say which kernel they had, and
     a failed cell's kernel is not reused. Why it takes most of a minute: the same small grid twice, in
     a kept and in fresh kernels (each fresh one starts and imports the stack), with real trainings:
@@ -251,8 +250,9 @@ def test_a_kernel_that_dies_on_a_taken_port_is_replaced(monkeypatch, caplog, tak
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
-    from ddlib import executors, kernels
+    from ddlib.run import executors
 
+    from ddlib.run import kernels
     made = []
 
     def manager():
@@ -264,7 +264,7 @@ def test_a_kernel_that_dies_on_a_taken_port_is_replaced(monkeypatch, caplog, tak
     monkeypatch.setattr(kernels, "_manager", manager)
     monkeypatch.setattr(kernels, "_state", {"km": None, "key": None, "cells": 0, "atexit": True})
     try:
-        with caplog.at_level("WARNING", logger="ddlib.kernels"):
+        with caplog.at_level("WARNING", logger="ddlib.run.kernels"):
             km = kernels.kernel_for(os.getcwd(), {}, {}, executors.KERNEL_ARGUMENTS)
         assert len(made) == 2 and km is made[1]
         assert not run_sync(made[0].is_alive)() and run_sync(km.is_alive)()
@@ -283,8 +283,9 @@ def test_a_kernel_that_keeps_dying_fails_the_cell_with_a_clear_error(monkeypatch
     """Three kernels in a row on a taken port: the cell fails, saying the kernel did not start and why."""
     from jupyter_client.manager import AsyncKernelManager
 
-    from ddlib import executors, kernels
+    from ddlib.run import executors
 
+    from ddlib.run import kernels
     monkeypatch.setattr(kernels, "_manager", lambda: AsyncKernelManager(
         kernel_name="python3", cache_ports=False, shell_port=taken_port))
     monkeypatch.setattr(kernels, "_state", {"km": None, "key": None, "cells": 0, "atexit": True})
@@ -296,7 +297,7 @@ def test_a_kernel_that_keeps_dying_fails_the_cell_with_a_clear_error(monkeypatch
 def test_a_kept_kernel_freezes_what_survives_and_thaws_it_every_few_cells():
     """The prelude's `gc.freeze()` keeps a kept kernel's collections to the new cell's objects; every
     UNFREEZE_EVERY cells it unfreezes first, so frozen objects that became cyclic garbage are collected."""
-    from ddlib.kernels import UNFREEZE_EVERY, _prelude
+    from ddlib.run.kernels import UNFREEZE_EVERY, _prelude
 
     assert "freeze()" in _prelude({"A": "1"}, 2) and "unfreeze()" not in _prelude({"A": "1"}, 2)
     thawing = _prelude({}, UNFREEZE_EVERY)
@@ -307,8 +308,8 @@ def test_the_pool_starts_no_two_cells_that_would_compute_the_same_at_once():
     """The demo lists K-Center and DM at IPC 1 and 10 side by side; started together, both cells of a
     pair would train K-Center's feature network (or embed DM's real batches) at once. The pool starts
     the second of a pair only after the first ended (its cache is there), other cells meanwhile."""
-    from ddlib.executors import CellJob, next_job
-    from ddlib.runner import cell_shares
+    from ddlib.run.executors import CellJob, next_job
+    from ddlib.run.runner import cell_shares
 
     cells = expand(load_grid(Path(__file__).resolve().parents[1] / "params" / "demo.yaml"))
     pending = [CellJob("label_robust", "e", f"{c['method']}-{c['ipc']}", c, {}, {}, "", "", shares=cell_shares(c))
@@ -333,8 +334,8 @@ def test_ray_hands_cells_over_as_slots_free_keeping_shared_work_apart(monkeypatc
     then as the local pool chooses (``next_job``); Ray itself is faked here (the real one: test_scale_out)."""
     import types
 
-    from ddlib.executors import CellJob, CellOutcome, RayExecutor
-    from ddlib.runner import cell_shares
+    from ddlib.run.executors import CellJob, CellOutcome, RayExecutor
+    from ddlib.run.runner import cell_shares
 
     submitted, outcomes = [], []
     task = types.SimpleNamespace(remote=lambda job, watch: submitted.append(job.name) or job.name)
@@ -364,7 +365,7 @@ def _gated_cell(job, watch_parent=False):
     choice, which ends when is the test's. A pool worker imports it from this module."""
     from waiting import hold, note
 
-    from ddlib.executors import CellOutcome
+    from ddlib.run.executors import CellOutcome
 
     gate = Path(job.params["gate"])
     hold(gate, job.name)
@@ -373,8 +374,7 @@ def _gated_cell(job, watch_parent=False):
 
 
 def _held(gate: Path, name: str, shares=()):
-    from ddlib import executors
-
+    from ddlib.run import executors
     return executors.CellJob("label_robust", "e", name, {"gate": str(gate)}, {}, {}, "", "", shares=frozenset(shares))
 
 
@@ -389,8 +389,7 @@ def test_the_local_pool_starts_a_cell_sharing_work_only_after_the_cell_computing
 
     from waiting import BOUND_SECONDS, events, release, started, wait_for
 
-    from ddlib import executors
-
+    from ddlib.run import executors
     monkeypatch.setattr(executors, "execute_cell", _gated_cell)
     jobs = [_held(tmp_path, "kcenter-1", {"features"}), _held(tmp_path, "kcenter-10", {"features"}),
             _held(tmp_path, "random-1"), _held(tmp_path, "random-10")]
@@ -425,8 +424,9 @@ def _idle_worker_with_a_kept_kernel(pids) -> None:
     """A pool worker between cells: its handlers set, its kept kernel started; then it waits."""
     import time
 
-    from ddlib import executors, kernels
+    from ddlib.run import executors
 
+    from ddlib.run import kernels
     executors._init_pool_worker(None)
     km = kernels.kernel_for(os.getcwd(), {}, {}, executors.KERNEL_ARGUMENTS)
     pids.put(km.provisioner.pid)
@@ -469,8 +469,7 @@ def _idle_worker_whose_main_thread_blocks_the_stop_signals(pids) -> None:
     import threading
     import time
 
-    from ddlib import executors
-
+    from ddlib.run import executors
     executors._init_pool_worker(None)
     threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # a thread that takes it
     signal.pthread_sigmask(signal.SIG_BLOCK, executors.STOP_SIGNALS)
@@ -513,7 +512,7 @@ def test_a_worker_goes_without_the_iri_format_checker_and_still_validates_notebo
     notebook = Path(__file__).resolve().parents[1] / "notebooks" / "label_robust.ipynb"
     code = f"""
 import sys
-from ddlib import executors
+from ddlib.run import executors
 executors._leave_out_unused_imports()
 import nbformat, papermill
 nb = nbformat.read({str(notebook)!r}, as_version=4)
@@ -546,7 +545,7 @@ def test_the_pool_workers_exit_when_their_runner_is_killed(tmp_path):
     code = f"""
 import os, sys
 sys.path[:0] = [{str(tests.parent)!r}, {str(tests)!r}]
-from ddlib import executors
+from ddlib.run import executors
 import test_runner
 if __name__ == "__main__":
     executors.execute_cell = test_runner._gated_cell
@@ -591,8 +590,7 @@ def test_the_runner_stops_its_cells_when_another_of_its_threads_took_the_signal(
 
     from waiting import BOUND_SECONDS, events, release, started, wait_for
 
-    from ddlib import executors
-
+    from ddlib.run import executors
     monkeypatch.setattr(executors, "execute_cell", _gated_cell)
     returned = threading.Event()
 
@@ -629,7 +627,7 @@ def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypat
     import os
 
     from ddlib.engine import device
-    from ddlib.executors import LocalExecutor
+    from ddlib.run.executors import LocalExecutor
 
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 4, 5, 6})

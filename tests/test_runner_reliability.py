@@ -22,10 +22,10 @@ import torch
 import yaml
 from waiting import BOUND_SECONDS, release, started, wait_for
 
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.protocols.cell import cell_tags, run_name
-from ddlib.runner import expand, load_grid, run_grid
-from ddlib.tracking import TAG, Tracker, owner_is_gone, owner_tag
+from ddlib.run.runner import expand, load_grid, run_grid
+from ddlib.store.tracking import TAG, Tracker, owner_is_gone, owner_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"dataset": "digits", "seeds": [0], "recipe": {"epochs": 2, "batch_size": 64}, "real_recipe": {"epochs": 1},
@@ -78,8 +78,7 @@ def test_a_cell_stuck_after_its_runner_died_is_marked_killed_and_its_folder_remo
     """The monitor's last resort: the runner is gone and the cell's notebook does not return within the
     grace period, so the worker exits without the main thread's cleanup. Its run must not stay RUNNING
     until the heartbeat goes stale, and its temporary folder must not stay behind in /tmp."""
-    from ddlib import executors
-
+    from ddlib.run import executors
     class Exited(Exception):
         pass
 
@@ -135,7 +134,7 @@ def test_rerun_marks_dead_running_cells_killed_and_redoes_them(mlflow_store, tmp
 
 def test_a_replaced_input_file_is_a_new_cell(mlflow_store, tmp_path):
     """The skip key covers the content of a cell's input files, not only their paths."""
-    from ddlib.runner import run_grid
+    from ddlib.run.runner import run_grid
 
     g = torch.Generator().manual_seed(0)
     set_file = tmp_path / "pub_ipc1.pt"
@@ -160,7 +159,7 @@ def test_a_replaced_input_file_is_a_new_cell(mlflow_store, tmp_path):
 def test_one_set_reached_by_two_paths_is_one_cell(mlflow_store, tmp_path, monkeypatch):
     """A file's identity is its content; its path is a label: `ddlib score ../sets/x.pt` from one
     folder and `ddlib score sets/x.pt` from another (or a copy elsewhere) are one cell and one row."""
-    from ddlib.runner import run_grid
+    from ddlib.run.runner import run_grid
 
     g = torch.Generator().manual_seed(0)
     (tmp_path / "sets").mkdir()
@@ -185,7 +184,7 @@ def test_one_set_reached_by_two_paths_is_one_cell(mlflow_store, tmp_path, monkey
 
 
 def test_ray_executor_refuses_a_database_file(mlflow_store, tmp_path):
-    from ddlib.executors import ExecutorError
+    from ddlib.run.executors import ExecutorError
 
     path = write_grid(tmp_path, {"protocol": "label_robust", "params": TINY, "grid": {"method": ["random"], "ipc": [1]}})
     with pytest.raises(ExecutorError, match=r"needs a tracking server.*python -m ddlib server.*MLFLOW_TRACKING_URI=http"):
@@ -205,8 +204,8 @@ def test_ray_executor_without_ray_says_how_to_install_it(mlflow_store, tmp_path,
 
 
 def test_gpus_option_parsing():
-    from ddlib.executors import ExecutorError
-    from ddlib.runner import parse_gpus
+    from ddlib.run.executors import ExecutorError
+    from ddlib.run.runner import parse_gpus
 
     assert parse_gpus("0,1, 3") == ["0", "1", "3"] and parse_gpus(None) is None
     for bad in ("0,0", "gpu0", ""):
@@ -361,8 +360,7 @@ def test_an_interruption_inside_a_store_read_still_marks_the_running_cells_kille
     in two spawned workers, stopped when the first cell finishes."""
     from sqlalchemy.orm import loading
 
-    from ddlib import runner as runner_module
-
+    from ddlib.run import runner as runner_module
     monkeypatch.setenv("DDLIB_NOTEBOOKS", str(probe_notebooks))
     monkeypatch.setenv("DDLIB_PROBE_SLEEP", "4")
     real_instances = loading.instances
@@ -491,14 +489,15 @@ def test_the_runner_shows_each_running_cells_model_epoch_and_eta(mlflow_store, t
                                                                   capsys):
     """Under the grid's bar, a line per running cell: the model it trains (role, seed, lr), the epoch
     and the ETA, read from the progress file its kernel writes (the probe writes one as
-    Cell.train_eval does); the worker mirrors it to the run's ``ddlib.progress`` tag. The cell is held
+    Cell.train_eval does); the worker mirrors it to the run's ``ddlib.store.progress`` tag. The cell is held
     (tests/waiting.py) until both have shown it: a cell that ended at once would show neither. Why it
     takes about 11 s: a fresh store, the spawned worker's imports and the probe kernel's start, then
     the console's (every 0.5 s) and the worker's (every 1 s) reads of its progress file."""
     import threading
 
-    from ddlib import console, runner
+    from ddlib.run import console
 
+    from ddlib.run import runner
     shown = threading.Event()
 
     class Lines(console.CellLines):  # says when the console printed the cell's line
@@ -510,7 +509,7 @@ def test_the_runner_shows_each_running_cells_model_epoch_and_eta(mlflow_store, t
     def release_once_shown() -> None:
         try:
             shown.wait(BOUND_SECONDS)
-            wait_for(lambda: [r for r in cell_runs(status="RUNNING") if "ddlib.progress" in r.data.tags],
+            wait_for(lambda: [r for r in cell_runs(status="RUNNING") if "ddlib.store.progress" in r.data.tags],
                      BOUND_SECONDS, "the run's progress tag", every=0.5)
         finally:
             release(tmp_path)
@@ -530,7 +529,7 @@ def test_the_runner_shows_each_running_cells_model_epoch_and_eta(mlflow_store, t
     err = capsys.readouterr().err
     # minutes since the cell started (of the runner's estimate, where the model of its work gives one)
     assert re.search(rf"random-ipc1-convnet: \[\d+\.\d( of ~\d+\.\d)? min\] {line}", err), err
-    assert cell_runs()[0].data.tags["ddlib.progress"] == line  # what `ddlib runs` shows, and Ray's runner reads
+    assert cell_runs()[0].data.tags["ddlib.store.progress"] == line  # what `ddlib runs` shows, and Ray's runner reads
 
 
 @pytest.mark.filterwarnings("ignore:sanity")  # one epoch: near chance, as intended
@@ -612,8 +611,7 @@ def test_progress_lines_in_a_log_are_printed_on_a_new_model_not_per_epoch(capsys
     """Not a terminal (a log file, CI): a running cell's line is printed when it starts another model
     (or after ``PLAIN_PROGRESS_SECONDS``), not redrawn per epoch (a 3-minute demo wrote thousands of
     lines into its log)."""
-    from ddlib import console
-
+    from ddlib.run import console
     current = {"a": "[0.1 min] syn_hard · seed 0 · lr 0.01 · model 1/3 · epoch 1/200 · ETA 0:10"}
     lines = console.CellLines(1, lambda: dict(current), disable=False, terminal=False)
     lines.refresh()

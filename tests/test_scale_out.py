@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ddlib.tracking import TAG
+from ddlib.store.tracking import TAG
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import postgres_cluster  # noqa: E402
@@ -144,7 +144,7 @@ def listening_addresses(pid: int) -> set[str]:
 @pytest.fixture
 def server(tmp_path):
     """Start `ddlib server` processes on loopback for one test; stopped afterwards."""
-    from ddlib.server import start_server, stop_server
+    from ddlib.store.server import start_server, stop_server
 
     started = []
 
@@ -175,7 +175,7 @@ def test_a_server_that_does_not_answer_is_one_clear_error_not_a_traceback(monkey
 
 def test_a_database_password_never_reaches_the_server_command_line(tmp_path):
     """`ps` shows every process's command line to every user: the store URI goes in the environment."""
-    from ddlib.server import server_command
+    from ddlib.store.server import server_command
 
     uri = "postgresql://mlflow:s3cret-pw@127.0.0.1:5432/mlflow"
     command, env = server_command(uri, tmp_path / "artifacts")
@@ -186,7 +186,7 @@ def test_a_database_password_never_reaches_the_server_command_line(tmp_path):
 def test_mlflows_job_execution_is_off_unless_the_environment_turns_it_on(tmp_path, monkeypatch):
     """MLflow's server starts 8 Huey job consumers (GenAI jobs ddlib never submits) unless told not
     to: about 22 CPU-s per server start on two cores. A user's own setting is kept."""
-    from ddlib.server import server_command
+    from ddlib.store.server import server_command
 
     monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
     store = f"sqlite:///{tmp_path / 'x.db'}"
@@ -201,7 +201,7 @@ def test_a_new_sqlite_store_is_created_whole_before_the_server_opens_it(tmp_path
     and moves it into place (as `ddlib run` and `ddlib ui` do) before the server is started."""
     import sqlite3
 
-    from ddlib.server import server_command
+    from ddlib.store.server import server_command
 
     path = tmp_path / "new" / "server.db"
     server_command(f"sqlite:///{path}", tmp_path / "artifacts")
@@ -343,7 +343,7 @@ def test_a_local_ray_start_that_times_out_is_tried_again_then_one_line(monkeypat
     """Ray gives its raylet a fixed 30 s to register and then raises a bare Exception (seen under two busy
     loops beside the suite): the executor starts it again, and after its last try says so in one line."""
     ray = pytest.importorskip("ray")
-    from ddlib.executors import RAY_START_ATTEMPTS, ExecutorError, RayExecutor
+    from ddlib.run.executors import RAY_START_ATTEMPTS, ExecutorError, RayExecutor
 
     calls = []
 

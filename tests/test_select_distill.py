@@ -175,7 +175,7 @@ def test_a_label_robust_cell_scores_the_same_with_its_dm_set_read_from_the_cache
                                                                                  tmp_path):
     """DM reseeds the global generator every iteration; a cell that reads the set skips all that, and
     must still train its models from the same draws (every training seeds itself)."""
-    from ddlib import tracking
+    from ddlib.store import tracking
     from ddlib.protocols import label_robust
 
     monkeypatch.setenv("DDLIB_CACHE", str(tmp_path / "cache"))

@@ -12,12 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddlib import tracking, units
+from ddlib.store import tracking
+
+from ddlib.specs import units
 from ddlib.cli import main as cli_main
 from ddlib.protocols import protocol_module
 from ddlib.protocols.cell import cell_tags
 from ddlib.protocols.leakage import LEAKAGE_TAG
-from ddlib.tracking import Tracker, default_tags
+from ddlib.store.tracking import Tracker, default_tags
 
 
 def use_store(monkeypatch, path):
@@ -29,7 +31,7 @@ def use_store(monkeypatch, path):
 # --------------------------------------------------------------------------- the table of units
 
 
-@pytest.mark.parametrize("module", ["ddlib.units", "ddlib.tables"])
+@pytest.mark.parametrize("module", ["ddlib.specs.units", "ddlib.scores.tables"])
 def test_the_units_modules_examples_hold(module):
     import importlib
 

@@ -11,7 +11,7 @@ import torch
 from ddlib.data.datasets import load_dataset
 from ddlib.data.distilled import DistilledSet
 from ddlib.methods import sources
-from ddlib.registry import Registry
+from ddlib.specs.registry import Registry
 
 NONE = type(None)
 # The table the keys were written in by hand before the registry (ddlib 70c8ab8, SOURCE_KINDS):
@@ -94,7 +94,7 @@ def test_a_kind_registered_by_decorator_is_validated_from_its_parameters_and_obt
 
 
 def test_specs_that_reuse_one_cached_computation_name_the_same_shared_work():
-    """The runner keeps cells that share work apart (ddlib.executors.next_job): K-Center at any IPC,
+    """The runner keeps cells that share work apart (ddlib.run.executors.next_job): K-Center at any IPC,
     and DM from K-Center images, train one feature network; DM from real or K-Center images embeds
     the same real batches, and so does DM from noise (its noise has a generator of its own); what costs
     nothing shares nothing."""
@@ -142,7 +142,7 @@ def test_specs_naming_the_same_shared_work_do_reuse_one_cache(tmp_path, monkeypa
 
 # The keys of a label_robust file cell of the bytes below with the DC file's first experiment, and of one of
 # EL2N over two networks, as stored under the old names (first pinned at ddlib cfe153e and 5a5b696; every key
-# changed with label_robust revision 6 and ddlib.keys.ENGINE_REVISION 1, issue 54.1, and these are the keys
+# changed with label_robust revision 6 and ddlib.specs.keys.ENGINE_REVISION 1, issue 54.1, and these are the keys
 # since). The renames must keep finding them, and a key must not drift without a revision saying why.
 STORED_KEYS = {"group": "0c599fb47655aee1", "series": "7ae9f88991746ad6", "family": "8e468044dfb5e78e"}
 STORED_EL2N_KEYS = {"group": "b1439c5686974c0c", "series": "fe98810a94486147", "family": "8e468044dfb5e78e"}
@@ -154,7 +154,7 @@ def test_renamed_source_keys_keep_the_keys_of_their_old_names(tmp_path):
     An old name is still read, with a FutureWarning, and renamed in the spec; giving both is refused; the
     cells' keys are those stored under the old names."""
     from ddlib.protocols.placement import cell_tags
-    from ddlib.tracking import TAG
+    from ddlib.store.tracking import TAG
 
     path = tmp_path / "set.pt"
     path.write_bytes(b"a DC file's bytes")

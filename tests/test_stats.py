@@ -1,4 +1,4 @@
-"""Bootstrap intervals over seeds, paired comparisons, rank groups and Kendall's tau (ddlib.stats)."""
+"""Bootstrap intervals over seeds, paired comparisons, rank groups and Kendall's tau (ddlib.scores.stats)."""
 
 import math
 
@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddlib import metrics, stats
+from ddlib.scores import metrics
 
-
+from ddlib.scores import stats
 def test_percentile_interval_of_three_seeds_is_their_range():
     # 3 seeds: the resample mean is 1 (all three draws seed 1) with probability 1/27 = 3.7 % > 2.5 %,
     # and 3 likewise, so the 95 % percentile interval is exactly [1, 3]; the estimate is the mean.

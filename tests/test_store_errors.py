@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ddlib import tracking
+from ddlib.store import tracking
 from ddlib.cli import main as cli_main
-from ddlib.tracking import TAG
+from ddlib.store.tracking import TAG
 
 TINY = {"dataset": "digits", "seeds": [0], "recipe": {"epochs": 2, "batch_size": 64}, "real_recipe": {"epochs": 1},
         "train_per_class": 20, "test_size": 100}
@@ -81,7 +81,7 @@ def test_a_read_only_or_full_store_is_refused_before_anything_runs(number, why, 
 
 
 def test_what_a_refused_write_says_names_the_store_or_the_file(tmp_path, monkeypatch):
-    """:func:`ddlib.tracking.write_failure`: a full disk, whichever layer says so (an OSError, SQLite's
+    """:func:`ddlib.store.tracking.write_failure`: a full disk, whichever layer says so (an OSError, SQLite's
     words under MLflow's exception, a notebook's error as text), in one line; a refused permission
     outside the store (reading a dataset) is not the store's problem."""
     import sqlite3
@@ -109,7 +109,7 @@ def test_what_a_refused_write_says_names_the_store_or_the_file(tmp_path, monkeyp
 
 
 def _cell_on_a_full_disk(job, watch_parent=False):
-    """:func:`ddlib.executors.execute_cell` in a pool worker whose disk fills up once its cell's run
+    """:func:`ddlib.run.executors.execute_cell` in a pool worker whose disk fills up once its cell's run
     exists: from then on every SQLite write of the worker fails as on a full disk (MLflow logs each
     with its traceback, then raises). A pool worker imports it from this module."""
     import sqlite3
@@ -117,8 +117,9 @@ def _cell_on_a_full_disk(job, watch_parent=False):
     import sqlalchemy
     from sqlalchemy import event
 
-    from ddlib import executors, kernels
+    from ddlib.run import executors
 
+    from ddlib.run import kernels
     def fill_up(*args, **kwargs):
         @event.listens_for(sqlalchemy.engine.Engine, "before_cursor_execute")
         def full(conn, cursor, statement, parameters, context, executemany):
@@ -137,8 +138,7 @@ def test_a_full_disk_mid_cell_fails_the_cell_in_one_line_naming_the_store(mlflow
     runner says so in one line naming the store (before: MLflow's traceback for every failed write, a
     page of SQL as the cell's error, the worker's exception) and marks the cell FAILED with it once it
     can (before: "its worker process died"; where the disk stays full, the next run marks it KILLED)."""
-    from ddlib import executors
-
+    from ddlib.run import executors
     monkeypatch.setattr(executors, "execute_cell", _cell_on_a_full_disk)
     assert cli_main(["run", str(write_grid(tmp_path))]) == 1
     err = capfd.readouterr().err  # the worker's stderr too

@@ -92,8 +92,7 @@ def test_a_label_robust_cell_runs_on_a_streamed_dataset(tmp_path, cache, monkeyp
     """The full-data reference, the validation split and the random subsets of an LRS cell, on
     ``stream:``: the same accuracies as on the in-memory ``imagefolder:`` copy of the same tree."""
     import ddlib
-    from ddlib import tracking
-
+    from ddlib.store import tracking
     monkeypatch.setenv("DDLIB_MLRUNS", str(tmp_path / "store"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
     monkeypatch.setattr(tracking, "_CLIENTS", {})

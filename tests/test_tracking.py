@@ -1,7 +1,7 @@
 import pytest
 
-from ddlib import tracking
-from ddlib.tracking import TAG, Tracker
+from ddlib.store import tracking
+from ddlib.store.tracking import TAG, Tracker
 
 
 def test_store_is_absolute_sqlite_under_mlruns(mlflow_store, monkeypatch):

@@ -1,5 +1,5 @@
 """Robustness curves: robust accuracy against ε for a set of attacks (the adversarial protocol's
-``eps_curve``), and the area under each curve (:func:`ddlib.metrics_robust.curve_auc`).
+``eps_curve``), and the area under each curve (:func:`ddlib.scores.robustness.curve_auc`).
 
 ``eps_curve`` is ``{attacks: [specs], eps: [values]}`` (or ``{attack: spec, eps: [values]}``, one
 attack): every attack at every ε, each attack with its other parameters as given. Each attack needs
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ddlib.attacks.registry import AttackSpec, parse_attack, targeted_skip_reason
-from ddlib.metrics_robust import AUC_PREFIX, curve_aucs  # noqa: F401 (re-exported: no torchattacks needed there)
+from ddlib.scores.robustness import AUC_PREFIX, curve_aucs  # noqa: F401 (re-exported: no torchattacks needed there)
 
 __all__ = ["CurvePoint", "parse_curve", "point_key", "curve_aucs", "AUC_PREFIX"]
 

@@ -1,4 +1,4 @@
-"""The attack registry (:data:`ATTACKS`, on :class:`ddlib.registry.Registry`) and its specs.
+"""The attack registry (:data:`ATTACKS`, on :class:`ddlib.specs.registry.Registry`) and its specs.
 
 An entry is a factory ``factory(model, num_classes, seed, *, param=default, ...) -> attack``
 (a torchattacks attack, or anything with its interface: ``atk(x, y)``, ``supported_mode``,
@@ -52,7 +52,7 @@ measured by :func:`ddlib.attacks.run_attack`.
 ``cw`` and ``deepfool`` are minimum-norm attacks with no ε bound; the others keep every
 adversarial image within ε of the clean one (L∞, or L2 for ``pgd_l2`` and ``autoattack`` with
 ``norm: L2``) and inside [0, 1]. Numbers may be strings such as ``"8/255"`` (YAML reads them so;
-:func:`ddlib.registry.parse_number`); an unknown attack or parameter raises ``ValueError`` naming it.
+:func:`ddlib.specs.registry.parse_number`); an unknown attack or parameter raises ``ValueError`` naming it.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ except ImportError as e:  # not a dependency of ddlib: its requests pin conflict
     raise ImportError("BEARD's attacks need torchattacks, which is not installed: "
                       "pip install --no-deps 'torchattacks>=3.5.1,<4'") from e
 
-from ddlib.registry import Entry, Registry, Spec, parse_number
+from ddlib.specs.registry import Entry, Registry, Spec, parse_number
 
 __all__ = ["ATTACKS", "AttackSpec", "register_attack", "list_attacks", "get_entry", "parse_attack", "parse_attacks",
            "create_attack", "supports_targeted", "targeted_skip_reason", "NORMS"]

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ddlib.cache import cache_dir
+from ddlib.store.cache import cache_dir
 from ddlib.data.layout import standard_layout
 
 __all__ = [

@@ -3,7 +3,7 @@
 ``create_objective(spec, mean=..., std=..., num_classes=...)`` turns a params entry into
 ``(objective, name)``: ``None`` / ``"standard"`` is plain training (no objective), otherwise a
 name or a one-key mapping ``{name: {param: value}}`` of :data:`OBJECTIVES` (a
-:class:`ddlib.registry.Registry`; numbers may be strings such as ``"8/255"``). Each objective is one
+:class:`ddlib.specs.registry.Registry`; numbers may be strings such as ``"8/255"``). Each objective is one
 function registered with ``@OBJECTIVES.register``: ``fn(model, x, y, generator, pixels, *, param=default)``,
 its keyword-only parameters the spec's. The hook (:class:`AdversarialObjective`) carries its
 canonical name (``objective.name``, every parameter spelled out):
@@ -55,7 +55,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddlib.engine.train import Objective
-from ddlib.registry import Entry, Registry, Spec, parse_number
+from ddlib.specs.registry import Entry, Registry, Spec, parse_number
 
 __all__ = ["create_objective", "adversarial_batch", "PixelSpace", "OBJECTIVES", "AdversarialObjective"]
 

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import torch
 
-from ddlib.cache import cache_dir
+from ddlib.store.cache import cache_dir
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

@@ -16,7 +16,7 @@ Target convention (one for every loss here). A loss is built with ``targets_are_
   set's stored soft labels (probabilities or logits) into such rows for a given temperature.
 
 :class:`TeacherRelabel` sets the flag itself; :func:`create_loss` builds a hook from a YAML spec.
-The losses are registered on :data:`LOSSES` (a :class:`ddlib.registry.Registry`, by
+The losses are registered on :data:`LOSSES` (a :class:`ddlib.specs.registry.Registry`, by
 :func:`register_loss`): each is one class,
 its keyword-only ``__init__`` parameters with their defaults the spec's parameters; every hook
 carries its canonical name (``hook.name``).
@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddlib.data.digest import tensor_digest
-from ddlib.registry import Entry, Registry, Spec, parse_number
+from ddlib.specs.registry import Entry, Registry, Spec, parse_number
 
 if TYPE_CHECKING:
     from ddlib.data.distilled import DistilledSet

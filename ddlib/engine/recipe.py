@@ -1,7 +1,7 @@
 """The recipe: how a model is trained on a (distilled) set, and the optimizer and schedule it builds.
 
 A recipe is part of every evaluation's reuse key (:meth:`Recipe.to_dict`): fields that joined later
-are keyed only away from their defaults (:data:`ddlib.keys.LATER_RECIPE_DEFAULTS`), so every key
+are keyed only away from their defaults (:data:`ddlib.specs.keys.LATER_RECIPE_DEFAULTS`), so every key
 made before they existed stays valid. The loop that runs it is :mod:`ddlib.engine.train`.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import torch
 
 from ddlib.engine.device import PRECISIONS
-from ddlib.keys import LATER_RECIPE_DEFAULTS, without_later_defaults
+from ddlib.specs.keys import LATER_RECIPE_DEFAULTS, without_later_defaults
 
 __all__ = ["Recipe", "epochs_trained", "optimizer_and_scheduler", "OPTIMIZERS", "SCHEDULERS"]
 

@@ -175,9 +175,9 @@ def kernel_identity(dev: torch.device) -> dict:
     cuDNN), the device kind, on a GPU its model (a machine may hold two kinds) and, on the CPU, the
     thread count (CPU results are bit-identical only for one thread count); and the data's memory layout
     (row-major since :mod:`ddlib.data.layout`: results cached before it are not read); and the training
-    engine's revision (:data:`ddlib.keys.ENGINE_REVISION`: the networks and sets it makes change with it)."""
+    engine's revision (:data:`ddlib.specs.keys.ENGINE_REVISION`: the networks and sets it makes change with it)."""
     from ddlib.engine.device import machine_identity
-    from ddlib.keys import ENGINE_REVISION
+    from ddlib.specs.keys import ENGINE_REVISION
 
     return {**machine_identity(), "layout": "row-major", "engine": ENGINE_REVISION, "device": dev.type,
             **({"threads": torch.get_num_threads()} if dev.type == "cpu" else {}),

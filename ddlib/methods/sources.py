@@ -37,7 +37,7 @@ old names are still read, with a ``FutureWarning``, and cells keep the keys they
 The names ``random``, ``kcenter``, ``kcenter_greedy``, ``herding``, ``herding_dc``, ``forgetting``, ``el2n``,
 ``dm`` and ``full`` work without a spec.
 
-Each kind is a factory registered in :data:`SOURCES` (:class:`ddlib.registry.Registry`): its
+Each kind is a factory registered in :data:`SOURCES` (:class:`ddlib.specs.registry.Registry`): its
 keyword-only parameters are the keys a spec may give, their annotations the types a given value must
 have (a ``float`` takes an int too; a default of ``None`` means "decided elsewhere": the cell's
 model, the file name) and their defaults what runs when a key is left out. The spec itself reaches
@@ -54,8 +54,8 @@ from pathlib import Path
 from ddlib.data.datasets import Dataset
 from ddlib.data.distilled import DistilledSet, DistilledSetError, load
 from ddlib.methods.revisions import SET_REVISIONS
-from ddlib.registry import Entry, Registry
-from ddlib.shown import shown
+from ddlib.specs.registry import Entry, Registry
+from ddlib.specs.shown import shown
 
 __all__ = ["SOURCES", "SetRequest", "MODEL_KINDS", "BUILTIN_SOURCES", "BUILTIN_REVISIONS", "builtin_revision",
            "resolve_source", "validate_source", "obtain_set", "shared_work", "full_set", "source_keys", "source_path",
@@ -224,7 +224,7 @@ def builtin_revision(spec: dict) -> str | None:
 def shared_work(spec: dict) -> frozenset[str]:
     """Names of the cached, IPC-independent work a set of this spec does first and other cells reuse
     (K-Center's feature network, DM's real class means): the runner starts no two cells that would
-    compute the same at once (:func:`ddlib.executors.next_job`). A scheduling hint only: an unknown
+    compute the same at once (:func:`ddlib.run.executors.next_job`). A scheduling hint only: an unknown
     or malformed spec shares nothing."""
     try:
         entry = SOURCES.entry(spec["kind"]) if spec["kind"] in SOURCES else None

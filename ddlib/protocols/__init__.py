@@ -56,5 +56,5 @@ PROTOCOLS = _Table()
 
 def protocol_revision(name: str) -> int:
     """The protocol's revision (its spec's): part of every cell's config, group, series and family key,
-    and, with the engine's (:func:`ddlib.keys.definition`), of every model, lr-search, teacher and result key."""
+    and, with the engine's (:func:`ddlib.specs.keys.definition`), of every model, lr-search, teacher and result key."""
     return int(get_spec(name).revision)

@@ -73,7 +73,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ddlib import metrics, units
+from ddlib.scores import metrics
+
+from ddlib.specs import units
 from ddlib.engine.adversarial_training import create_objective
 from ddlib.attacks import (SPACES, TARGET_KINDS, AttackSpec, PixelModel, clean_pass, parse_attacks, run_attack,
                            targeted_skip_reason)
@@ -92,7 +94,7 @@ from ddlib.protocols.common import obtain as obtain_set
 from ddlib.protocols.dcbench import check_augment
 from ddlib.protocols.inputs import checkpoint_path
 from ddlib.protocols.released import check_checkpoint_accuracy, check_expected_accuracy, pool_checkpoints
-from ddlib.tracking import TAG, config_hash
+from ddlib.store.tracking import TAG, config_hash
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
            "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key", "check_targets", "TIMING_PROCESS",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ddlib import metrics
+from ddlib.scores import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import BEYOND_COLUMNS, IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result

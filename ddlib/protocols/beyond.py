@@ -1,5 +1,5 @@
 """What a cell logs beyond accuracy (issue 27), beside each evaluation's accuracy: the scores of
-:mod:`ddlib.beyond`, the reliability table, the datasets (``mlflow.data``) and MLflow's system metrics.
+:mod:`ddlib.scores.beyond_accuracy`, the reliability table, the datasets (``mlflow.data``) and MLflow's system metrics.
 
 Per evaluation (child run): metrics ``ece``, ``nll``, ``worst_class_acc``, ``class_acc_std``,
 ``class_acc_range`` (from the test pass that gives the accuracy, and its confusion matrix), the cost
@@ -33,7 +33,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from ddlib import beyond
+from ddlib.scores import beyond_accuracy as beyond
 from ddlib.data.digest import tensor_digest
 
 __all__ = ["evaluation_scores", "model_cost", "log_evaluation", "note", "close", "start_system_metrics", "stop_system_metrics",
@@ -54,7 +54,7 @@ def evaluation_scores(confusion, sums) -> dict[str, float]:
 
 
 def model_cost(cell, model: str, model_kwargs: dict | None, images, targets, eval_labels, recipe) -> dict[str, float]:
-    """The cost columns of one model (:func:`ddlib.beyond.training_cost`), its FLOPs per image
+    """The cost columns of one model (:func:`ddlib.scores.beyond_accuracy.training_cost`), its FLOPs per image
     counted once per architecture and input shape in a cell."""
     from ddlib.engine.recipe import epochs_trained
     from ddlib.models import create_model
@@ -133,7 +133,7 @@ def note(cell, role: str, seed: int, values: dict, sums, inputs: list) -> None:
 def close(cell) -> None:
     """The cell's per-seed scores and cost (histories, step = seed), their mean and std, its datasets,
     the reliability diagram of each role (summed over seeds); stops the system-metrics monitor."""
-    from ddlib.metrics import mean_std
+    from ddlib.scores.metrics import mean_std
 
     stop_system_metrics(cell)
     rows = cell.cache.pop("beyond", None)  # logged once, however often the cell is closed
@@ -203,7 +203,7 @@ def start_system_metrics(cell) -> None:
     try:
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-        from ddlib.tracking import tracking_uri
+        from ddlib.store.tracking import tracking_uri
 
         monitor = SystemMetricsMonitor(cell.run_id, tracking_uri=tracking_uri())
         monitor.start()

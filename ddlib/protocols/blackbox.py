@@ -52,7 +52,7 @@ from ddlib.protocols import adversarial
 from ddlib.protocols.cell import Cell, TrainedModel, device_name
 from ddlib.protocols.common import SET_PARAMS, _from_zca_space
 from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
-from ddlib.shown import shown
+from ddlib.specs.shown import shown
 
 __all__ = ["SPEC", "PARAMS", "validate", "group_identity", "fill_sources", "open_cell", "obtain", "train_models",
            "target_entries", "target_label", "evaluate", "BlackboxResult"]

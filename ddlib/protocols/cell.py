@@ -5,7 +5,7 @@ protocol's experiment. Every model it trains is a child run (an *evaluation*) ta
 key that hashes what was trained (the exact training tensors), how (model, recipe, hooks, a
 fitted preprocessing's content), on which test set (its images' and labels' content), with which
 seed and under which definition (the engine's revision and the protocol's, with those of the
-protocols sharing its models: :func:`ddlib.keys.definition`; a revision bump therefore trains
+protocols sharing its models: :func:`ddlib.specs.keys.definition`; a revision bump therefore trains
 again). Before training, the cell looks for a FINISHED run with that key in any experiment and
 reuses its accuracy: the full-data reference, or the
 random baseline shared by every method at one IPC, is trained once, not once per cell.
@@ -34,24 +34,24 @@ from typing import Any, Callable, Iterator, Sequence
 import pandas as pd
 import torch
 
-from ddlib import units
-from ddlib.units import shown_frame
+from ddlib.specs import units
+from ddlib.specs.units import shown_frame
 from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.data.digest import data_identity, tensor_digest
-from ddlib.keys import definition
+from ddlib.specs.keys import definition
 from ddlib.engine.device import configure_threads, forget_compiled, resolve_device, run_precision
-from ddlib.metrics import mean_std, near_chance
+from ddlib.scores.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
 from ddlib.protocols import beyond
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
-from ddlib.tracking import (TAG, Tracker, as_stored, config_hash, default_tags, file_lock, init_store, owner_tag,
+from ddlib.store.tracking import (TAG, Tracker, as_stored, config_hash, default_tags, file_lock, init_store, owner_tag,
                             release_store_locks, run_metrics)
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
 from ddlib.engine.test_pass import forget_test_batches, test_trained
-from ddlib.progress import ProgressWriter, writer_from_env
-from ddlib.calibrate import epoch_unit
+from ddlib.store.progress import ProgressWriter, writer_from_env
+from ddlib.run.calibrate import epoch_unit
 
 __all__ = ["Cell", "TrainedModel", "group_params", "cell_tags", "device_name"]
 
@@ -118,7 +118,7 @@ class Cell:
     cache: dict = field(default_factory=dict, repr=False)  # per-cell reuse (teachers, ZCA)
     flags: list = field(default_factory=list, repr=False)  # what the numbers must be read with (flag())
     strict: bool = field(default=False, repr=False)  # refuse a set holding test images (protocols.leakage)
-    progress_writer: ProgressWriter | None = field(default=None, repr=False)  # for the runner's console (ddlib.progress)
+    progress_writer: ProgressWriter | None = field(default=None, repr=False)  # for the runner's console (ddlib.store.progress)
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -161,7 +161,7 @@ class Cell:
             if "val_fraction" in params:
                 cell._hold_out(params["val_fraction"])
             if cell.progress_writer is not None:  # the cell's own remaining time on the runner's line
-                from ddlib.work import running_plan
+                from ddlib.run.work import running_plan
 
                 cell.progress_writer.plan(running_plan(protocol, cell.params, device))
         return cell
@@ -211,7 +211,7 @@ class Cell:
         return self.cache["zca"]
 
     def definition(self) -> dict:
-        """The definition revision every reuse key of this cell holds (:func:`ddlib.keys.definition`)."""
+        """The definition revision every reuse key of this cell holds (:func:`ddlib.specs.keys.definition`)."""
         return definition(self.protocol)
 
     def scored_on(self, split: str) -> dict:
@@ -286,7 +286,7 @@ class Cell:
         """Log per-seed values as metric histories ``per_seed/<value>`` (step = seed, so summaries can
         pool seeds over runs) and their mean and std over seeds as run metrics ``<value>_mean`` and
         ``<value>_std``, the figures MLflow's run page shows; return both in their shown units
-        (:mod:`ddlib.units`: accuracies in %, ...), as every other surface shows them. ``rows`` hold
+        (:mod:`ddlib.specs.units`: accuracies in %, ...), as every other surface shows them. ``rows`` hold
         computed values (fractions)."""
         self.tracker.log_per_seed(self.run_id, rows)
         computed = pd.DataFrame(list(rows))
@@ -390,7 +390,7 @@ class Cell:
         runs = list(zip(seeds, lrs))
         keys = [config_hash({**identities[lr], "seed": seed}) for seed, lr in runs]
         cost = beyond.model_cost(self, model, model_kwargs, images, targets, eval_labels, recipe)
-        unit = None if self.progress_writer is None else epoch_unit(  # one model-epoch's predicted time (ddlib.progress)
+        unit = None if self.progress_writer is None else epoch_unit(  # one model-epoch's predicted time (ddlib.store.progress)
             model, images.shape[1:], ds.num_classes, len(targets), recipe, hook_name(augment, "none"), model_kwargs,
             hook_name(objective, "standard"), self.device)
 

@@ -17,7 +17,7 @@ from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_
 from ddlib.protocols.spec import Param
 from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source
 from ddlib.engine.recipe import Recipe
-from ddlib.shown import shown
+from ddlib.specs.shown import shown
 
 # Which set, compared with which random subset, on which data and model.
 SET_PARAMS = {

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from ddlib import metrics
+from ddlib.scores import metrics
 from ddlib.data.distilled import DistilledSet
 from ddlib.engine.recipe import Recipe, epochs_trained
 from ddlib.protocols.cell import Cell

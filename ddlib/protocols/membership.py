@@ -26,7 +26,7 @@ import torch
 
 from ddlib.data.datasets import Dataset
 from ddlib.data.distilled import DistilledSet
-from ddlib.shown import shown
+from ddlib.specs.shown import shown
 
 __all__ = ["Split", "split_members", "member_half", "half_dataset", "set_members", "at_most", "check_member_params",
            "UNKNOWN"]

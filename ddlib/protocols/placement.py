@@ -1,14 +1,14 @@
 """Where a cell belongs: its keys (the config a rerun skips by, its leaderboard row, that row across
 IPCs, the rows it is compared with) and its run name. The keys hash the cell's parameters in the
-protocol's canonical form, the protocol's and the engine's revisions (:mod:`ddlib.keys`), the content
+protocol's canonical form, the protocol's and the engine's revisions (:mod:`ddlib.specs.keys`), the content
 of the cell's real data (not where it lies: ``data_root``) and of its input files."""
 
 from __future__ import annotations
 
-from ddlib.keys import ENGINE_REVISION, LATER_PARAM_DEFAULTS, without_later_defaults
+from ddlib.specs.keys import ENGINE_REVISION, LATER_PARAM_DEFAULTS, without_later_defaults
 from ddlib.methods.sources import RENAMED_KEYS
 from ddlib.protocols.inputs import input_digests
-from ddlib.tracking import TAG, config_hash
+from ddlib.store.tracking import TAG, config_hash
 
 __all__ = ["NON_GROUP_PARAMS", "group_params", "cell_tags", "run_name"]
 
@@ -19,7 +19,7 @@ NON_GROUP_PARAMS = ("seeds", "device", "run_id", "experiment", "data_root")
 
 def _as_stored(params: dict) -> dict:
     """Params that joined after cells were stored are left out of every key at their first defaults
-    (:mod:`ddlib.keys`), and a source key renamed since keeps its old name in them
+    (:mod:`ddlib.specs.keys`), and a source key renamed since keeps its old name in them
     (:data:`ddlib.methods.sources.RENAMED_KEYS`), so the cells stored before keep their config, group,
     series and family."""
     params = without_later_defaults(params, LATER_PARAM_DEFAULTS)

@@ -88,9 +88,9 @@ from typing import Any, Mapping
 from ddlib.engine.augment import list_ops, op_params
 from ddlib.engine.labels import LOSSES
 from ddlib.engine.recipe import Recipe
-from ddlib.registry import parse_number
-from ddlib.tracking import project_folder
-from ddlib.yamlfile import load_yaml
+from ddlib.specs.registry import parse_number
+from ddlib.store.tracking import project_folder
+from ddlib.specs.yamlfile import load_yaml
 
 __all__ = [
     "PRESETS_DIR",

@@ -62,7 +62,7 @@ from ddlib.protocols.dcbench import RECIPE_PARAMS, check_augment, check_recipe_p
 from ddlib.protocols.membership import (Split, at_most, check_member_params, half_dataset, member_half, set_members,
                                         split_members)
 from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
-from ddlib.shown import shown
+from ddlib.specs.shown import shown
 
 __all__ = ["SPEC", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "leaderboard", "PrivacyResult",
            "model_outputs", "attack_features", "membership_auc", "tpr_at_fpr", "fit_shadow_attack", "split_members",

@@ -26,8 +26,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from ddlib.registry import Registry
-from ddlib.shown import one_line
+from ddlib.specs.registry import Registry
+from ddlib.specs.shown import one_line
 
 __all__ = ["Param", "Board", "BEYOND_COLUMNS", "ProtocolSpec", "Result",
            "REGISTRY", "protocol_names", "set_protocols", "get_spec", "all_specs",
@@ -122,7 +122,7 @@ class Result:
     """What ``evaluate(cell, distilled)`` returns: one row per seed, the mean/std summary the cell
     logged, and the cell's MLflow run. Protocols add fields of their own."""
 
-    per_seed: pd.DataFrame  # in shown units (ddlib.units: accuracies in %, ...), as the CLI and MLflow show them
+    per_seed: pd.DataFrame  # in shown units (ddlib.specs.units: accuracies in %, ...), as the CLI and MLflow show them
     summary: dict[str, float]  # <value>_mean and <value>_std, in shown units
     run_id: str | None = None
     protocol: str = ""  # which protocol computed it (its headline board says which values are its scores)
@@ -134,9 +134,9 @@ class Result:
                              "std": [self.summary.get(f"{k}_std", float("nan")) for k in keys]}, index=keys)
 
     def values(self, columns: str = "scores") -> pd.DataFrame:
-        """The values as ``ddlib score`` prints them (:func:`ddlib.tables.value_table`: unit, mean, std,
+        """The values as ``ddlib score`` prints them (:func:`ddlib.scores.tables.value_table`: unit, mean, std,
         bootstrap interval, each seed): ``columns="scores"`` the protocol's scores, ``"all"`` every value."""
-        from ddlib.tables import value_table
+        from ddlib.scores.tables import value_table
 
         return value_table(self.per_seed, value_names(self.protocol, self.per_seed, columns))
 
@@ -341,7 +341,7 @@ LAYOUT_REVISION = ("tensors in row-major layout (ddlib.data.layout): on 1-channe
                    "kept stride 1 on the channel axis, the convolutions round otherwise; 3-channel data as before")
 # every protocol's revision after the one that made every reuse key carry the definition (issue 54.1)
 IDENTITY_REVISION = ("every reuse key (trained models, lr searches, teachers, cached results) holds the definition "
-                     "(ddlib.keys.ENGINE_REVISION and the protocol's revision) and digests of every tensor that "
+                     "(ddlib.specs.keys.ENGINE_REVISION and the protocol's revision) and digests of every tensor that "
                      "enters it (train, validation, test images and labels, the ZCA fit): nothing stored under an "
                      "earlier revision is reused")
 RUN_PARAMS = ("run_id", "experiment")  # the runner's own: which MLflow run and experiment a cell writes to

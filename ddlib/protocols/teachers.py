@@ -2,7 +2,7 @@
 from the user's checkpoints.
 
 A teacher is identified by the content of the data it was trained on, its architecture, recipe,
-augmentation, seed and definition revision (the engine's and its protocol's: :func:`ddlib.keys.definition`;
+augmentation, seed and definition revision (the engine's and its protocol's: :func:`ddlib.specs.keys.definition`;
 :func:`teacher_key`), so a revision bump trains teachers again; its weights are the artifact ``teacher.pt`` of a run
 in experiment ``teachers``, found again by that key from any process. This is tracking-layer work
 built on the engine's training loop, which is why it lives here and not in
@@ -22,12 +22,12 @@ import torch
 import torch.nn as nn
 
 from ddlib.data.digest import data_identity
-from ddlib.keys import definition
+from ddlib.specs.keys import definition
 from ddlib.engine.device import resolve_device, run_precision
 from ddlib.engine.recipe import Recipe
 from ddlib.engine.train import AugmentHook, hook_name, train_and_test
 from ddlib.models import create_model
-from ddlib.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
+from ddlib.store.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
 
 if TYPE_CHECKING:
     from ddlib.data.datasets import Dataset

@@ -2,14 +2,14 @@
 "unified" over IPCs (RRM, AEM, CREI over the models of every IPC), and robust accuracy against epsilon.
 
 Scores are recomputed here from the logged per-seed accuracies and times (so ``alpha`` can
-change), with BEARD's formulas (:func:`ddlib.metrics.beard_scores`: percent and seconds). Skipped
+change), with BEARD's formulas (:func:`ddlib.scores.metrics.beard_scores`: percent and seconds). Skipped
 attacks (targeted DeepFool, AutoAttack) have no values and are left out, as BEARD leaves out its
 None; with fewer than two attacks that ran, RR, AE and CREI are NaN (one attack gives 0, 100, 50
 whatever the model). Beside BEARD's RR, its toolkit's ``rome`` and ``rome+`` variants
 (``rr_rome``, ``rr_rome_plus``; BEARD's Table 15 is ``rome``); ``rr_variant`` says which one CREI
 uses (BEARD's toolkit's ``metrics_type``); ``crei_rome`` is ROME's I-CREI (CREI on ``rr_rome``, ROME's
 I-RR). Per attack of a cell's ``eps_curve``, ``curve_auc.<attack>``: the area under its robust accuracy
-against epsilon, over the epsilon range (:func:`ddlib.metrics_robust.curve_auc`, a fraction). AE
+against epsilon, over the epsilon range (:func:`ddlib.scores.robustness.curve_auc`, a fraction). AE
 compares the attack times with the clean time of the
 same cell (``clean_time="mode"``, as BEARD's published tables do), NaN for a seed whose attacks were
 timed in several processes (see :mod:`ddlib.protocols.adversarial`); ``clean_time="min_of_modes"``
@@ -27,11 +27,11 @@ import json
 
 import pandas as pd
 
-from ddlib import metrics
-from ddlib.metrics_robust import curve_aucs
+from ddlib.scores import metrics
+from ddlib.scores.robustness import curve_aucs
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report.core import aggregate, leakage_note, per_seed_values
-from ddlib.tracking import TAG, client
+from ddlib.store.tracking import TAG, client
 
 __all__ = ["ROW_PARAMS", "robustness_leaderboard", "unified_leaderboard", "eps_curves", "plot_eps_curves"]
 
@@ -65,7 +65,7 @@ def _attacks(df: pd.DataFrame) -> list[str]:
 
 
 def _clean_times(df: pd.DataFrame, rule: str) -> pd.Series:
-    """Per row, the clean time AE compares with (:func:`ddlib.metrics.beard_clean_time`); NaN where
+    """Per row, the clean time AE compares with (:func:`ddlib.scores.metrics.beard_clean_time`); NaN where
     the row's own is NaN (timed in several processes), or where ``min_of_modes`` finds no paired row
     of the other mode for the same models, seed and device (see the module docstring)."""
     if rule not in metrics.CLEAN_TIMES:
@@ -119,7 +119,7 @@ def unified_leaderboard(experiment: str = EXPERIMENT, alpha: float = 0.5, clean_
                         rr_variant: str = "beard") -> pd.DataFrame:
     """BEARD's multi-adversary scores over IPCs: per dataset x method x model x training x mode x
     target x space and seed, RRM (and its ``rome``/``rome+`` variants) / AEM pool the attack values of
-    the models of every IPC against their mean clean value (:func:`ddlib.metrics.rr_multi`; clean
+    the models of every IPC against their mean clean value (:func:`ddlib.scores.metrics.rr_multi`; clean
     times by ``clean_time``), CREI from them (``rr_variant``), and RCR likewise; mean and std over seeds.
     The IPC cells are usually timed in different processes (a grid runs each cell in its own), whose
     loads differ: AEM then pools times that are not comparable, and the row's ``sanity`` says so

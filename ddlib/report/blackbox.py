@@ -11,7 +11,7 @@ the diagonal (the target as its own surrogate, where it was one), ``transfer_acc
 seed s of each target). Rows are ranked within one attack.
 
 The board ``blackbox_irr`` scores each (surrogate, target) pair over the attacks: ROME's I-RR
-(``rr_rome``: :func:`ddlib.metrics.rr`'s ``rome``, 100·(1 − mean ASR · max ASR / clean²) with the
+(``rr_rome``: :func:`ddlib.scores.metrics.rr`'s ``rome``, 100·(1 − mean ASR · max ASR / clean²) with the
 target's clean accuracy and its robust accuracies under the surrogate's attacks), beside BEARD's RR
 and the ``rome+`` variant. That is ROME's black-box heatmap (Zhou et al., ICML 2025): BEARD's toolkit
 turns a transfer log into one white-box log per target (``Code/metrics/black_box/convert_to_white_box.py``)
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddlib import metrics
+from ddlib.scores import metrics
 from ddlib.report.core import aggregate, per_seed_values
 
 __all__ = ["ROW_PARAMS", "transfer_leaderboard", "transfer_matrix", "irr_leaderboard", "irr_rows", "irr_matrix"]
@@ -112,7 +112,7 @@ def irr_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell (a surrogate) and seed of :func:`~ddlib.report.core.per_seed_values`' frame, one row per
     target: ``rr_rome`` (I-RR), ``rr`` and ``rr_rome_plus`` from the target's clean accuracy
     (``clean.<target>``) and its robust accuracies under transfer (``transfer.<attack>.<target>``, the
-    attacks this cell ran), as :func:`ddlib.metrics.rr` takes them (%); NaN with fewer than two attacks."""
+    attacks this cell ran), as :func:`ddlib.scores.metrics.rr` takes them (%); NaN with fewer than two attacks."""
     rows = []
     for _, cell in df.iterrows():
         by_target: dict[str, list[float]] = {}

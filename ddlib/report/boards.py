@@ -15,7 +15,7 @@ import pandas as pd
 
 from ddlib.protocols.spec import board_specs
 from ddlib.report.core import reading_from
-from ddlib.tracking import tracking_uri
+from ddlib.store.tracking import tracking_uri
 
 __all__ = ["Boards", "load_boards", "build_board", "one_read"]
 

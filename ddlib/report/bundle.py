@@ -30,15 +30,15 @@ import pandas as pd
 from ddlib.report.core import reading_from
 from ddlib.report.published import (ARS_VALUES, LRS_VALUES, PUBLISHED_EXPERIMENT, PUBLISHED_KIND,  # noqa: F401
                                      published_table)
-from ddlib.shown import shown
+from ddlib.specs.shown import shown
 
 __all__ = ["DDRANKING_COLUMNS", "LEADERBOARD_COLUMNS", "PUBLISHED_EXPERIMENT", "write_bundle", "ddranking_rows",
            "import_published",
            "published_table", "read_ddranking_rows"]
 
-BUNDLE_FORMAT = 2  # 2: values in ddlib.units' shown units (accuracies in %), per-row flag and ranked
+BUNDLE_FORMAT = 2  # 2: values in ddlib.specs.units' shown units (accuracies in %), per-row flag and ranked
 UNITS_NOTE = ("accuracies in %, HLR and IOR in points, LRS, ARS and BEARD's scores 0-100, times in seconds, "
-              "membership-inference AUC 0-1 (ddlib.units)")
+              "membership-inference AUC 0-1 (ddlib.specs.units)")
 ROW_KEY_TAG = "ddlib.published_key"  # a published row's content: importing a file twice adds nothing
 
 # The columns of DD-Ranking's leaderboard space (its data.csv), in its order: first in ddranking.csv.
@@ -81,16 +81,16 @@ def _param_value(text: str):
 
 def _run_record(run_id: str) -> dict:
     """One cell run as a submission shows it: config, code, data, set digest, per-seed values."""
-    from ddlib import units
+    from ddlib.specs import units
     from ddlib.protocols.cell import SET_DIGEST_TAG
-    from ddlib.tracking import TAG, client, in_shown_units, per_seed_key, per_seed_names
+    from ddlib.store.tracking import TAG, client, in_shown_units, per_seed_key, per_seed_names
 
     mlflow_client = client()
     run = mlflow_client.get_run(run_id)
     tags = run.data.tags
     per_seed: dict[int, dict] = {}
     shown_units = in_shown_units(run)
-    for key in per_seed_names(run):  # in their shown units (ddlib.units): as stored, or converted from a run before
+    for key in per_seed_names(run):  # in their shown units (ddlib.specs.units): as stored, or converted from a run before
         for m in mlflow_client.get_metric_history(run_id, per_seed_key(run, key)):
             value = m.value if shown_units else units.shown(key, m.value)
             per_seed.setdefault(int(m.step), {"seed": int(m.step)})[key] = _plain(value)
@@ -157,9 +157,9 @@ def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float =
     """Write ``bundle.json`` (per row: set digest, data label, config, per-seed values, code, and its
     ``flag`` and ``ranked``: a row whose set holds test images is never ranked), ``ddranking.csv``
     (DD-Ranking's layout, with the flag) and ``leaderboards.csv`` (every board, ddlib's columns), all
-    in the units of :mod:`ddlib.units`. ``methods``: only the rows of these sets (methods)."""
+    in the units of :mod:`ddlib.specs.units`. ``methods``: only the rows of these sets (methods)."""
     from ddlib.report.export import export_tables, write_export
-    from ddlib.tracking import code_version, git_commit
+    from ddlib.store.tracking import code_version, git_commit
 
     import ddlib
 
@@ -245,7 +245,7 @@ def import_published(path: str | Path, reference: str | None = None) -> tuple[in
     """Store the rows of ``path`` (DD-Ranking's layout) as published rows: one run each in the
     ``published`` experiment (tag ``ddlib.kind = published``), its values in ddlib's units. A row
     already imported (same content) is skipped. Returns (added, skipped)."""
-    from ddlib.tracking import TAG, Tracker, config_hash
+    from ddlib.store.tracking import TAG, Tracker, config_hash
 
     path = Path(path)
     table = read_ddranking_rows(path)

@@ -31,9 +31,9 @@ from ddlib.report.plots import (board_rows, eps_curve_figures, ipc_points, radar
                                  set_grid_png)
 from ddlib.report.core import INTERVALS, _param, display_format, rank_caption, reading_from, source_tags
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
-from ddlib.stats import describe_method
-from ddlib.tracking import PROJECT_ROOT, TAG, Tracker, client, default_tags
-from ddlib.yamlfile import YamlFileError, load_yaml
+from ddlib.scores.stats import describe_method
+from ddlib.store.tracking import PROJECT_ROOT, TAG, Tracker, client, default_tags
+from ddlib.specs.yamlfile import YamlFileError, load_yaml
 
 __all__ = ["list_sets", "Block", "Card", "build_card", "render_html", "log_card",
            "write_card", "data_label", "run_command", "format_value"]

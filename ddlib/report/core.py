@@ -4,7 +4,7 @@ Each FINISHED cell run logs its per-seed values as metric histories (step = seed
 row is one *group* (the cell's params without seeds): runs of the same group are pooled seed by
 seed (the newest run wins a seed), so a grid that splits seeds over several runs and a grid that
 lists them in one run give the same row. Scores are recomputed from the logged accuracies with the
-pure functions of :mod:`ddlib.metrics`, so their weights can be changed at summary time. Every row
+pure functions of :mod:`ddlib.scores.metrics`, so their weights can be changed at summary time. Every row
 carries ``data``, the data source its cells ran on (e.g. "CIFAR-10 (JPEG)"), so that no result on a
 re-encoded copy is compared with published numbers unawares.
 
@@ -41,11 +41,15 @@ from typing import Callable, Iterator, Sequence
 
 import pandas as pd
 
-from ddlib import metrics, stats, units
+from ddlib.scores import metrics
+
+from ddlib.scores import stats
+
+from ddlib.specs import units
 from ddlib.protocols.cell import CLASSES_TAG, PRECISION_TAG, SET_DIGEST_TAG
 from ddlib.protocols.common import FULL_IPC
 from ddlib.protocols.leakage import LEAKAGE_TAG
-from ddlib.tracking import TAG, Tracker, client, computed_history, default_tags, per_seed_key, per_seed_names
+from ddlib.store.tracking import TAG, Tracker, client, computed_history, default_tags, per_seed_key, per_seed_names
 
 __all__ = ["per_seed_values", "boards_from", "reading_from", "source_tags", "experiments_with_cells",
            "unknown_experiment", "nothing_on_the_boards", "cells_elsewhere", "elsewhere_note", "aggregate",
@@ -55,7 +59,7 @@ __all__ = ["per_seed_values", "boards_from", "reading_from", "source_tags", "exp
 # How every leaderboard's intervals and rank groups are made (stated in captions).
 INTERVALS = {"resamples": stats.RESAMPLES, "level": stats.LEVEL, "seed": stats.SEED}
 
-# The scores on 0-100 (every value's unit: ddlib.units)
+# The scores on 0-100 (every value's unit: ddlib.specs.units)
 SCORES = ("lrs", "ars", "rr", "ae", "crei", "rcr", "rrm", "aem", "creim", "rcrm")
 # The headline score first (each board's), then its parts, then the accuracies they come from.
 VALUE_ORDER = ("lrs", "ars", "crei", "creim", "acc_aug_avg", "acc_transfer", "acc_set", "spearman",
@@ -270,7 +274,7 @@ def _history_key(mlflow_client, run, key: str) -> tuple:
 
 def _history(mlflow_client, run, key: str) -> dict[int, float]:
     """A FINISHED cell run's per-seed values of ``key`` ({seed: value}, in computed units whichever
-    units the run holds: :func:`ddlib.tracking.computed_history`), read once per process: a summary
+    units the run holds: :func:`ddlib.store.tracking.computed_history`), read once per process: a summary
     builds each leaderboard several times (the weight sweeps, stability, plots) from the same runs,
     and a finished run's history does not change (its end time is part of the key, in case it is
     finished again)."""
@@ -319,7 +323,7 @@ def _classes(run) -> float:
 
 def _sanity(sub: pd.DataFrame) -> str:
     """A row's sanity flag: its full-data reference or distilled-set accuracy (mean over seeds) near
-    chance (:func:`ddlib.metrics.near_chance`); empty when all is well or the class count is unknown."""
+    chance (:func:`ddlib.scores.metrics.near_chance`); empty when all is well or the class count is unknown."""
     classes = sub["classes"].dropna()
     if classes.empty:
         return ""
@@ -449,7 +453,7 @@ def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,
     """``rank`` and ``tied_with`` of every row on ``score`` (``pooled[i]``: row i's per-seed values)
     among the rows it is compared with (the same ``family`` at the same IPC: one setting, every
     method), from paired comparisons of
-    the per-seed scores (:func:`ddlib.stats.paired_difference`, by seed, at :data:`INTERVALS`'s
+    the per-seed scores (:func:`ddlib.scores.stats.paired_difference`, by seed, at :data:`INTERVALS`'s
     level). Rows are named by method (and config where one method has two rows)."""
     board = board.copy()
     board["rank"], board["tied_with"] = pd.array([pd.NA] * len(board), dtype="Int64"), ""
@@ -484,14 +488,14 @@ def _rank_groups(board: pd.DataFrame, pooled: list[pd.DataFrame], score: str,
 
 def rank_caption(score: str, seeds=None) -> str:
     """What the ``rank`` and ``tied_with`` columns mean, for a table's caption (``seeds``: the seed
-    counts of its rows, for the caveat: :func:`ddlib.stats.seed_caveat`)."""
+    counts of its rows, for the caveat: :func:`ddlib.scores.stats.seed_caveat`)."""
     return (f"rank: 1 + the rows whose {score.upper()} is significantly higher (paired by seed, "
             f"{100 * INTERVALS['level']:g} % bootstrap interval of the difference excludes 0); equal ranks and "
             f"'tied with' are not significantly different. {stats.describe_method(**INTERVALS, seeds=seeds)}.")
 
 
 def display_format(base: str) -> tuple[float, str]:
-    """(scale, format) of a value in its shown unit (:func:`ddlib.units.unit_of`: the one table of units
+    """(scale, format) of a value in its shown unit (:func:`ddlib.specs.units.unit_of`: the one table of units
     the command line, MLflow, the site, the card and the exports read)."""
     unit = units.unit_of(base)
     return unit.scale, unit.fmt
@@ -569,7 +573,7 @@ def log_summary(tables: dict[str, pd.DataFrame], figures: dict | None = None, ex
     run_id = tracker.start_run("summary", tags={**default_tags("summary"), TAG["kind"]: "summary", **source_tags()})
     with tempfile.TemporaryDirectory() as tmp:
         for name, table in tables.items():
-            shown_board(table).to_csv(Path(tmp) / f"{name}.csv", index=False)  # numbers in ddlib.units' units
+            shown_board(table).to_csv(Path(tmp) / f"{name}.csv", index=False)  # numbers in ddlib.specs.units' units
             shown = format_leaderboard(table) if any(c.endswith("_mean") for c in table.columns) else table
             shown.to_html(Path(tmp) / f"{name}.html", index=False)
             tracker.log_artifact(run_id, Path(tmp) / f"{name}.csv")

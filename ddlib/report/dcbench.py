@@ -12,7 +12,7 @@ import json
 import pandas as pd
 import scipy.stats
 
-from ddlib import stats
+from ddlib.scores import stats
 from ddlib.protocols.dcbench import best_by_mean
 from ddlib.protocols.nas_space import rank_correlation
 from ddlib.protocols import beyond

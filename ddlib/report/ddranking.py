@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddlib import metrics
+from ddlib.scores import metrics
 from ddlib.protocols import beyond
 from ddlib.protocols.cell import POOL_TAG
 from ddlib.report.boards import build_board
 from ddlib.report.core import KEY_COLUMNS, aggregate, per_seed_values
-from ddlib.tracking import TAG
+from ddlib.store.tracking import TAG
 
 __all__ = ["ROW_PARAMS", "WEIGHT_PARAM", "row_params", "ROW_TAGS", "SWEEP", "lrs_leaderboard", "ars_leaderboard",
            "weight_sweep", "plot_scores"]

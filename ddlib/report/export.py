@@ -20,7 +20,7 @@ import pandas as pd
 
 from ddlib.report.core import _param, format_leaderboard, shown_board
 from ddlib.report.runs import list_cell_runs  # noqa: F401 (re-exported)
-from ddlib.tracking import TAG, client
+from ddlib.store.tracking import TAG, client
 
 __all__ = ["FORMATS", "RECIPE_COLUMNS", "recipe_columns", "row_recipe", "export_tables", "write_export", "list_cell_runs"]
 
@@ -125,7 +125,7 @@ def _with_recipe(board: pd.DataFrame) -> pd.DataFrame:
 def export_tables(boards=None, names: Iterable[str] | None = None, formatted: bool = True) -> dict[str, pd.DataFrame]:
     """Every non-empty leaderboard (or those ``names``) with the recipe columns; ``formatted``: as
     the summary prints them (mean ± std as text), else the numbers (``_mean``, ``_std``, ``_low``,
-    ``_high``: the CSV's), both in the units of :mod:`ddlib.units` (accuracies in %, ...)."""
+    ``_high``: the CSV's), both in the units of :mod:`ddlib.specs.units` (accuracies in %, ...)."""
     if boards is None:
         from ddlib.report.boards import load_boards
 

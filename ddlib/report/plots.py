@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 
-from ddlib.metrics_robust import curve_auc
+from ddlib.scores.robustness import curve_auc
 from ddlib.protocols.common import FULL_IPC
 from ddlib.report import evals, viz
 from ddlib.report.boards import Boards

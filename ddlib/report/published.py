@@ -21,7 +21,7 @@ ARS_VALUES = {"with_aug_scores": ("ior_aug", 100.0), "without_aug_scores": ("ior
 def published_table() -> pd.DataFrame:
     """Every published row, in ddlib's board units (``hlr_mean`` as a fraction, ``lrs_mean`` 0-100),
     with ``source`` = "published" and its ``reference``: shown beside the boards, never pooled."""
-    from ddlib.tracking import TAG, client, run_metrics
+    from ddlib.store.tracking import TAG, client, run_metrics
 
     mlflow_client = client()
     found = mlflow_client.get_experiment_by_name(PUBLISHED_EXPERIMENT)

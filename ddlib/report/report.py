@@ -12,7 +12,7 @@ from ddlib.report.boards import load_boards, one_read
 from ddlib.report.core import INTERVALS, format_leaderboard
 from ddlib.report.plots import eps_curve_figures, summary_figures
 from ddlib.report.stability import stability_table
-from ddlib.stats import describe_method
+from ddlib.scores.stats import describe_method
 
 __all__ = ["Section", "build_report", "shown", "RANK_NOTE"]
 

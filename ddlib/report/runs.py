@@ -8,9 +8,9 @@ import time
 
 import pandas as pd
 
-from ddlib.progress import PROGRESS_TAG
+from ddlib.store.progress import PROGRESS_TAG
 from ddlib.report.ui import cell_link
-from ddlib.tracking import TAG, client
+from ddlib.store.tracking import TAG, client
 
 __all__ = ["list_cell_runs"]
 

@@ -26,7 +26,7 @@ from ddlib.report.export import row_recipe
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.report.stability import stability_table
 from ddlib.protocols.spec import Board, board_specs
-from ddlib.stats import describe_method
+from ddlib.scores.stats import describe_method
 
 __all__ = ["Page", "build_site"]
 
@@ -166,7 +166,7 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
             dataset, ipc = str(key[0]), (_ipc_label(key[1]) if len(key) > 1 else "all IPCs")
             slug = _slug(name, dataset, f"ipc{ipc}" if len(key) > 1 else "unified")
             sub = sub.reset_index(drop=True)
-            shown_board(sub).to_csv(out / f"{slug}.csv", index=False)  # numbers in ddlib.units' units
+            shown_board(sub).to_csv(out / f"{slug}.csv", index=False)  # numbers in ddlib.specs.units' units
             title = f"{specs[name].title}: {dataset}, IPC {ipc}"
             seeds = list(sub["seeds"]) if "seeds" in sub else None
             caption = (f"Every value: mean over seeds [95 % interval]. {rank_caption(score, seeds)}"

@@ -1,5 +1,5 @@
 """Rank stability: is a leaderboard's order of methods a property of the methods, or of one seed,
-one architecture or one score weight? Kendall's tau-b (:func:`ddlib.stats.rank_stability`) of the
+one architecture or one score weight? Kendall's tau-b (:func:`ddlib.scores.stats.rank_stability`) of the
 method ranking under each setting against the leaderboard's own ranking:
 
 * across **seeds**: each seed's per-seed score against the mean over seeds (every scored board);
@@ -21,7 +21,7 @@ import pandas as pd
 from ddlib.protocols.spec import board_specs
 from ddlib.report.boards import build_board
 from ddlib.report.ddranking import SWEEP
-from ddlib.stats import rank_stability
+from ddlib.scores.stats import rank_stability
 
 __all__ = ["scored", "stability_table"]
 

@@ -2,7 +2,7 @@
 
 MLflow 3.17 opens an experiment as a GenAI project (traces, token usage) unless its workflow
 toggle says "Model training". ddlib's experiments carry ``mlflow.experimentKind =
-custom_model_development`` (:data:`ddlib.tracking.EXPERIMENT_TAGS`), but the UI's mode is the address's
+custom_model_development`` (:data:`ddlib.store.tracking.EXPERIMENT_TAGS`), but the UI's mode is the address's
 ``workflowType`` (else the browser's last choice, GenAI at first), so every address here, a runs page
 and a run's page alike, asks for ``workflowType=machine_learning``. The runs table shows only a few
 attribute columns by default; :func:`install_views` saves a *shared view* on each experiment (the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from ddlib.tracking import TAG, client
+from ddlib.store.tracking import TAG, client
 
 __all__ = ["VIEW_KEY", "UI_HOST", "UI_PORT", "install_views", "runs_url", "run_url", "ui_base", "cell_link", "ui_urls"]
 
@@ -79,13 +79,13 @@ def runs_url(base: str, experiment_id: str) -> str:
 
 
 def run_url(base: str, experiment_id: str, run_id: str) -> str:
-    """One run's page, as a training project (its metrics in ddlib's units: :mod:`ddlib.units`)."""
+    """One run's page, as a training project (its metrics in ddlib's units: :mod:`ddlib.specs.units`)."""
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
 
 
 def ui_base(port: int = UI_PORT) -> str:
     """Where this store's UI is: a tracking server's own address, else where ``ddlib ui`` serves it."""
-    from ddlib.tracking import is_server_uri, tracking_uri
+    from ddlib.store.tracking import is_server_uri, tracking_uri
 
     return tracking_uri().rstrip("/") if is_server_uri() else f"http://{UI_HOST}:{port}"
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from ddlib.registry import Entry, Registry
+from ddlib.specs.registry import Entry, Registry
 
 if TYPE_CHECKING:
     from ddlib.data.datasets import Dataset

@@ -26,7 +26,7 @@ augmentation ``dc_augment`` (crop / scale / rotate / noise, one per image; not d
 :func:`fit_zca`), not a random op: it maps pixels to the model's input in place of the
 normalisation, so the ops after it see whitened batches (as in MTT/DATM/DD-Ranking).
 
-This package holds the registry (``OPS``, on :class:`ddlib.registry.Registry`) and the hook (``registry.py``), parameter
+This package holds the registry (``OPS``, on :class:`ddlib.specs.registry.Registry`) and the hook (``registry.py``), parameter
 validation (``_params.py``) and one file per family, each registering its ops on import: ``dsa_ops.py`` (``dsa``), ``mixing.py``
 (``mixup``, ``cutmix``), ``geometric.py`` (``random_resized_crop``, ``flip``, ``patch_shuffle``),
 ``torchvision_ops.py`` (``torchvision``), ``policies.py`` (DC-Bench's ``autoaugment``, ``randaugment``,

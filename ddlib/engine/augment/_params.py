@@ -1,12 +1,12 @@
 """Validation of op parameters read from YAML: numbers (YAML reads ``1e-3`` and ``3/4`` as strings:
-:func:`ddlib.registry.parse_number`), integers and ``[low, high]`` pairs, range-checked, each error
+:func:`ddlib.specs.registry.parse_number`), integers and ``[low, high]`` pairs, range-checked, each error
 naming the op and the key."""
 
 from __future__ import annotations
 
 import numbers
 
-from ddlib.registry import parse_number
+from ddlib.specs.registry import parse_number
 
 
 def _number(op: str, key: str, value, *, lo=None, hi=None, lo_open=False) -> float:

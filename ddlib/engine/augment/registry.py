@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ddlib.registry import Entry, Registry, Spec
+from ddlib.specs.registry import Entry, Registry, Spec
 
 __all__ = ["Augment", "AugmentContext", "OPS", "create_augment", "list_ops", "op_params", "register_op"]
 

@@ -10,7 +10,7 @@ from typing import Callable, Mapping
 import torch
 
 from ddlib.engine.augment.registry import AugmentContext, register_op
-from ddlib.registry import describe_value
+from ddlib.specs.registry import describe_value
 from ddlib.engine.augment._pixels import _PixelSpace
 
 _TV_REFUSED = {"MixUp", "CutMix"}  # they need labels: use the mixup / cutmix ops

@@ -37,8 +37,8 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 
 import ddlib
-from ddlib import units
-from ddlib.cache import cache_dir
+from ddlib.specs import units
+from ddlib.store.cache import cache_dir
 
 __all__ = [
     "mlruns_dir", "tracking_uri", "artifact_root", "init_store", "create_sqlite_store", "client", "Tracker", "runs",
@@ -48,7 +48,7 @@ __all__ = [
     "in_shown_units", "run_metrics", "computed_history", "per_seed_names", "per_seed_key", "as_stored",
 ]
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # A checkout (editable install) holds pyproject.toml beside the package; a wheel's site-packages does not.
 IN_CHECKOUT = (PROJECT_ROOT / "pyproject.toml").exists()
 # Folders of the checkout that a wheel carries inside the package (pyproject's package-dir).
@@ -61,7 +61,7 @@ def project_folder(name: str) -> Path:
     notebooks and ``ddlib run demo``)."""
     if IN_CHECKOUT:
         return PROJECT_ROOT / name
-    return Path(__file__).resolve().parent / "_files" / _WHEEL_FOLDERS[name]
+    return Path(__file__).resolve().parents[1] / "_files" / _WHEEL_FOLDERS[name]
 
 # Tag names written by the suite (MLflow's UI can filter on them).
 TAG = {
@@ -72,7 +72,7 @@ TAG = {
     "device": "ddlib.device",
     "kind": "ddlib.kind",  # "cell" (one grid cell / notebook run), "eval" (one trained model), "summary"
     "revision": "ddlib.protocol_revision",  # the protocol module's REVISION: what its cells compute
-    "engine_revision": "ddlib.engine_revision",  # ddlib.keys.ENGINE_REVISION: what the training engine computes
+    "engine_revision": "ddlib.engine_revision",  # ddlib.specs.keys.ENGINE_REVISION: what the training engine computes
     "config": "ddlib.config_hash",  # a cell's full resolved params
     "group": "ddlib.group_key",  # a cell's params without seeds: rows of a leaderboard
     "series": "ddlib.series_key",  # ... and without ipc: one method's cells across IPCs (unified scores, curves)
@@ -85,13 +85,13 @@ TAG = {
     "error": "ddlib.error",
     "owner": "ddlib.owner",  # "host:pid:start time" of the process executing a cell (liveness)
     "heartbeat": "ddlib.heartbeat",  # Unix time, renewed while the cell executes (liveness across hosts)
-    "runner": "ddlib.runner",  # id of the `ddlib run` invocation that executes a cell
-    "estimate": "ddlib.estimate_minutes",  # the runner's estimate of a cell's minutes when it started (ddlib.plan)
+    "runner": "ddlib.run.runner",  # id of the `ddlib run` invocation that executes a cell
+    "estimate": "ddlib.estimate_minutes",  # the runner's estimate of a cell's minutes when it started (ddlib.run.plan)
     "boards_from": "ddlib.boards_from",  # the experiment a summary's or card's boards read (not the protocols' own)
-    "units": "ddlib.units",  # "shown": the run's metrics are in ddlib.units' units, per-seed values under per_seed/
+    "units": "ddlib.specs.units",  # "shown": the run's metrics are in ddlib.specs.units' units, per-seed values under per_seed/
     "quick": "ddlib.quick",  # a quick cell (ddlib score --quick): a first look, not a result
 }
-# What TAG["units"] says on every run whose metrics the Tracker wrote: each metric in the unit ddlib.units
+# What TAG["units"] says on every run whose metrics the Tracker wrote: each metric in the unit ddlib.specs.units
 # gives its name (accuracies in %, ...), and a cell's per-seed values as histories ``per_seed/<name>`` (step =
 # seed) beside their ``<name>_mean`` and ``<name>_std``. Runs without it (written before) hold computed units
 # (fractions) and per-seed histories under the value's own name; the readers below take both.
@@ -612,7 +612,7 @@ class Tracker:
         self._log(run_id, [(key, v, s) for v, s in zip(values, steps)])
 
     def _log(self, run_id: str, triples: list[tuple[str, float, int]]) -> None:
-        """Computed values (fractions) written in their shown units (:mod:`ddlib.units`: what the MLflow UI
+        """Computed values (fractions) written in their shown units (:mod:`ddlib.specs.units`: what the MLflow UI
         then shows is what every other surface shows), the run tagged so that readers convert back."""
         from mlflow.entities import Metric, RunTag
 
@@ -686,7 +686,7 @@ def in_shown_units(run) -> bool:
 
 
 def run_metrics(run) -> dict[str, float]:
-    """A run's latest metric values in computed units (fractions: what :mod:`ddlib.metrics` takes),
+    """A run's latest metric values in computed units (fractions: what :mod:`ddlib.scores.metrics` takes),
     whichever units it was written in."""
     if not in_shown_units(run):
         return dict(run.data.metrics)
@@ -706,7 +706,7 @@ def per_seed_key(run, name: str) -> str:
 
 
 def per_seed_names(run) -> list[str]:
-    """The values a cell run logged per seed (names without :data:`ddlib.units.PER_SEED`). A run
+    """The values a cell run logged per seed (names without :data:`ddlib.specs.units.PER_SEED`). A run
     written before the prefix: every history but the ``_mean`` / ``_std`` summaries (as read then)."""
     if in_shown_units(run):
         return sorted(k[len(units.PER_SEED):] for k in run.data.metrics if k.startswith(units.PER_SEED))

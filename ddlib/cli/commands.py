@@ -12,8 +12,8 @@ import sys
 import pandas as pd
 
 from ddlib.report.ui import UI_HOST, UI_PORT  # `ddlib ui`'s address, where the run links point
-from ddlib.shown import one_line, shown
-from ddlib.tables import FORMATS
+from ddlib.specs.shown import one_line, shown
+from ddlib.scores.tables import FORMATS
 
 __all__ = ["register", "UI_HOST", "UI_PORT", "ui_argv"]
 
@@ -35,9 +35,9 @@ def _utf8(option: str, text: str, what: str = "the value") -> None:
 
 def _value(key: str, text: str):
     """``--param key=value``: the value as YAML reads it (numbers, lists, mappings, null), with the
-    checks a params file gets (:func:`ddlib.yamlfile.parse_yaml`: no alias bomb, no recursive alias,
+    checks a params file gets (:func:`ddlib.specs.yamlfile.parse_yaml`: no alias bomb, no recursive alias,
     no control character, no key twice); a ValueError naming the option and the key otherwise."""
-    from ddlib.yamlfile import parse_yaml
+    from ddlib.specs.yamlfile import parse_yaml
 
     _utf8(f"--param {key}", text)
     return parse_yaml(text, f"--param {key}")
@@ -71,16 +71,16 @@ def _score_params(args) -> dict:
 
 
 def _written_grid(grid: dict) -> dict:
-    """The grid with its path-valued parameters absolute (:func:`ddlib.runner.absolute_paths`), so the
+    """The grid with its path-valued parameters absolute (:func:`ddlib.run.runner.absolute_paths`), so the
     params file ``ddlib score`` writes reruns from any folder ("rerun with")."""
     from ddlib.protocols.spec import get_spec
-    from ddlib.runner import absolute_paths
+    from ddlib.run.runner import absolute_paths
 
     return {**grid, "params": absolute_paths(grid["params"], get_spec(grid["protocol"]).path_params)}
 
 
 def _cmd_score(args) -> int:
-    from ddlib.runner import GridError, run_grid
+    from ddlib.run.runner import GridError, run_grid
     from ddlib.scoring import FILE_OPTIONS, cell_result, given_file_options, resolve_cell, score_grid, write_grid
 
     options = given_file_options(**{k: getattr(args, k) for k in FILE_OPTIONS})
@@ -89,7 +89,7 @@ def _cmd_score(args) -> int:
                           file_options=options, dry_run=args.dry_run, like=args.like, quick=args.quick,
                           **_score_params(args))
         grid = _written_grid(grid)
-        from ddlib.tracking import check_store_writable
+        from ddlib.store.tracking import check_store_writable
 
         check_store_writable()  # the params file goes into the store: a StoreError is one line, not a traceback
     except ValueError as e:
@@ -103,7 +103,7 @@ def _cmd_score(args) -> int:
 
         print(quick_note(grid["protocol"]), file=note)
     if args.dry_run:
-        from ddlib.plan import print_plan
+        from ddlib.run.plan import print_plan
 
         return print_plan(path)
     try:
@@ -138,15 +138,15 @@ def run_link(experiment: str, run_id: str) -> str:
     """The run's page in MLflow's UI as ``ddlib ui`` serves it (a tracking server's own address where
     the store is one)."""
     from ddlib.report.ui import cell_link
-    from ddlib.tracking import client
+    from ddlib.store.tracking import client
 
     found = client().get_experiment_by_name(experiment)
     return cell_link(found.experiment_id, run_id) if found is not None else run_id
 
 
 def _print_values(result, columns: str, fmt: str, note) -> None:
-    """The result's values in their units (:mod:`ddlib.tables`): the scores, or every value."""
-    from ddlib.tables import render
+    """The result's values in their units (:mod:`ddlib.scores.tables`): the scores, or every value."""
+    from ddlib.scores.tables import render
 
     table = result.values(columns)
     print(render(table, fmt))
@@ -165,7 +165,7 @@ def _print_flags(result) -> None:
     """The cell's ``ddlib.sanity`` flags (near-chance accuracies, a suspicious checkpoint), whether
     the cell ran now or was reused."""
     from ddlib.protocols.cell import SANITY_TAG
-    from ddlib.tracking import client
+    from ddlib.store.tracking import client
 
     try:
         flag = client().get_run(result.run_id).data.tags.get(SANITY_TAG)
@@ -369,7 +369,7 @@ def _add_runs_export_parsers(sub) -> None:
 
 def ui_argv(port: int = UI_PORT, host: str = UI_HOST) -> list[str]:
     """MLflow's UI on this store, with this interpreter (no activated venv needed)."""
-    from ddlib.tracking import tracking_uri
+    from ddlib.store.tracking import tracking_uri
 
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(), "--host", host,
             "--port", str(port)]
@@ -377,8 +377,8 @@ def ui_argv(port: int = UI_PORT, host: str = UI_HOST) -> list[str]:
 
 def _cmd_ui(args) -> int:
     from ddlib.report.ui import ui_urls
-    from ddlib.server import JOB_EXECUTION_ENV, ServerError, check_port_free, mlflow_server_env, run_foreground
-    from ddlib.tracking import StoreError, check_store_writable, init_store
+    from ddlib.store.server import JOB_EXECUTION_ENV, ServerError, check_port_free, mlflow_server_env, run_foreground
+    from ddlib.store.tracking import StoreError, check_store_writable, init_store
 
     argv, env = ui_argv(args.port), mlflow_server_env()
     if args.print:

@@ -1,5 +1,5 @@
 """One result's values as a person reads them: per value its unit, mean, std, bootstrap interval
-over seeds and each seed's value, in the units of :mod:`ddlib.units`. ``ddlib score`` prints it,
+over seeds and each seed's value, in the units of :mod:`ddlib.specs.units`. ``ddlib score`` prints it,
 ``ddlib.score()``'s result and the notebooks show it (``result.values()``), and
 ``--format csv|json|markdown`` writes it: the same numbers everywhere.
 
@@ -20,8 +20,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ddlib import metrics, units
+from ddlib.scores import metrics
 
+from ddlib.specs import units
 __all__ = ["value_table", "format_table", "render", "FORMATS"]
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -31,7 +32,7 @@ def value_table(per_seed: pd.DataFrame, names: Sequence[str] | None = None) -> p
     """Per value (``names``, in that order; None: every column but ``seed``) of a per-seed frame in
     shown units: ``value``, ``unit``, ``mean``, ``std`` (over seeds, ddof 0, as DC and DD-Ranking
     report), ``low`` and ``high`` (the bootstrap interval of the mean,
-    :func:`ddlib.stats.bootstrap_mean_intervals`; NaN with one seed) and ``seed <s>``."""
+    :func:`ddlib.scores.stats.bootstrap_mean_intervals`; NaN with one seed) and ``seed <s>``."""
     from ddlib import stats  # scipy: not at the command line's start
 
     columns = [c for c in per_seed.columns if c != "seed"] if names is None else [c for c in names if c in per_seed]
@@ -51,8 +52,7 @@ def value_table(per_seed: pd.DataFrame, names: Sequence[str] | None = None) -> p
 
 def format_table(table: pd.DataFrame) -> pd.DataFrame:
     """:func:`value_table`'s numbers as text, each in its unit's format: ``mean ± std`` and the interval."""
-    from ddlib import stats
-
+    from ddlib.scores import stats
     out = []
     for row in table.to_dict("records"):
         unit = units.unit_of(row["value"])

@@ -1,7 +1,7 @@
 """Per cell of a grid: whether it runs, what it reuses and trains (models, image-epochs) and its
-minutes, from the model of its work (:mod:`ddlib.work`) and what the store holds (see :mod:`ddlib.plan`
+minutes, from the model of its work (:mod:`ddlib.run.work`) and what the store holds (see :mod:`ddlib.run.plan`
 for the rules). The runner tags each cell with its estimate (:func:`estimates`); the dry run
-(:mod:`ddlib.plan`) prints them. Reads the store, writes nothing to it (the machine's calibration
+(:mod:`ddlib.run.plan`) prints them. Reads the store, writes nothing to it (the machine's calibration
 goes to the ddlib cache); imports nothing of the runner."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ddlib.protocols.cell import TRAININGS_TAG, cell_tags, role_stem, run_name
-from ddlib.tracking import TAG, Tracker
+from ddlib.store.tracking import TAG, Tracker
 
 __all__ = ["CellPlan", "Count", "Machine", "FIRST_RUN", "plan_cell", "estimates", "Store", "SHARED_ROLES", "IPC_FREE_ROLES"]
 
@@ -177,7 +177,7 @@ class Count:
         return sum(v for s, v in self.image_epochs.items() if s not in self.outside)
 
     def line(self) -> str:
-        from ddlib.work import shown_stem
+        from ddlib.run.work import shown_stem
 
         def grouped(values: dict[str, int]) -> str:
             out: dict[str, int] = {}
@@ -223,9 +223,9 @@ def _available(found: dict[str, set], seeds: set[str]) -> dict[str, int]:
 
 
 def _count_work(work: list, found: dict[str, set], params: dict) -> tuple[Count, dict[int, int]]:
-    """The count of :func:`ddlib.work.cell_work`'s models, less those the store holds (by role stem, as
+    """The count of :func:`ddlib.run.work.cell_work`'s models, less those the store holds (by role stem, as
     :func:`_count`), and how many models of each training entry are made here (trained, or tested)."""
-    from ddlib.work import Training
+    from ddlib.run.work import Training
 
     available = _available(found, {str(s) for s in params.get("seeds") or []})
     count, trains = Count({}, {}, {}), {}
@@ -252,13 +252,13 @@ def _count_work(work: list, found: dict[str, set], params: dict) -> tuple[Count,
 
 
 class Machine:
-    """This machine's rates for a cell's work (:mod:`ddlib.calibrate`): the device the cells resolve,
+    """This machine's rates for a cell's work (:mod:`ddlib.run.calibrate`): the device the cells resolve,
     the threads each gets, and the pace now against each probe's calibration."""
 
     def __init__(self, device=None, threads: int | None = None, budget: float = 120.0):
         import torch
 
-        from ddlib.calibrate import pace
+        from ddlib.run.calibrate import pace
         from ddlib.engine.device import resolve_device, usable_cores
 
         self.device = resolve_device(device or "auto") if not isinstance(device, torch.device) else device
@@ -273,7 +273,7 @@ class Machine:
         self._rates: dict = {}
 
     def rates(self, probe):
-        from ddlib.calibrate import describe, rates
+        from ddlib.run.calibrate import describe, rates
 
         if probe not in self._rates:
             found = rates(probe, self.device, self.threads, measure_missing=False)
@@ -293,20 +293,20 @@ class Machine:
 
     def overhead_scale(self) -> float:
         """Single-threaded overheads (a kernel's start, the store's writes) here against the reference machine's."""
-        from ddlib.calibrate import REFERENCE_PACE
+        from ddlib.run.calibrate import REFERENCE_PACE
 
         return max(0.25, self.pace_one / REFERENCE_PACE)
 
     def start_seconds(self) -> float:
-        """A cell's start here (:data:`ddlib.calibrate.CELL_SECONDS`)."""
-        from ddlib.calibrate import CELL_FIXED_SECONDS, CELL_SECONDS
+        """A cell's start here (:data:`ddlib.run.calibrate.CELL_SECONDS`)."""
+        from ddlib.run.calibrate import CELL_FIXED_SECONDS, CELL_SECONDS
 
         return CELL_FIXED_SECONDS + CELL_SECONDS * self.overhead_scale()
 
     def seconds(self, work: list, trained: dict[int, int] | None = None, cell: bool = True) -> float:
         """A cell's seconds: its work at these rates, and its start (:meth:`start_seconds`)."""
-        from ddlib.calibrate import RECORD_SECONDS
-        from ddlib.work import seconds
+        from ddlib.run.calibrate import RECORD_SECONDS
+        from ddlib.run.work import seconds
 
         total = seconds(work, self.rates, RECORD_SECONDS * self.overhead_scale(), trained)
         return total + (self.start_seconds() if cell else 0.0)
@@ -361,7 +361,7 @@ def _last_time(runs: list) -> str:
 
 def _work(protocol: str, params: dict):
     """The model of the cell's work, or None where it cannot be built (a protocol it does not know)."""
-    from ddlib.work import cell_work
+    from ddlib.run.work import cell_work
 
     try:
         return cell_work(protocol, params)
@@ -373,7 +373,7 @@ def plan_cell(store: Store | None, protocol: str, params: dict, force: bool = Fa
               machine: Machine | None = None) -> CellPlan:
     """One cell's plan: run or skip, what it reuses and trains (models, image-epochs), its minutes:
     from earlier FINISHED cells of its recipe where there are some, else from the model of its work
-    (:mod:`ddlib.work`) at ``machine``'s rates (none given: no first-run estimate)."""
+    (:mod:`ddlib.run.work`) at ``machine``'s rates (none given: no first-run estimate)."""
     tags = cell_tags(protocol, params)
     name = run_name(protocol, params)
     if store is not None and not force and store.finished(tags[TAG["family"]], TAG["config"], tags[TAG["config"]]):

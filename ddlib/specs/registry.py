@@ -32,7 +32,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
 
-from ddlib.shown import shown
+from ddlib.specs.shown import shown
 
 __all__ = ["Registry", "Entry", "Spec", "parse_number", "describe_value"]
 

@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from ddlib.calibrate import (RECORD_SECONDS, REFERENCE_PACE, Probe, cached_rates, forward_flops, passes_seconds,
+from ddlib.run.calibrate import (RECORD_SECONDS, REFERENCE_PACE, Probe, cached_rates, forward_flops, passes_seconds,
                              training_seconds)
 
 __all__ = ["Data", "Training", "Passes", "cell_work", "data_of", "ATTACK_COST", "shown_stem", "seconds", "running_plan"]
@@ -492,7 +492,7 @@ def seconds(work: list, rates_of, record: float = RECORD_SECONDS,
 
 
 def running_plan(protocol: str, params: dict, device) -> float | None:
-    """A running cell's work in reference units (:func:`ddlib.calibrate.cached_rates`), for its progress line; None
+    """A running cell's work in reference units (:func:`ddlib.run.calibrate.cached_rates`), for its progress line; None
     where it is not known here (a protocol without a model of its work, a probe never calibrated)."""
     try:
         return seconds(cell_work(protocol, params, data_of(params), device), cached_rates(device),

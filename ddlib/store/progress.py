@@ -7,11 +7,11 @@ runner's progress folder, or its own temporary folder on a Ray node); the cell's
 learning rates), its epoch and the ETA of the call there, at most every ``DDLIB_PROGRESS_SECONDS``
 (default 1) and whenever a model starts; the runner reads the files twice a second and shows one
 line per running cell under its bar. The worker also mirrors the line to the cell run's
-``ddlib.progress`` tag at most every :data:`TAG_SECONDS` (what ``ddlib runs`` shows, and what the
+``ddlib.store.progress`` tag at most every :data:`TAG_SECONDS` (what ``ddlib runs`` shows, and what the
 runner reads for cells on Ray nodes). Nothing here imports torch or MLflow.
 
 The cell's own remaining time (``cell ~M:SS left``): the cell gives its writer the model of its work
-(:meth:`ProgressWriter.plan`: its predicted seconds at the machine's calibrated rates, :mod:`ddlib.work`)
+(:meth:`ProgressWriter.plan`: its predicted seconds at the machine's calibrated rates, :mod:`ddlib.run.work`)
 and, per training call, the predicted seconds of one model-epoch (``unit``). The writer adds up the
 predicted seconds of what is done (trained epochs, and models found in the store) and scales what is
 left by the cell's measured pace: remaining = (predicted total - predicted done) x seconds since the
@@ -30,7 +30,7 @@ __all__ = ["FILE_ENV", "DIR_ENV", "PROGRESS_TAG", "TAG_SECONDS", "ProgressWriter
 
 FILE_ENV = "DDLIB_PROGRESS_FILE"  # where a cell writes its progress (set by the worker for the kernel)
 DIR_ENV = "DDLIB_PROGRESS_DIR"  # the runner's folder of progress files (local executor)
-PROGRESS_TAG = "ddlib.progress"  # a running cell's progress line on its run
+PROGRESS_TAG = "ddlib.store.progress"  # a running cell's progress line on its run
 TAG_SECONDS = float(os.environ.get("DDLIB_PROGRESS_TAG_SECONDS", "10"))  # the tag's writes: at most this often
 
 

@@ -1,12 +1,12 @@
 """One table of units: every quantity ddlib reports is read in one unit wherever it is shown.
 
-Inside a computation accuracies are fractions (what :mod:`ddlib.metrics`' formulas take). Wherever a
+Inside a computation accuracies are fractions (what :mod:`ddlib.scores.metrics`' formulas take). Wherever a
 person reads a number (``ddlib score``'s table, ``ddlib.score()``'s result, the notebooks, the MLflow
 runs, the leaderboards, the site, the report card and the exports) it is in the unit this table
 gives its name: accuracies and rates in %, differences of accuracies in points, scores on 0-100,
 times in seconds, counts as counts, AUCs on 0-1 (0.5: chance), losses in nats, learning rates as
 given. :func:`shown` and :func:`computed` convert one way and back, so the MLflow layer
-(:mod:`ddlib.tracking`) writes shown values and reads them back for the formulas.
+(:mod:`ddlib.store.tracking`) writes shown values and reads them back for the formulas.
 
 A name is found by its quantity: ``per_seed/`` (a per-seed history), ``_mean`` / ``_std`` /
 ``_low`` / ``_high`` (a summary), ``cost.`` and the role after a dot (``ece.syn_hard``,

@@ -18,7 +18,7 @@ Every cell is validated, and every input file it names is loaded and checked (a 
 checkpoints, a NAS ground-truth CSV), before anything runs or anything is written to the store:
 a bad value or file stops the run with a message naming the params file, the cell and the problem.
 A cell whose config (including the content of its input files) already has a FINISHED run is
-skipped. Cells execute in a local process pool or on Ray (:mod:`ddlib.executors`); each cell's
+skipped. Cells execute in a local process pool or on Ray (:mod:`ddlib.run.executors`); each cell's
 run is created when its execution starts. A failing notebook's run is marked FAILED with the
 partial executed notebook attached; the rest carry on; the exit status is non-zero when anything
 failed. An interrupted grid (SIGTERM, Ctrl-C) marks its running cells KILLED, naming the signal; a killed one (SIGKILL)
@@ -41,18 +41,18 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ddlib.executors import (CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor, interrupted,
+from ddlib.run.executors import (CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor, interrupted,
                              quiet_raised_store_errors, short_error, stop_signal)
-from ddlib import progress as cell_progress
-from ddlib.console import CellLines, progress_files, progress_tags
+from ddlib.store import progress as cell_progress
+from ddlib.run.console import CellLines, progress_files, progress_tags
 from ddlib.protocols import PROTOCOLS, protocol_module
 from ddlib.protocols.cell import cell_tags, run_name
 from ddlib.protocols.leakage import LEAKAGE_TAG, STRICT_ENV, test_leaked
-from ddlib.tracking import (TAG, StoreError, Tracker, check_store_writable, config_hash, default_tags, init_store,
+from ddlib.store.tracking import (TAG, StoreError, Tracker, check_store_writable, config_hash, default_tags, init_store,
                             is_server_uri, owner_is_gone, project_folder, release_store_locks, store_environment,
                             tracking_uri, write_failure)
-from ddlib.shown import shown
-from ddlib.yamlfile import YamlFileError, load_yaml
+from ddlib.specs.shown import shown
+from ddlib.specs.yamlfile import YamlFileError, load_yaml
 
 __all__ = ["GridSpec", "load_grid", "expand", "check_data", "check_cell_inputs", "check_cell_leakage",
            "run_grid", "RunReport", "GridError",
@@ -104,8 +104,8 @@ def notebooks_dir() -> Path:
 
 
 def load_grid(path: str | os.PathLike) -> GridSpec:
-    """The params file at ``path``, or the shipped grid it names (``demo``: :mod:`ddlib.shipped_grids`)."""
-    from ddlib.shipped_grids import grid_file
+    """The params file at ``path``, or the shipped grid it names (``demo``: :mod:`ddlib.run.shipped_grids`)."""
+    from ddlib.run.shipped_grids import grid_file
 
     try:
         path = grid_file(path)
@@ -183,7 +183,7 @@ def absolute_paths(params: dict, path_params: tuple[str, ...] = ()) -> dict:
 def cell_shares(params: dict) -> frozenset[str]:
     """The cached work a cell's set shares with other cells of its data (K-Center's features, DM's
     real means: :func:`ddlib.methods.sources.shared_work`), so the local pool starts no two cells that
-    would compute it at once (:func:`ddlib.executors.next_job`)."""
+    would compute it at once (:func:`ddlib.run.executors.next_job`)."""
     from ddlib.methods.sources import shared_work
 
     source = params.get("source")
@@ -461,9 +461,9 @@ def run_grid(path: str | os.PathLike, workers: int | None = 1, force: bool = Fal
 
 
 def _estimates(tracker: Tracker, protocol: str, todo: list, threads: int) -> dict[str, float]:
-    """Each cell's estimated minutes at the threads it gets (:func:`ddlib.estimate.estimates`), tagged on
+    """Each cell's estimated minutes at the threads it gets (:func:`ddlib.run.estimate.estimates`), tagged on
     its run when it starts: the next dry run says how good the estimate was."""
-    from ddlib.estimate import estimates
+    from ddlib.run.estimate import estimates
 
     try:
         guesses = estimates(tracker, protocol, [params for _, params, _ in todo], threads=threads)

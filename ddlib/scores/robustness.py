@@ -40,7 +40,7 @@ def curve_auc(eps: Sequence[float], accuracies: Sequence[float]) -> float:
 
 def curve_aucs(values: Mapping[str, float], scale: float = 1.0) -> dict[str, float]:
     """Per attack with ``curve.<attack>.<eps>`` values in ``values`` (a per-seed row): its
-    ``curve_auc.<attack>`` (:func:`~ddlib.metrics_robust.curve_auc`, times ``scale``); NaN points
+    ``curve_auc.<attack>`` (:func:`~ddlib.scores.robustness.curve_auc`, times ``scale``); NaN points
     (a seed without them) give NaN."""
     by_attack: dict[str, list[tuple[float, float]]] = {}
     for key, value in values.items():

@@ -1,6 +1,6 @@
-"""How fast this machine trains and tests, and so what a cell's work (:mod:`ddlib.work`) costs here:
+"""How fast this machine trains and tests, and so what a cell's work (:mod:`ddlib.run.work`) costs here:
 the rates, measured in a few seconds and cached, and what one training or pass costs at them
-(:func:`ddlib.work.seconds` adds up a cell), and the
+(:func:`ddlib.run.work.seconds` adds up a cell), and the
 arithmetic peak ``bench/roofline.py`` reports.
 
 A **probe** is what a rate depends on besides the machine: the architecture, the input shape, the
@@ -21,8 +21,8 @@ scales the rates by now / then. The load average is recorded beside them.
 **Costs** (:func:`seconds`): per model ``epochs x (steps x step + images x image) + scored images x
 test image + call``, per pass its images' gradient and forward passes, per record written
 :data:`RECORD_SECONDS`, and a cell's start (:data:`CELL_FIXED_SECONDS`, :data:`CELL_SECONDS`). A
-running cell measures its own pace against the same arithmetic (:func:`ddlib.work.running_plan`,
-:func:`epoch_unit`, :mod:`ddlib.progress`).
+running cell measures its own pace against the same arithmetic (:func:`ddlib.run.work.running_plan`,
+:func:`epoch_unit`, :mod:`ddlib.store.progress`).
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def calibration_key(device: torch.device, threads: int) -> str:
 
 
 def _cache_file() -> Path:
-    from ddlib.cache import cache_dir
+    from ddlib.store.cache import cache_dir
 
     return cache_dir() / CALIBRATION_FILE
 
@@ -209,9 +209,9 @@ def pace(device: torch.device, threads: int, fresh: bool = False) -> float:
 
 
 def forward_flops(probe: Probe) -> float:
-    """Forward FLOPs per image of a probe's model (:func:`ddlib.beyond.flops_per_image`; NaN where the
+    """Forward FLOPs per image of a probe's model (:func:`ddlib.scores.beyond_accuracy.flops_per_image`; NaN where the
     meta device cannot run it)."""
-    from ddlib.beyond import flops_per_image
+    from ddlib.scores.beyond_accuracy import flops_per_image
     from ddlib.models import create_model
 
     kwargs = json.loads(probe.model_kwargs)
@@ -302,11 +302,11 @@ RECORD_SECONDS = 0.2
 REFERENCE_PACE = 0.25
 
 
-# --------------------------------------------------------------------------- what work costs (ddlib.work)
+# --------------------------------------------------------------------------- what work costs (ddlib.run.work)
 
 
 def training_seconds(t, r: Rates, teacher_rates: list[Rates] = ()) -> float:
-    """One model of a :class:`ddlib.work.Training`: its training (if it trains), its test pass and what a
+    """One model of a :class:`ddlib.run.work.Training`: its training (if it trains), its test pass and what a
     call costs; ``teacher_rates``: of the teachers relabelling its batches online."""
     test = t.scored_on * r.test_image * t.scale + r.call
     if not t.trained:
@@ -318,11 +318,11 @@ def training_seconds(t, r: Rates, teacher_rates: list[Rates] = ()) -> float:
 
 
 def passes_seconds(p, r: Rates) -> float:
-    """One :class:`ddlib.work.Passes`: its images' gradient and forward passes, and its steps."""
+    """One :class:`ddlib.run.work.Passes`: its images' gradient and forward passes, and its steps."""
     return p.images * (p.gradients * r.image + p.forwards * r.test_image) + p.steps * r.step
 
 
-# --------------------------------------------------------------------------- a running cell (ddlib.progress)
+# --------------------------------------------------------------------------- a running cell (ddlib.store.progress)
 
 
 def cached_rates(device):
@@ -343,7 +343,7 @@ def cached_rates(device):
 
 def epoch_unit(model: str, shape, classes: int, images: int, recipe, augment_name: str, model_kwargs: dict | None,
                objective_name: str, device) -> float | None:
-    """One model-epoch of a training call, in the units of :func:`ddlib.work.running_plan` (None: not calibrated here)."""
+    """One model-epoch of a training call, in the units of :func:`ddlib.run.work.running_plan` (None: not calibrated here)."""
     found = re.search(r"steps=(\d+)", objective_name or "")
     try:
         probe = Probe(model, tuple(shape), classes, recipe.precision, augment_name or "none",

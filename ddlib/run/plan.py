@@ -2,7 +2,7 @@
 
 :func:`plan_grid` validates the params file, loads every data root each cell names (a missing or
 unreadable dataset fails here) and every input file (a set, a preset, teachers, a ground-truth
-CSV: the runner's own :func:`ddlib.runner.check_cell_inputs`), then reads the store and says, per cell:
+CSV: the runner's own :func:`ddlib.run.runner.check_cell_inputs`), then reads the store and says, per cell:
 
 * ``run`` or ``skip`` (a FINISHED run of the same config exists);
 * the evaluations it will **reuse** and those it will **train**: the random-subset and full-data
@@ -12,13 +12,13 @@ CSV: the runner's own :func:`ddlib.runner.check_cell_inputs`), then reads the st
   cell trained (an interrupted grid). Trained means a FINISHED evaluation, whatever became of its
   cell. The store decides, not this list (an evaluation's key also holds the exact training
   tensors): read it as the expected split;
-* the models it needs and trains, from the model of its work (:mod:`ddlib.work`): every model,
+* the models it needs and trains, from the model of its work (:mod:`ddlib.run.work`): every model,
   the set's selection networks, each lr search's candidates, teachers, the full-data reference and
   shadow models included, less those the store holds;
 * the time, estimated from earlier FINISHED cells of the same recipe where there are some: the same
   row (every param but the seeds), else the same setting and IPC, else the same setting (fitted on
   the image-epochs they trained, else their minutes per seed times this cell's seeds); a first run
-  of a recipe from its work at this machine's rates (:mod:`ddlib.calibrate`: measured once per
+  of a recipe from its work at this machine's rates (:mod:`ddlib.run.calibrate`: measured once per
   machine in a few seconds, scaled to its load now).
 
 It also checks that the store can be written and that each cell's device exists here. Nothing is
@@ -32,10 +32,10 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from ddlib.estimate import (FIRST_RUN, SHARED_ROLES, CellPlan, Count, Machine, Store, estimates,  # noqa: F401 (re-exported)
+from ddlib.run.estimate import (FIRST_RUN, SHARED_ROLES, CellPlan, Count, Machine, Store, estimates,  # noqa: F401 (re-exported)
                             plan_cell)
-from ddlib.shown import one_line
-from ddlib.tracking import Tracker, client
+from ddlib.specs.shown import one_line
+from ddlib.store.tracking import Tracker, client
 
 __all__ = ["CellPlan", "GridPlan", "Count", "plan_grid", "plan_cell", "estimates", "print_plan", "SHARED_ROLES"]
 
@@ -62,8 +62,8 @@ def plan_grid(path: str | os.PathLike, force: bool = False, workers: int = 1) ->
     """Validate, check every data root, input file, device and the store, and plan each cell (see
     the module docstring); first runs are timed at the threads each of ``workers`` gets."""
     from ddlib.engine.device import usable_cores
-    from ddlib.runner import GridError, check_cell_inputs, check_cell_leakage, check_data, expand, load_grid
-    from ddlib.tracking import StoreError, check_store_writable
+    from ddlib.run.runner import GridError, check_cell_inputs, check_cell_leakage, check_data, expand, load_grid
+    from ddlib.store.tracking import StoreError, check_store_writable
 
     spec = load_grid(path)
     cells = expand(spec)
@@ -122,7 +122,7 @@ class _Reader(Tracker):
 def _read_only_tracker(experiment: str) -> Tracker | None:
     from pathlib import Path
 
-    from ddlib.tracking import tracking_uri
+    from ddlib.store.tracking import tracking_uri
 
     uri = tracking_uri()
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
@@ -140,7 +140,7 @@ def _compact(params: dict) -> str:
 
 def print_plan(path: str | os.PathLike, workers: int = 1, force: bool = False, out=None) -> int:
     """Print :func:`plan_grid`'s plan; exit status 0, or 2 with the error (nothing ran)."""
-    from ddlib.runner import GridError
+    from ddlib.run.runner import GridError
 
     out = out or sys.stdout
     try:

@@ -70,7 +70,7 @@ def read_text(path: str | os.PathLike) -> str:
         raise YamlFileError(f"{path}: cannot read ({error.strerror or error})") from None
     if len(data) > MAX_BYTES:
         raise YamlFileError(f"{path}: larger than {MAX_BYTES // 2**20} MiB, more than a params file holds "
-                            "(ddlib.yamlfile.MAX_BYTES); is it the right file?")
+                            "(ddlib.specs.yamlfile.MAX_BYTES); is it the right file?")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -1,6 +1,6 @@
 """The runner's console: a line per running cell under the grid's bar (the model it trains, its
 epoch and ETA, its minutes against the runner's estimate), read from the progress files its kernels
-write on this machine (:mod:`ddlib.progress`) or from the runs' progress tags (Ray)."""
+write on this machine (:mod:`ddlib.store.progress`) or from the runs' progress tags (Ray)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ddlib import progress as cell_progress
-from ddlib.tracking import TAG, Tracker
+from ddlib.store import progress as cell_progress
+from ddlib.store.tracking import TAG, Tracker
 
 __all__ = ["CellLines", "progress_files", "progress_tags", "PROGRESS_POLL_SECONDS", "PLAIN_PROGRESS_SECONDS"]
 
@@ -22,7 +22,7 @@ PLAIN_PROGRESS_SECONDS = 30.0  # not a terminal: a running cell's line at most t
 
 class CellLines:
     """One line per running cell under the grid's bar: the model it trains now, its epoch and ETA
-    (:mod:`ddlib.progress`), refreshed by a thread every :data:`PROGRESS_POLL_SECONDS`."""
+    (:mod:`ddlib.store.progress`), refreshed by a thread every :data:`PROGRESS_POLL_SECONDS`."""
 
     def __init__(self, slots: int, source, disable: bool, terminal: bool | None = None):
         self.source, self.disable = source, disable  # source() -> {cell name: line}

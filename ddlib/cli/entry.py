@@ -1,7 +1,7 @@
 """Command line: ``python -m ddlib run params/demo.yaml``, ``python -m ddlib summary``,
 ``python -m ddlib report --method dm``, ``python -m ddlib leaderboard --out site/``, ``python -m ddlib ui``,
 ``python -m ddlib server``; ``python -m ddlib score SET --dataset D``, ``python -m ddlib runs``,
-``python -m ddlib export`` (:mod:`ddlib.commands`)."""
+``python -m ddlib export`` (:mod:`ddlib.cli.commands`)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ import sys
 
 import pandas as pd
 
-from ddlib.commands import STRICT_HELP, board_options, on_boards
-from ddlib.shown import one_line
+from ddlib.cli.commands import STRICT_HELP, board_options, on_boards
+from ddlib.specs.shown import one_line
 
 
 def _cmd_run(args) -> int:
-    from ddlib.executors import stop_signal
-    from ddlib.runner import ExecutorError, GridError, run_grid
+    from ddlib.run.executors import stop_signal
+    from ddlib.run.runner import ExecutorError, GridError, run_grid
 
     if args.dry_run:  # every cell with its params, what is reused, data and files checked, time estimate
-        from ddlib.plan import print_plan
+        from ddlib.run.plan import print_plan
 
         return print_plan(args.params, workers=args.workers or 1, force=args.force)
 
@@ -51,7 +51,7 @@ def _cmd_run(args) -> int:
     if not report.ok:
         return 1
     if args.summary:  # `make demo`: the summary in this process, whose imports are paid (a second process: 5 s more)
-        from ddlib.runner import load_grid
+        from ddlib.run.runner import load_grid
 
         spec = load_grid(args.params)  # a grid filed under its own `experiment:` is summarised from there
         args.summary_args.experiment = spec.experiment if spec.experiment != spec.protocol else None
@@ -160,7 +160,7 @@ def _add_scale_arguments(run) -> None:
 
 
 def _cmd_server(args) -> int:
-    from ddlib.server import ServerError, serve
+    from ddlib.store.server import ServerError, serve
 
     try:
         return serve(args.backend_store_uri, args.artifacts_destination, host=args.host, port=args.port,
@@ -189,7 +189,7 @@ class _Version(argparse.Action):
     """``ddlib --version``: the version, and the commit where it is known (computed only when asked)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from ddlib.tracking import code_version
+        from ddlib.store.tracking import code_version
 
         print(code_version())
         parser.exit()
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     board.add_argument("--no-cards", action="store_true", help="leave out the report card of every set")
     board_options(board)
     board.set_defaults(func=_cmd_leaderboard)
-    from ddlib.commands import register
+    from ddlib.cli.commands import register
 
     register(sub)  # score, runs, export, ui
     _add_server_parser(sub)
@@ -248,13 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         args.summary_args = summ.parse_args([])  # `run --summary`: the summary with its own defaults
     if args.command not in ("server", "ui"):  # every other command reads or writes the store
-        from ddlib.tracking import unreachable_server
+        from ddlib.store.tracking import unreachable_server
 
         if why := unreachable_server():
             print(f"error: {why}", file=sys.stderr)
             return 2
     from ddlib.protocols.spec import ProtocolLoadError
-    from ddlib.tracking import StoreError
+    from ddlib.store.tracking import StoreError
 
     try:
         return args.func(args)
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:  # `ddlib score` and the rest: one line, not a traceback
-        from ddlib.executors import stop_signal
+        from ddlib.run.executors import stop_signal
 
         signum = stop_signal(stop)
         print(f"interrupted ({signal.Signals(signum).name})", file=sys.stderr)

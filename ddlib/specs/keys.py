@@ -1,7 +1,7 @@
 """Reuse keys, kept valid as ddlib grows: every rule that keeps a key made before a change equal to
 the key made after it lives here, in one place.
 
-A key is a hash of what a result depends on (:func:`ddlib.tracking.config_hash`). When a field or a
+A key is a hash of what a result depends on (:func:`ddlib.store.tracking.config_hash`). When a field or a
 parameter joins later, the keys of results computed before it existed must not change where the new
 field sits at the default that reproduces the old behaviour, or every stored result would be
 recomputed (or, worse, pooled with results of another definition). So:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ddlib.tracking import project_folder
-from ddlib.yamlfile import YamlFileError
+from ddlib.store.tracking import project_folder
+from ddlib.specs.yamlfile import YamlFileError
 
 __all__ = ["shipped_grids", "grid_file"]
 

@@ -14,7 +14,7 @@ from start to end, so a run exists only while someone is executing it:
 4. The run ends FINISHED with the executed notebook, FAILED with the partial notebook and the
    error ("timed out after S s" for a timeout), or KILLED when the runner interrupted it.
 
-The runner marks what a killed worker could not (see :func:`ddlib.tracking.owner_is_gone`).
+The runner marks what a killed worker could not (see :func:`ddlib.store.tracking.owner_is_gone`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ddlib import kernels, progress
-from ddlib.shown import one_line
-from ddlib.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag, release_store_locks, write_failure
+from ddlib.run import kernels
+
+from ddlib.store import progress
+from ddlib.specs.shown import one_line
+from ddlib.store.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag, release_store_locks, write_failure
 
 __all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell", "next_job",
            "RAY_INSTALL_HINT", "quiet_raised_store_errors"]
@@ -50,7 +52,7 @@ KERNEL_ARGUMENTS = ["--log-level=CRITICAL"]
 RAY_START_ATTEMPTS = 3  # a local Ray start that times out on a loaded machine is tried this often
 RAY_INSTALL_HINT = "pip install 'ddlib[cluster]' (in a checkout: make setup)"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, `kill`: either stops a cell, which is marked KILLED
-KERNEL_TAG = "ddlib.kernel"  # "fresh", or "warm: cell N of its kernel" (a worker's kernel kept, ddlib.kernels)
+KERNEL_TAG = "ddlib.kernel"  # "fresh", or "warm: cell N of its kernel" (a worker's kernel kept, ddlib.run.kernels)
 ORPHAN_GRACE_SECONDS = 15.0  # after the runner died: time to mark the run KILLED before exiting anyway
 # How often a process blocked waiting (the runner on its cells) wakes, so that a stop signal the kernel
 # handed to another of its threads is acted on: Python runs handlers in the main thread only, and only
@@ -112,7 +114,7 @@ class _Watch:
     def __init__(self):
         self.reason: str | None = None
         self.signum: int | None = None
-        self.progress: Path | None = None  # the cell's progress file (ddlib.progress), mirrored to its run's tag
+        self.progress: Path | None = None  # the cell's progress file (ddlib.store.progress), mirrored to its run's tag
         self.folder: str | None = None  # the cell's temporary folder, which an exit without its cleanup removes
         self.done = threading.Event()
         self._lock = threading.Lock()
@@ -356,7 +358,7 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
 
 def short_error(error: BaseException) -> str:
     """The notebook's own exception, on one line, not papermill's wrapper with the whole traceback; a
-    write the disk refused (full, read-only) as :func:`ddlib.tracking.write_failure` says it, not as a
+    write the disk refused (full, read-only) as :func:`ddlib.store.tracking.write_failure` says it, not as a
     page of MLflow's SQL."""
     if why := write_failure(error):
         return why
