@@ -1,6 +1,6 @@
 """ddlib: fair, reproducible scores for distilled datasets, tracked in MLflow."""
 
-__version__ = "0.2.0"
+from ddlib.specs.version import VERSION as __version__
 
 __all__ = ["score", "__version__"]
 

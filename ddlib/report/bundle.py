@@ -161,7 +161,7 @@ def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float =
     from ddlib.report.export import export_tables, write_export
     from ddlib.store.tracking import code_version, git_commit
 
-    import ddlib
+    from ddlib.specs.version import VERSION
 
     tables = {k: v for k, v in export_tables(boards, formatted=False).items() if k != "published"}
     if methods:
@@ -191,7 +191,7 @@ def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float =
                             "ranked": not (isinstance(row.get("unranked"), str) and row["unranked"]),
                             "summary": summary, "runs": runs})
     bundle = {"format": BUNDLE_FORMAT, "units": UNITS_NOTE, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "ddlib": {"version": ddlib.__version__, "commit": git_commit(), "shown": code_version()},
+              "ddlib": {"version": VERSION, "commit": git_commit(), "shown": code_version()},
               "weights": {"w": w, "gamma": gamma}, **({"boards_from": reading_from()} if reading_from() else {}),
               "sets": entries}
     paths = {"bundle": folder / "bundle.json", "ddranking": folder / "ddranking.csv",

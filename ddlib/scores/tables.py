@@ -33,7 +33,7 @@ def value_table(per_seed: pd.DataFrame, names: Sequence[str] | None = None) -> p
     shown units: ``value``, ``unit``, ``mean``, ``std`` (over seeds, ddof 0, as DC and DD-Ranking
     report), ``low`` and ``high`` (the bootstrap interval of the mean,
     :func:`ddlib.scores.stats.bootstrap_mean_intervals`; NaN with one seed) and ``seed <s>``."""
-    from ddlib import stats  # scipy: not at the command line's start
+    from ddlib.scores import stats  # scipy: not at the command line's start
 
     columns = [c for c in per_seed.columns if c != "seed"] if names is None else [c for c in names if c in per_seed]
     seeds = [int(s) for s in per_seed["seed"]] if "seed" in per_seed else list(range(len(per_seed)))

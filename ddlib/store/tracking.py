@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
-import ddlib
 from ddlib.specs import units
+from ddlib.specs.version import VERSION
 from ddlib.store.cache import cache_dir
 
 __all__ = [
@@ -529,11 +529,11 @@ def code_version() -> str:
     """``ddlib <version>``, with `` (commit <sha>)`` where the commit is known: what ``ddlib
     --version`` prints and a leaderboard bundle records."""
     commit = git_commit()
-    return f"ddlib {ddlib.__version__}" + (f" (commit {commit})" if commit != "unknown" else "")
+    return f"ddlib {VERSION}" + (f" (commit {commit})" if commit != "unknown" else "")
 
 
 def default_tags(protocol: str, device: str | None = None) -> dict[str, str]:
-    tags = {TAG["protocol"]: protocol, TAG["version"]: ddlib.__version__, TAG["commit"]: git_commit()}
+    tags = {TAG["protocol"]: protocol, TAG["version"]: VERSION, TAG["commit"]: git_commit()}
     if device is not None:
         tags[TAG["device"]] = str(device)
     return tags
