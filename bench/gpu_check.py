@@ -552,7 +552,7 @@ def main(argv=None) -> int:
         os.environ["DDLIB_MLRUNS"] = str(store)  # before ddlib is imported: its tracking reads them
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
         from bench.machine import machine_info
-        from ddlib.store.tracking import git_commit
+        from ddlib.store.provenance import git_commit
 
         ctx = Context(device, args.quick, work, args.min_speedup,
                       args.throughput_images or (500 if args.quick else 100000))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The leakage check's near-duplicate threshold on real data (``ddlib.data.leakage``), and its speed.
+"""The leakage check's near-duplicate threshold on real data (``ddlib.data.overlap``), and its speed.
 
 For each dataset (CIFAR-10 (JPEG) and MNIST from ``../shared/data``, digits built in):
 
@@ -11,7 +11,7 @@ For each dataset (CIFAR-10 (JPEG) and MNIST from ``../shared/data``, digits buil
   every match is written to ``bench/results/leakage_pairs_<dataset>.png`` to look at: on CIFAR-10
   (JPEG) they are the same photo, the dataset's own duplicates);
 * the distance from each image of a DC-distilled set (``distilled/``) to its nearest test image;
-* timings of :func:`~ddlib.data.leakage.find_overlap`: 10 and 500 images against the 10,000 test
+* timings of :func:`~ddlib.data.overlap.find_overlap`: 10 and 500 images against the 10,000 test
   images (with the training split's digests), on this CPU.
 
 Writes ``bench/results/leakage_threshold.json`` and prints a summary. Not part of the test suite.
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import machine_info  # noqa: E402
-from ddlib.data.leakage import NEAR_THRESHOLD, digests, find_overlap, fingerprints, nearest  # noqa: E402
+from ddlib.data.overlap import NEAR_THRESHOLD, digests, find_overlap, fingerprints, nearest  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "bench" / "results"
@@ -56,7 +56,7 @@ def jpeg(images: torch.Tensor, quality: int) -> torch.Tensor:
 
 def datasets() -> dict:
     from ddlib.data.datasets import load_dataset
-    from ddlib.data.leakage import quantize
+    from ddlib.data.overlap import quantize
 
     out = {}
     digits = load_dataset("digits")

@@ -41,7 +41,7 @@ SEARCHED = ("syn_hard", "rdm_hard")
 
 
 def _cells_digits(args) -> list[dict]:
-    from ddlib.run.runner import expand, load_grid
+    from ddlib.run.grid import expand, load_grid
 
     spec = load_grid(ROOT / "params" / "demo.yaml")
     spec.params["lr_policy"] = "paper"
@@ -66,7 +66,7 @@ def _run_cell(params: dict) -> tuple[dict, float, int]:
     """(role -> {seed: lr}, seconds, trainings) of one label_robust cell."""
     from ddlib.store import tracking
     from ddlib.protocols import label_robust
-    from ddlib.store.tracking import TAG
+    from ddlib.store.tags import TAG
 
     start = time.perf_counter()
     cell = label_robust.open_cell(**params)

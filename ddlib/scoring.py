@@ -31,7 +31,10 @@ import pandas as pd
 from ddlib.protocols.spec import set_protocols
 from ddlib.specs.shown import shown
 from ddlib.store import tracking
-from ddlib.store.tracking import TAG, Tracker, config_hash, mlruns_dir
+from ddlib.store.hashing import config_hash
+from ddlib.store.paths import mlruns_dir
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import Tracker
 
 __all__ = ["score", "score_grid", "cell_result", "CellResult", "SET_PROTOCOLS", "FILE_OPTIONS", "given_file_options",
            "save_arrays", "QUICK", "QUICK_TAG", "quick_params", "quick_note", "tag_quick"]
@@ -52,7 +55,8 @@ QUICK = {"label_robust": {**_SHORT, "lr_grid": [0.005, 0.01, 0.05], "real_recipe
          "augmentation": {**_SHORT, "augmentations": ["none", "dsa"]},
          "transfer": {**_SHORT, "models": ["convnet", "mlp"]},
          "compression": {**_SHORT, "real_recipe": {"epochs": 10}},
-         "privacy": {**_SHORT, "members": 200, "real_recipe": {"epochs": 10}}}
+         "privacy": {**_SHORT, "members": 200, "real_recipe": {"epochs": 10}},
+         "label_regimes": _SHORT}
 QUICK_TAG = TAG["quick"]  # on a quick cell's run: what it is (a first look, not a result; every board says so)
 _EPOCH_KEYS = ("epochs", "recipe", "preset_epochs", "aug_epochs")  # a given one: the quick epochs step aside
 
@@ -123,7 +127,7 @@ def like_grid(like: str | os.PathLike, protocol: str | None, dataset: str | None
     crossed value that is one value only; ``method``, ``ipc`` and ``source`` are the set's. A grid that
     crosses anything else (two presets, two recipes) has several settings: the error names the key to
     choose. A grid of a protocol that scores no single set (``nas``) is refused naming the file."""
-    from ddlib.run.runner import load_grid
+    from ddlib.run.grid import load_grid
 
     spec = load_grid(like)  # a path, or a shipped grid's name (`--like demo`)
     if spec.protocol not in SET_PROTOCOLS:
@@ -234,7 +238,7 @@ def _numpy(value: Any) -> np.ndarray:
 def resolve_cell(grid: dict) -> tuple[str, str, dict]:
     """(protocol, experiment, the cell's validated params) of a one-cell grid, exactly as the batch
     runner resolves it."""
-    from ddlib.run.runner import GridSpec, expand
+    from ddlib.run.grid import GridSpec, expand
 
     spec = GridSpec(Path("<score>"), grid["protocol"], grid.get("experiment") or grid["protocol"],
                     grid["params"], [grid["grid"]], grid["methods"])
@@ -256,6 +260,7 @@ class CellResult:
         self.protocol, self.facts = protocol, dict(facts or {})
 
     def table(self) -> pd.DataFrame:
+        """The per-seed values' mean and std, one row each, as :meth:`ddlib.protocols.spec.Result.table` shows a result."""
         cols = [c for c in self.per_seed.columns if f"{c}_mean" in self.summary]
         return pd.DataFrame({"mean": [self.summary[f"{c}_mean"] for c in cols],
                              "std": [self.summary.get(f"{c}_std", np.nan) for c in cols]}, index=cols)
@@ -327,34 +332,67 @@ def score(images: Any = None, labels: Any = None, *, dataset: str | None = None,
           experiment: str | None = None, normalized: bool | None = None, zca_space: bool | None = None,
           trusted: bool = False, allow_unequal: bool = False, experiment_index: int | None = None,
           progress: bool = False, strict: bool = False, quick: bool = False, **params):
-    """Score a set in this process and return the protocol's result (``per_seed``, ``summary``, and
-    ``run_id``, the MLflow cell run). The same names as ``ddlib score``'s options, the notebooks'
-    parameters and the grids' keys.
+    """Score one distilled set in this process and return the protocol's result.
 
-    The set is ``images`` and ``labels`` (arrays or tensors: pixels in [0, 1] or uint8, N x C x H x W,
-    N x H x W x C or N x H x W; hard labels, optional ``soft_labels``), saved under ``<store>/sets/``
-    by content (``method`` defaults to ``mine``), or a file or folder ``path`` (``method`` defaults to
-    its file name, as for ``ddlib score``).
+    The Python face of ``ddlib score``: the same names as its options, the notebooks' parameters
+    and the grids' keys, and the same cell (the same keys in MLflow), so a finished cell and every
+    model already trained for it are reused, not trained again. The set is ``images`` and ``labels``
+    (saved under ``<store>/sets/`` by content) or a file or folder ``path``.
 
-    * ``dataset``: the real dataset it was distilled from; ``protocol``: ``label_robust`` (default),
-      ``augmentation_robust``, ``adversarial``, ``augmentation``, ``transfer``, ``compression``;
-    * ``seeds``, ``epochs`` (what the set is trained for: a preset's ``preset_epochs``, else the
-      recipe's), ``preset`` (``params/methods/<name>.yaml`` or a path), ``data_root``, ``device``;
-    * ``like``: a params file whose setting the set is scored in (its protocol, experiment and
-      parameters), so its row sits beside that grid's rows;
-    * the file's options: ``normalized``, ``zca_space``, ``trusted``, ``allow_unequal``,
-      ``experiment_index`` (which experiment of a DC-format file);
-    * ``params``: any other parameter of the protocol (``recipe={...}``, ``lr_policy="fixed"``, ...;
-      ``help(ddlib.protocols.<protocol>)`` and its notebook list them).
+    Protocols (``protocol``; :data:`SET_PROTOCOLS`, from :data:`ddlib.protocols.PROTOCOLS`):
 
-    The cell is the one ``ddlib score`` runs for the same file: a finished one is reused.
-    ``strict=True`` refuses (:class:`ddlib.protocols.leakage.LeakageRefused`, the cell FAILED) a set that
-    holds images of the test split, exact or near; without it such a set is scored and flagged.
-    ``quick=True``: the protocol's quick settings (:data:`QUICK`: one seed, few epochs) under the given
-    parameters, a first look (its run is tagged :data:`QUICK_TAG`), not a result.
+    * ``label_robust`` (default): DD-Ranking's Label-Robust Score (LRS);
+    * ``augmentation_robust``: DD-Ranking's Augmentation-Robust Score (ARS);
+    * ``label_regimes``: the set against random under hard, fixed soft and teacher labels at matched compute;
+    * ``adversarial``: BEARD's robustness of models trained on the set, under attacks;
+    * ``blackbox``: transfer attacks from surrogate to target models trained on the set;
+    * ``augmentation``: DC-Bench's accuracy under each augmentation;
+    * ``transfer``: DC-Bench's accuracy on several architectures;
+    * ``compression``: DC-Bench's accuracy at the set's IPC beside the full data;
+    * ``privacy``: membership inference on the real images the set was made from;
+    * ``nas`` scores no single set (it needs a ground-truth file): run it from a params file.
 
-    >>> result = ddlib.score(images, labels, dataset="cifar10", seeds=[0, 1, 2])   # doctest: +SKIP
-    >>> result.per_seed, result.summary["lrs_mean"]                                 # doctest: +SKIP
+    Args:
+        images: the set's pixels in [0, 1] or uint8, N x C x H x W, N x H x W x C or N x H x W (or give ``path``).
+        labels: the set's hard labels, one per image.
+        dataset: the real dataset the set was distilled from (``digits``, ``cifar10``, ...).
+        protocol: what to measure (the list above); default ``label_robust``, with ``like`` the grid's.
+        path: a set file or folder (``.pt``, ``.npz``, an MTT folder, an ImageFolder), instead of arrays.
+        soft_labels: the set's soft labels (N x classes), with ``images`` and ``labels``.
+        method: the set's name in the leaderboards; default ``mine``, or the file's name for ``path``.
+        ipc: images per class; default read from the set.
+        seeds: evaluation seeds; default the protocol's (5).
+        epochs: what the set is trained for (a preset's ``preset_epochs``, else the recipe's epochs).
+        preset: the method's evaluation preset (``params/methods/<name>.yaml`` or a path).
+        like: a params file (or shipped grid's name) whose setting the set is scored in, to sit beside its rows.
+        data_root: where the dataset is; default ``$DDLIB_DATA``.
+        device: where models train (``cpu``, ``cuda``, ...); default the best one there is.
+        experiment: the MLflow experiment the cell is filed in; default the protocol's name.
+        normalized: the file's images are normalised with the dataset's mean and std; default the format's.
+        zca_space: the images are ZCA-whitened (MTT ``--zca``); default the file's own flag.
+        trusted: a ``.pt`` file the safe loader refuses may be fully unpickled (runs its code).
+        allow_unequal: accept unequal images per class.
+        experiment_index: which experiment of a DC-format file; default the last.
+        progress: show progress bars while models train.
+        strict: refuse a set holding test images, exact or near (``LeakageRefused``); else it is scored and flagged.
+        quick: a first look under the protocol's quick settings (:data:`QUICK`; tagged, never a result).
+        **params: any other protocol parameter (``recipe={...}``, ...; ``help(ddlib.protocols.<protocol>)``).
+
+    Returns:
+        The protocol's :class:`ddlib.protocols.spec.Result`: ``per_seed`` (one row per seed, in
+        shown units), ``summary`` (``<value>_mean`` and ``<value>_std``), ``run_id`` (the MLflow
+        cell run) and ``table()``.
+
+    Raises:
+        ValueError: neither or both of arrays and ``path``, no ``dataset``, an unknown protocol or
+            parameter, or a set that does not fit the dataset.
+
+    Example::
+
+        import ddlib
+        result = ddlib.score(images, labels, dataset="cifar10", seeds=[0, 1, 2])
+        result.per_seed, result.summary["lrs_mean"]
+        ddlib.score(path="sets/my_set.npz", dataset="digits", protocol="adversarial", quick=True).table()
     """
     named = {"seeds": seeds, "epochs": epochs, "preset": preset, "data_root": data_root, "device": device}
     params = {**{k: v for k, v in named.items() if v is not None}, **params}

@@ -14,7 +14,7 @@ from ddlib.attacks import create_attack
 from ddlib.attacks.curves import curve_aucs, parse_curve
 from ddlib.scores.robustness import curve_auc
 from ddlib.protocols import adversarial
-from ddlib.report.plots import eps_curve_figures
+from ddlib.protocols.beard_boards import eps_curve_figures
 
 # eps (x 1/255) 0, 2, 4, 8 with accuracies 0.9, 0.6, 0.4, 0.1, by hand: trapezoids
 # (0.9 + 0.6) / 2 * 2 = 1.5, (0.6 + 0.4) / 2 * 2 = 1.0, (0.4 + 0.1) / 2 * 4 = 1.0; area 3.5 over the
@@ -140,7 +140,7 @@ def test_a_missing_point_gives_no_area_on_the_board_not_a_shorter_curves():
     import pandas as pd
 
     from ddlib.attacks.curves import curve_aucs
-    from ddlib.report.beard import _own_curves
+    from ddlib.protocols.beard_boards import _own_curves
 
     row = pd.Series({"curve.pgd.0.000000": 0.9, "curve.pgd.0.007843": 0.5, "curve.pgd.0.031373": float("nan"),
                      "curve.fgsm.0.000000": float("nan"), "curve.fgsm.0.031373": float("nan"), "clean_acc": 0.9})

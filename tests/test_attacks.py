@@ -120,7 +120,7 @@ def test_defaults_and_canonical_descriptions():
     )
 
 
-# Where our defaults differ from the torchattacks 3.5.1 constructor's (documented in ddlib.attacks.registry).
+# Where our defaults differ from the torchattacks 3.5.1 constructor's (documented in ddlib.attacks.catalog).
 OVERRIDES = {
     "pgd": {"random_start"},
     "pgd_l2": {"eps", "alpha", "random_start"},

@@ -19,7 +19,7 @@ from ddlib.engine.augment import (
     list_ops,
     register_op,
 )
-from ddlib.engine.augment import _rrc_boxes, _resized_crop  # noqa: PLC2701 (box sampling is tested on its own)
+from ddlib.engine.augment.geometric import _rrc_boxes, _resized_crop  # noqa: PLC2701 (box sampling is tested on its own)
 
 MEAN, STD, NC = (0.49, 0.48, 0.45), (0.2, 0.2, 0.2), 10
 TV = [{"ColorJitter": {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.2}},

@@ -29,7 +29,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ddlib.engine import augment as A
+from ddlib.engine.augment import policies as A
 from ddlib.engine.augment import create_augment
 
 RGB = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))  # CIFAR-10 (DC-Bench's constants)

@@ -305,15 +305,22 @@ def test_dc_step_trains_as_the_sequential_mode(digits):
 def test_both_modes_take_one_step_function(digits, monkeypatch):
     """One optimisation step (autocast, loss or objective, backward, clipping, update) for both
     modes: models in lockstep take it one after another on each batch, a stack once for all."""
+    from dataclasses import replace
+
     from ddlib.engine import train as train_mod
 
-    taken, step = [], train_mod._step
+    taken, train_group = [], train_mod._train_and_test_group
 
-    def spy(loop, forward, x, *args):
-        taken.append(len(x) if isinstance(x, list) else 1)
-        return step(loop, forward, x, *args)
+    def spy(loop, group, *args):  # the models each trainee's step computes losses for
+        def counted(trainee):
+            def losses(*batches):
+                out = trainee.losses(*batches)
+                taken.append(out.numel())
+                return out
+            return replace(trainee, losses=losses)
+        return train_group(loop, replace(group, trainees=[counted(t) for t in group.trainees]), *args)
 
-    monkeypatch.setattr(train_mod, "_step", spy)
+    monkeypatch.setattr(train_mod, "_train_and_test_group", spy)
     subset = random_subset(digits, 2, seed=0)  # 20 images: 2 batches of 10 per epoch
     recipe = Recipe(precision="fp32", epochs=3, batch_size=10)
     _train(digits, subset, [0, 0], False, recipe=recipe, lrs=[0.01, 0.02])

@@ -150,7 +150,7 @@ def _lrs_cell(method: str, rows: list[dict]) -> str:
 
 
 def test_the_lrs_board_shows_the_distilled_sides_scores_and_the_cells_cost(mlflow_store):
-    from ddlib.report.ddranking import lrs_leaderboard
+    from ddlib.protocols.ddranking_boards import lrs_leaderboard
 
     accuracies = {"acc_syn_hard": 0.5, "acc_real_hard": 0.9, "acc_syn_any": 0.6, "acc_rdm_any": 0.4}
     # dm: syn_any's ECE 0.10 and 0.20 over seeds 0, 1 -> mean 0.15; syn_hard's (0.9) is not the board's;

@@ -144,6 +144,9 @@ def test_bundle_holds_each_set_and_its_ddranking_row_and_reads_back_as_published
     tables = export_tables(formatted=False)
     assert len(tables["lrs"]) == 1 and tables["lrs"]["seeds"].iloc[0] == 2  # the measured row, alone
     assert tables["published"]["hlr_mean"].iloc[0] == pytest.approx(result.summary["hlr_mean"])
+    # issue 57, 3: the measured row now has a published value, which it reproduces (the same numbers)
+    assert tables["lrs"]["verified"].tolist() == [True] and "LRS verified (within the tolerance)" in \
+        tables["lrs"]["verified_by"].iloc[0]
 
 
 def test_ddranking_rows_lead_with_the_leaderboard_spaces_columns():

@@ -390,6 +390,7 @@ def test_mse_ce_inside_an_augmented_training_step_is_the_peers(peer, monkeypatch
 
     from ddlib.engine import train as engine
     from ddlib.engine.augment import create_augment, mixing
+    from ddlib.engine.hooks import Hooks
     from ddlib.engine.labels import TeacherRelabel
     from ddlib.engine.recipe import Recipe
     from ddlib.engine.test_pass import Normalize
@@ -409,15 +410,13 @@ def test_mse_ce_inside_an_augmented_training_step_is_the_peers(peer, monkeypatch
             nets.append(create_model("convnet", 3, 10, 32))
             nets[-1].load_state_dict(state)
         student, teacher = nets
-        loop = SimpleNamespace(images=inputs["x"], targets=inputs["y"], normalize=Normalize(*plain), augment=augment,
-                               loss=TeacherRelabel([teacher], loss=preset.loss), objective=None, precision="fp32",
-                               device=torch.device("cpu"), recipe=Recipe())
+        loop = SimpleNamespace(images=inputs["x"], targets=inputs["y"], normalize=Normalize(*plain), recipe=Recipe(),
+                               hooks=Hooks(augment=augment, loss=TeacherRelabel([teacher], loss=preset.loss)))
         monkeypatch.setattr(mixing, "_sample_beta", lambda alpha, g, device: torch.tensor(lam, dtype=torch.float64))
         monkeypatch.setattr(mixing, "torch", _Forced([r, c]))
         x, y = engine._Loop.batch(loop, torch.arange(8), _gen(0))
         monkeypatch.setattr(mixing, "torch", torch)
-        loss = engine._step(loop, student, x, y, _gen(0), [torch.optim.SGD(student.parameters(), lr=0.0)],
-                            list(student.parameters()))
+        loss = loop.hooks.model_objective()(student, x, y, _gen(0))  # the step's forward and loss
         return x, y, loss.item()
 
     augment = preset_augment(preset, True, *plain, num_classes=10)

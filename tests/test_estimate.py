@@ -17,7 +17,7 @@ import yaml
 
 from ddlib.run import calibrate
 from ddlib.run.calibrate import REFERENCE_PACE, Probe, Rates, training_seconds
-from ddlib.run.work import seconds
+from ddlib.run.timing import seconds
 from ddlib.run.work import Data, Passes, Training, cell_work
 
 DIGITS = Data(shape=(1, 8, 8), classes=10, train=1211, whole=1347, val=136, test=450)  # 10 % held out per class

@@ -156,12 +156,12 @@ def broken_protocols(tmp_path, monkeypatch) -> Path:
 
 def test_broken_protocol_files_are_named_once_and_skipped_and_the_rest_runs(broken_protocols, mlflow_store,
                                                                             monkeypatch, capsys):
-    from ddlib.protocols.spec import PATH_ENV, all_specs, protocol_names
+    from ddlib.protocols.spec import PATH_ENV, PROTOCOLS, all_specs
 
     specs = {spec.name for spec in all_specs()}
     err = capsys.readouterr().err
     monkeypatch.delenv(PATH_ENV)
-    assert specs == set(protocol_names())  # every built-in protocol, none of the broken ones
+    assert specs == set(PROTOCOLS)  # every built-in protocol, none of the broken ones
     lines = err.splitlines()
     assert "Traceback" not in err and all(line.startswith("warning: ") for line in lines), err
     for name, problem in (("hostile_raiser", r"importing it raised RuntimeError: boom \(line 3\)"),

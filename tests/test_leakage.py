@@ -15,7 +15,7 @@ import ddlib
 from ddlib.store import tracking
 from ddlib.cli import main as cli_main
 from ddlib.data.datasets import load_dataset
-from ddlib.data.leakage import find_overlap
+from ddlib.data.overlap import find_overlap
 from ddlib.protocols import label_robust, protocol_module
 from ddlib.protocols.cell import SANITY_TAG, cell_tags
 from ddlib.protocols.leakage import LEAKAGE_TAG, LeakageRefused
@@ -106,7 +106,7 @@ def test_a_set_with_test_images_is_flagged_on_its_run_and_leaderboard_and_refuse
     assert artifacts == {"leakage/leakage.json", "leakage/test_pairs.png"}
 
     from ddlib.report.boards import build_board
-    from ddlib.report.core import format_leaderboard
+    from ddlib.boards.table import format_leaderboard
 
     shown = format_leaderboard(build_board("lrs"))
     assert shown["sanity"].iloc[0].startswith("leakage: 2 of 10 images are test images (1 exact, 1 near-duplicate)")
@@ -183,7 +183,7 @@ BOARD_VALUES = {  # the values each protocol's boards read, per seed
 def test_every_leaderboard_shows_a_sets_leakage_in_its_sanity_column(tmp_path, monkeypatch):
     from ddlib.protocols.spec import board_specs
     from ddlib.report.boards import build_board
-    from ddlib.report.core import format_leaderboard
+    from ddlib.boards.table import format_leaderboard
 
     use_store(monkeypatch, tmp_path / "mlruns")
     tracking.init_store()
@@ -234,7 +234,7 @@ def test_the_near_threshold_on_cifar10_jpeg(cifar10_jpeg_root, shared_data):
     matches nothing."""
     from PIL import Image
 
-    from ddlib.data.leakage import NEAR_THRESHOLD, fingerprints
+    from ddlib.data.overlap import NEAR_THRESHOLD, fingerprints
 
     ds = load_dataset("cifar10", cifar10_jpeg_root)
     assert ds.label == "CIFAR-10 (JPEG)"

@@ -24,7 +24,8 @@ import ddlib
 from ddlib.scores import metrics
 from ddlib.store import tracking
 from ddlib.cli import main as cli_main
-from ddlib.report.core import aggregate, format_leaderboard
+from ddlib.boards.rank import aggregate
+from ddlib.boards.table import format_leaderboard
 from ddlib.scoring import cell_result, resolve_cell, score_grid
 from ddlib.store.tracking import TAG, Tracker
 
@@ -234,7 +235,7 @@ def test_runs_command_imports_no_torch_or_scipy(tmp_path):
     store = tmp_path / "store"
     code = ("import contextlib, io, sys, ddlib.cli\n"
             "with contextlib.redirect_stdout(io.StringIO()): ddlib.cli.main(['runs'])\n"
-            "print(sorted(m for m in ('torch', 'scipy.stats', 'ddlib.report.core', 'ddlib.protocols.cell') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'scipy.stats', 'ddlib.boards.read', 'ddlib.protocols.cell') if m in sys.modules))")
     env = {**os.environ, "DDLIB_MLRUNS": str(store), "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]

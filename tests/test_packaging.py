@@ -144,8 +144,8 @@ def test_wheel_carries_the_notebooks_presets_and_grids(tmp_path):
 
 def test_wheel_layout_reads_notebooks_presets_and_grids_from_the_package(monkeypatch, tmp_path):
     from ddlib.run import shipped_grids
-    from ddlib.store import tracking
-    monkeypatch.setattr(tracking, "IN_CHECKOUT", False)
+    from ddlib.store import paths, tracking
+    monkeypatch.setattr(paths, "IN_CHECKOUT", False)
     package = Path(ddlib.__file__).resolve().parent
     assert tracking.project_folder("notebooks") == package / "_files" / "notebooks"
     assert tracking.project_folder("params/methods") == package / "_files" / "presets"
@@ -157,7 +157,7 @@ def test_wheel_layout_reads_notebooks_presets_and_grids_from_the_package(monkeyp
     monkeypatch.chdir(tmp_path)
     assert shipped_grids.grid_file("demo") == installed / "demo.yaml"
     assert shipped_grids.grid_file("params/demo.yaml") == installed / "demo.yaml"
-    monkeypatch.setattr(tracking, "IN_CHECKOUT", True)
+    monkeypatch.setattr(paths, "IN_CHECKOUT", True)
     assert tracking.project_folder("notebooks") == ROOT / "notebooks"
     assert tracking.project_folder("params") == ROOT / "params"
 
@@ -199,15 +199,15 @@ def test_a_command_exits_without_a_last_collection_and_its_handlers_still_run(ml
 
 def test_installed_wheel_reports_the_commit_pip_recorded(monkeypatch):
     """Outside a checkout git is not asked (it would answer for the repository around the venv)."""
-    from ddlib.store import tracking
+    from ddlib.store import paths, provenance, tracking
     class Dist:
         def read_text(self, name):
             assert name == "direct_url.json"
             return '{"url": "https://example.org/ddlib.git", "vcs_info": {"vcs": "git", "commit_id": "' + "ab" * 20 + '"}}'
 
-    monkeypatch.setattr(tracking, "IN_CHECKOUT", False)
+    monkeypatch.setattr(paths, "IN_CHECKOUT", False)
     monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist())
-    monkeypatch.setattr(tracking.subprocess, "run", lambda *a, **k: pytest.fail("git was asked"))
+    monkeypatch.setattr(provenance.subprocess, "run", lambda *a, **k: pytest.fail("git was asked"))
     assert tracking.git_commit() == "ab" * 20
     assert tracking.code_version() == f"ddlib {ddlib.__version__} (commit {'ab' * 20})"
 
@@ -229,7 +229,7 @@ def test_without_torchattacks_ddlib_imports_and_beard_names_the_install():
     """torchattacks is no dependency (its requests pin): everything but BEARD's attacks imports without it,
     and those say how to install it."""
     code = ("import sys; sys.modules['torchattacks'] = None\n"
-            "import ddlib.report.report, ddlib.report.export, ddlib.report.beard, ddlib.cli\n"
+            "import ddlib.report.report, ddlib.report.export, ddlib.protocols.beard_boards, ddlib.cli\n"
             "try:\n    import ddlib.attacks\nexcept ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -149,7 +149,7 @@ def test_student_model_learned_lr_and_schedule(name):
 def test_cosine_half_ends_at_half_the_lr():
     import torch
 
-    from ddlib.engine.train import _scheduler
+    from ddlib.engine.recipe import _scheduler
 
     recipe = Recipe(epochs=4, lr=0.1, scheduler="cosine_half")
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=recipe.lr)

@@ -20,7 +20,7 @@ from ddlib.store import tracking
 from ddlib.attacks import PixelModel, run_attack, transfer_attack
 from ddlib.models import create_model
 from ddlib.protocols import adversarial, blackbox
-from ddlib.report.blackbox import transfer_leaderboard, transfer_matrix
+from ddlib.protocols.blackbox_boards import transfer_leaderboard, transfer_matrix
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 C = 4
@@ -91,7 +91,7 @@ def test_surrogates_and_targets_come_from_the_pool_and_fill_the_board(mlflow_sto
     # queries per image beside the times (issue 26.2): FGSM one forward, PGD one per step
     assert (white["fgsm.queries"], white["pgd.queries"]) == (1, 3)
     assert list(adv.table()["queries / image"]) == [1, 3]
-    from ddlib.report.beard import robustness_leaderboard
+    from ddlib.protocols.beard_boards import robustness_leaderboard
 
     assert robustness_leaderboard().loc[0, "pgd.queries_mean"] == 3
     targets = ["random", "kcenter", {"method": "random", "model": "mlp"}]
@@ -128,7 +128,7 @@ def test_surrogates_and_targets_come_from_the_pool_and_fill_the_board(mlflow_sto
 
     assert not build_board("blackbox").empty
     # ROME's black-box I-RR of each surrogate x target pair over the attacks (by hand, in %)
-    from ddlib.report.blackbox import irr_leaderboard
+    from ddlib.protocols.blackbox_boards import irr_leaderboard
 
     irr = irr_leaderboard().set_index(["surrogate", "method"])
     clean, accs = row["clean.kcenter"], [row["transfer.fgsm.kcenter"], row["transfer.pgd.kcenter"]]
@@ -174,7 +174,7 @@ def test_a_surrogate_that_attacked_some_seeds_only_is_left_out_of_the_rows_mean(
     seed 1 (mean 0.55), and the row names the surrogates it averages."""
     import pandas as pd
 
-    from ddlib.report.blackbox import _common_surrogates
+    from ddlib.protocols.blackbox_boards import _common_surrogates
 
     df = pd.DataFrame({"group": ["g", "g"], "method": ["dm", "dm"], "seed": [0, 1],
                        "from.random": [0.3, 0.5], "from.kcenter": [0.9, float("nan")], "from.dm": [0.1, 0.1],
@@ -205,7 +205,7 @@ def test_black_box_irr_reproduces_beards_toolkit_and_romes_heatmap_row():
     toolkit's numbers on its released log to the second decimal; ROME's published row within 0.03
     (not exactly: the released log is of October 2025, after ROME; BEARD's other transfer log, of
     March 2025, already differs from it by a test image here and there, MTT clean 69.67 % against 69.66 %)."""
-    from ddlib.report.blackbox import irr_matrix, irr_rows
+    from ddlib.protocols.blackbox_boards import irr_matrix, irr_rows
 
     cell = {"family": "f", "group": "g", "seed": 0, "run_id": "r", "data": "cifar10", "classes": 10, "dataset": "cifar10",
             "ipc": 50, "method": "BACON", "model": "convnet", "training": "standard", "mode": "targeted",

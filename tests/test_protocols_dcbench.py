@@ -66,7 +66,7 @@ def test_recipe_epochs_follow_dcbench():
 @pytest.mark.parametrize("module", [augmentation, compression, transfer])
 def test_dcbench_protocols_train_with_dcs_schedule_by_default(module):
     import torch
-    from ddlib.engine.train import _scheduler, epochs_trained
+    from ddlib.engine.recipe import _scheduler, epochs_trained
 
     p = module.validate({})
     assert module.REVISION >= 4
@@ -506,7 +506,8 @@ def test_nas_trains_on_the_training_split_and_scores_on_the_validation_split(mlf
 def test_recipe_cosine_floor_and_gradient_clipping():
     """The two recipe keys DC-Bench's NAS proxy needs: the cosine schedule ends at ``lr_min`` and
     ``grad_clip`` bounds the gradient norm; recipes without them keep their earlier reuse keys."""
-    from ddlib.engine.train import Recipe, _scheduler, train_and_test
+    from ddlib.engine.recipe import _scheduler
+    from ddlib.engine.train import Recipe, train_and_test
 
     recipe = Recipe(epochs=50, lr=0.025, scheduler="cosine", lr_min=0.001, grad_clip=5.0)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=recipe.lr)

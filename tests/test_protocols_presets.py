@@ -336,7 +336,7 @@ def test_a_builtin_method_that_makes_another_set_never_pools_with_its_old_cells(
 
 
 def _setting(preset_name: str | None, hard: bool, own: bool):
-    from ddlib.protocols.preset_eval import Setting, resolve_preset
+    from ddlib.protocols.side_plan import SideSetting as Setting, resolve_preset
 
     preset = resolve_preset(preset_name)
     recipe = preset.recipe if preset is not None else Recipe(lr=0.03)

@@ -31,7 +31,8 @@ from ddlib.protocols import augmentation_robust, label_robust
 from ddlib.protocols.cell import cell_tags
 from ddlib.report import card as cards
 from ddlib.report.boards import load_boards
-from ddlib.report.core import aggregate, format_leaderboard
+from ddlib.boards.rank import aggregate
+from ddlib.boards.table import format_leaderboard
 from ddlib.store.tracking import TAG, Tracker, default_tags
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -141,7 +142,7 @@ def test_every_board_keys_its_rows_by_precision_and_set(mlflow_store):
     method whose code changed); DD-Ranking, DC-Bench and BEARD boards alike."""
     from ddlib.protocols import adversarial, compression
     from ddlib.protocols.cell import PRECISION_TAG
-    from ddlib.report import beard, dcbench, ddranking
+    from ddlib.protocols import beard_boards as beard, dcbench_boards as dcbench, ddranking_boards as ddranking
 
     SET_DIGEST_TAG = "ddlib.set_digest"  # what ddlib.protocols.common.obtain tags
 
@@ -181,7 +182,7 @@ def test_per_seed_values_read_in_bulk_are_mlflows_own_histories(mlflow_store, mo
     """A SQL store's histories are read one query per metric (and BULK_RUNS runs), and give what
     MLflow's per-run get_metric_history gives: every seed, a seed logged twice at its last value,
     a per-seed metric only some runs have, a run with none of a key."""
-    from ddlib.report import core
+    from ddlib.boards import read as core
 
     monkeypatch.setattr(core, "_HISTORIES", {})
     monkeypatch.setattr(core, "BULK_RUNS", 2)  # several chunks from five runs
@@ -452,8 +453,8 @@ def test_report_notebook_runs_under_papermill(store, tmp_path):
 def test_a_method_with_two_rows_is_two_bars_and_two_names():
     """Scoring one set twice with other epochs (or two ddlib.score() calls, both "mine") gives one
     method two rows at one IPC: the summary's plots crashed on it; every row gets its own name and bar."""
-    from ddlib.report import ddranking
-    from ddlib.report.core import row_names
+    from ddlib.protocols import ddranking_boards as ddranking
+    from ddlib.boards.rank import row_names
 
     board = pd.DataFrame({"dataset": ["digits"] * 3, "ipc": [2, 2, 2], "method": ["mine", "mine", "random"],
                           "config": ["b713db5b", "5cdee14f", "0f0f0f0f"], "lrs_mean": [27.0, 30.0, 20.0],
@@ -468,7 +469,7 @@ def test_a_method_with_two_rows_is_two_bars_and_two_names():
 def test_inside_one_read_a_board_is_built_once_per_weight_and_each_caller_gets_its_own_copy(monkeypatch):
     """The summary asks for the LRS board at each sweep weight twice (sweep table, rank stability):
     inside one_read each (board, weight) reads MLflow once; outside, every call reads again."""
-    from ddlib.report import ddranking
+    from ddlib.protocols import ddranking_boards as ddranking
     from ddlib.report.boards import build_board, one_read
 
     built = []
@@ -535,7 +536,8 @@ def test_boards_read_their_own_protocols_cells_from_the_experiment_named(mlflow_
     another protocol in a protocol's experiment is on no board, and said so."""
     from ddlib.cli import main
     from ddlib.report.boards import build_board, one_read
-    from ddlib.report.core import boards_from, log_summary
+    from ddlib.boards.table import log_summary
+    from ddlib.report.sources import boards_from
 
     params = dict(dataset="digits", model="convnet", ipc=10)
     for method, syn, second in (("dm", 0.9, 0.8), ("random", 0.7, 0.7)):
@@ -634,7 +636,7 @@ def test_run_summary_reads_the_grids_own_experiment(mlflow_store, tmp_path, monk
 def test_cells_that_differ_only_by_their_score_weight_are_rows_that_say_so(mlflow_store):
     """Issue 54, 2.5: two LRS cells at w 0.5 and 0.9 (two ARS cells at gamma 0.5 and 0.9) are two rows with
     their weight in the row key, not two look-alike rows."""
-    from ddlib.report.ddranking import ars_leaderboard, lrs_leaderboard
+    from ddlib.protocols.ddranking_boards import ars_leaderboard, lrs_leaderboard
 
     params = dict(dataset="digits", model="convnet", ipc=10, method="dm")
     for w in (0.5, 0.9):

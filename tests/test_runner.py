@@ -334,7 +334,8 @@ def test_ray_hands_cells_over_as_slots_free_keeping_shared_work_apart(monkeypatc
     then as the local pool chooses (``next_job``); Ray itself is faked here (the real one: test_scale_out)."""
     import types
 
-    from ddlib.run.executors import CellJob, CellOutcome, RayExecutor
+    from ddlib.run.cluster import RayExecutor
+    from ddlib.run.executors import CellJob, CellOutcome
     from ddlib.run.runner import cell_shares
 
     submitted, outcomes = [], []
@@ -390,6 +391,7 @@ def test_the_local_pool_starts_a_cell_sharing_work_only_after_the_cell_computing
     from waiting import BOUND_SECONDS, events, release, started, wait_for
 
     from ddlib.run import executors
+    from ddlib.run.pool import LocalExecutor
     monkeypatch.setattr(executors, "execute_cell", _gated_cell)
     jobs = [_held(tmp_path, "kcenter-1", {"features"}), _held(tmp_path, "kcenter-10", {"features"}),
             _held(tmp_path, "random-1"), _held(tmp_path, "random-10")]
@@ -397,7 +399,7 @@ def test_the_local_pool_starts_a_cell_sharing_work_only_after_the_cell_computing
 
     def run() -> None:
         try:
-            executors.LocalExecutor(2).run(jobs, lambda job, outcome: outcomes.append(outcome.status))
+            LocalExecutor(2).run(jobs, lambda job, outcome: outcomes.append(outcome.status))
         except BaseException as error:  # noqa: BLE001 - reported by the test
             errors.append(error)
 
@@ -545,12 +547,12 @@ def test_the_pool_workers_exit_when_their_runner_is_killed(tmp_path):
     code = f"""
 import os, sys
 sys.path[:0] = [{str(tests.parent)!r}, {str(tests)!r}]
-from ddlib.run import executors
+from ddlib.run import executors, pool
 import test_runner
 if __name__ == "__main__":
     executors.execute_cell = test_runner._gated_cell
     jobs = [test_runner._held(test_runner.Path({str(tmp_path)!r}), name) for name in ("idle", "busy")]
-    executors.LocalExecutor(2).run(jobs, lambda job, outcome: print("ended", job.name, flush=True))
+    pool.LocalExecutor(2).run(jobs, lambda job, outcome: print("ended", job.name, flush=True))
 """
     release(tmp_path, "idle")
     runner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -591,6 +593,7 @@ def test_the_runner_stops_its_cells_when_another_of_its_threads_took_the_signal(
     from waiting import BOUND_SECONDS, events, release, started, wait_for
 
     from ddlib.run import executors
+    from ddlib.run.pool import LocalExecutor
     monkeypatch.setattr(executors, "execute_cell", _gated_cell)
     returned = threading.Event()
 
@@ -612,7 +615,7 @@ def test_the_runner_stops_its_cells_when_another_of_its_threads_took_the_signal(
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
     try:
         with pytest.raises(_Stopped):
-            executors.LocalExecutor(2).run(jobs, lambda job, outcome: None)
+            LocalExecutor(2).run(jobs, lambda job, outcome: None)
     finally:
         returned.set()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -627,7 +630,7 @@ def test_workers_share_the_cores_this_process_may_use_not_the_machines(monkeypat
     import os
 
     from ddlib.engine import device
-    from ddlib.run.executors import LocalExecutor
+    from ddlib.run.pool import LocalExecutor
 
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 4, 5, 6})

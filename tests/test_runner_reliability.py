@@ -668,7 +668,7 @@ def test_matched_compute_trains_the_random_subsets_for_the_sets_images_seen(mlfl
     equal_cell.close()
     assert "rdm_matched" not in json.loads(tracking.client().get_run(equal_cell.run_id).data.tags["ddlib.trainings"])
     assert (equal.per_seed["acc_rdm_matched"] == equal.per_seed["acc_rdm_any"]).all()
-    from ddlib.report.ddranking import lrs_leaderboard
+    from ddlib.protocols.ddranking_boards import lrs_leaderboard
 
     board = lrs_leaderboard()
     assert {"acc_rdm_matched_mean", "ior_matched_mean"} <= set(board.columns)

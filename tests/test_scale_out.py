@@ -343,7 +343,8 @@ def test_a_local_ray_start_that_times_out_is_tried_again_then_one_line(monkeypat
     """Ray gives its raylet a fixed 30 s to register and then raises a bare Exception (seen under two busy
     loops beside the suite): the executor starts it again, and after its last try says so in one line."""
     ray = pytest.importorskip("ray")
-    from ddlib.run.executors import RAY_START_ATTEMPTS, ExecutorError, RayExecutor
+    from ddlib.run.cluster import RAY_START_ATTEMPTS, RayExecutor
+    from ddlib.run.executors import ExecutorError
 
     calls = []
 

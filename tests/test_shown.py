@@ -108,7 +108,8 @@ def test_a_set_holding_test_images_is_never_ranked(leaky_and_clean):
     """On every ranked board the leaky set, though it scores higher, gets no rank, is listed below
     the ranked rows with the reason beside its rank, and the clean set is ranked first alone."""
     from ddlib.report.boards import build_board
-    from ddlib.report.core import UNRANKED_LEAK, format_leaderboard
+    from ddlib.boards.rank import UNRANKED_LEAK
+    from ddlib.boards.table import format_leaderboard
 
     for name in ("lrs", "ars", "augmentation", "compression"):
         board = build_board(name)
@@ -127,7 +128,7 @@ def test_a_leaky_set_is_flagged_in_the_card_the_site_and_the_bundle(leaky_and_cl
     from ddlib.report import card as cards
     from ddlib.report.boards import load_boards
     from ddlib.report.bundle import write_bundle
-    from ddlib.report.core import UNRANKED_LEAK
+    from ddlib.boards.rank import UNRANKED_LEAK
     from ddlib.report.site import build_site
 
     boards = load_boards()
@@ -166,7 +167,7 @@ def test_the_export_cli_limits_a_bundle_to_the_sets_named(leaky_and_clean):
 def test_a_quick_cell_says_so_on_the_boards(tmp_path, monkeypatch):
     """A cell of `ddlib score --quick` (tagged ddlib.quick) is a first look: its row's sanity says so."""
     from ddlib.report.boards import build_board
-    from ddlib.report.core import QUICK_NOTE
+    from ddlib.boards.read import QUICK_NOTE
 
     use_store(monkeypatch, tmp_path / "mlruns")
     tracking.init_store()
@@ -294,7 +295,7 @@ def test_a_row_of_an_earlier_revision_is_shown_but_never_ranked_nor_headlined(tm
     beside its rank; the site's headline never names it, however it scores (issue 54 review)."""
     from ddlib.protocols.spec import get_spec
     from ddlib.report.boards import build_board
-    from ddlib.report.core import UNRANKED_STALE
+    from ddlib.boards.rank import UNRANKED_STALE
     from ddlib.report.site import build_site
 
     use_store(monkeypatch, tmp_path / "mlruns")

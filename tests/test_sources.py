@@ -25,6 +25,10 @@ HAND_WRITTEN = {
     "herding_dc": {"seed": int, "model": str, "epochs": int},  # issue 54.4: DC's herding as iCaRL
     "forgetting": {"seed": int, "model": str, "epochs": int},
     "el2n": {"seed": int, "model": str, "epochs": int, "num_models": int},  # "models" until 2026-11-28
+    # issue 57.2's pruning baselines
+    "aum": {"seed": int, "model": str, "epochs": int},
+    "ccs": {"seed": int, "model": str, "score": str, "epochs": int, "num_models": int, "hard_cutoff": (int, float),
+            "strata": int},
     "dm": {"iterations": int, "lr_img": (int, float), "momentum": (int, float), "batch_real": int,
            "model": str, "init": str, "init_epochs": int, "seed": int},
     # experiment_index was "experiment" until 2026-11-28 (renamed: RENAMED_KEYS, tested below)
@@ -41,8 +45,8 @@ def test_the_keys_of_every_kind_are_its_parameters_and_match_the_hand_written_ta
     for kind, keys in HAND_WRITTEN.items():
         assert sources.source_keys(kind) == keys, kind
     assert sources.BUILTIN_SOURCES == {k: {"kind": k} for k in ("random", "kcenter", "kcenter_greedy", "herding",
-                                                                          "herding_dc", "forgetting", "el2n", "dm",
-                                                                          "full")}
+                                                                          "herding_dc", "forgetting", "el2n", "aum",
+                                                                          "ccs", "dm", "full")}
     assert sources.MODEL_KINDS == ("checkpoint",) and sources.BUILTIN_REVISIONS == {"kcenter": 3, "dm": 3, "kcenter_greedy": 2,
                                                                      "herding": 2, "forgetting": 2, "el2n": 2}
     assert sources.builtin_revision({"kind": "dm", "init": "kcenter"}) == "dm revision 3, kcenter revision 3"
@@ -54,10 +58,12 @@ def test_a_kind_s_defaults_are_those_of_the_code_it_runs():
     from ddlib.data.distilled import load
     from ddlib.methods.dm import distribution_matching
     from ddlib.methods.coresets import el2n_subset, forgetting_subset, herding_dc_subset, herding_subset
+    from ddlib.methods.pruning import aum_subset, ccs_subset
     from ddlib.methods.select import kcenter_greedy_subset, kcenter_subset, random_subset
 
     runs = {"random": random_subset, "kcenter": kcenter_subset, "kcenter_greedy": kcenter_greedy_subset,
             "herding": herding_subset, "herding_dc": herding_dc_subset, "forgetting": forgetting_subset, "el2n": el2n_subset,
+            "aum": aum_subset, "ccs": ccs_subset,
             "dm": distribution_matching, "file": load}
     for kind, fn in runs.items():
         signature = inspect.signature(fn).parameters

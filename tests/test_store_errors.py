@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ddlib.store import tracking
+from ddlib.store import errors, tracking
 from ddlib.cli import main as cli_main
 from ddlib.store.tracking import TAG
 
@@ -73,7 +73,7 @@ def test_a_read_only_or_full_store_is_refused_before_anything_runs(number, why, 
         raise OSError(number, os.strerror(number))
 
     store = use_store(monkeypatch, tmp_path / "ro" / "mlruns")
-    monkeypatch.setattr(tracking.tempfile, "TemporaryFile", refused)
+    monkeypatch.setattr(errors.tempfile, "TemporaryFile", refused)
     with pytest.raises(tracking.StoreError) as refusal:
         tracking.check_store_writable()
     assert str(refusal.value) == f"the store {store} (DDLIB_MLRUNS) cannot be written: {why}"

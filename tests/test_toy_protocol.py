@@ -22,11 +22,11 @@ def toy(monkeypatch):
 
 
 def test_a_toy_protocol_is_found_from_its_own_folder(toy):
-    from ddlib.protocols import PROTOCOLS, protocol_names
+    from ddlib.protocols import PROTOCOLS
     from ddlib.protocols.spec import get_spec, parameters_source
     from ddlib.scoring import set_protocols
 
-    assert "toy" in protocol_names() and "toy" in PROTOCOLS and "toy" in set_protocols()
+    assert "toy" in PROTOCOLS and "toy" in set_protocols()
     spec = get_spec("toy")
     nb = json.loads((toy / "toy.ipynb").read_text())
     (cell,) = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]

@@ -259,9 +259,6 @@ def test_auto_precision_follows_native_bf16_support(monkeypatch):
     from ddlib.engine.train import run_precision
 
     monkeypatch.setattr(device_mod, "bf16_supported", lambda d: True)
-    import ddlib.engine.train as train_mod
-
-    monkeypatch.setattr(train_mod, "resolve_precision", device_mod.resolve_precision)
     auto = Recipe(precision="auto")
     assert run_precision(auto, cpu) == "bf16" and run_precision(auto, cpu, objective=True) == "fp32"
     assert run_precision(Recipe(precision="bf16"), cpu, objective=True) == "bf16"
@@ -402,7 +399,7 @@ def test_the_test_set_is_prepared_once_for_many_trainings(digits):
 
 
 def test_cuda_test_batches_halve_on_out_of_memory():
-    from ddlib.engine import train as train_mod
+    from ddlib.engine import test_pass
 
     tried = []
 
@@ -413,15 +410,15 @@ def test_cuda_test_batches_halve_on_out_of_memory():
         return torch.ones(j - i, dtype=torch.bool)
 
     key = ("fake-model", 1)
-    train_mod._EVAL_BATCH.pop(key, None)
-    out = torch.cat(train_mod._largest_fitting(chunk, 1000, 64, torch.device("cuda"), key))
+    test_pass._EVAL_BATCH.pop(key, None)
+    out = torch.cat(test_pass._largest_fitting(chunk, 1000, 64, torch.device("cuda"), key))
     assert out.shape == (1000,) and tried[:3] == [1000, 500, 250]  # whole set first, then halves
-    assert train_mod._EVAL_BATCH[key] == 250
+    assert test_pass._EVAL_BATCH[key] == 250
     tried.clear()
-    train_mod._largest_fitting(chunk, 1000, 64, torch.device("cuda"), key)
+    test_pass._largest_fitting(chunk, 1000, 64, torch.device("cuda"), key)
     assert tried[0] == 250  # remembered
     tried.clear()
-    train_mod._largest_fitting(chunk, 100, 64, torch.device("cpu"), key)
+    test_pass._largest_fitting(chunk, 100, 64, torch.device("cpu"), key)
     assert tried == [64, 36]  # the CPU keeps the recipe's batch
 
 

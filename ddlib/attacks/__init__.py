@@ -1,10 +1,10 @@
 """Adversarial attacks for robustness scores (BEARD protocol), on torchattacks 3.5.1, done right.
 
 A library the protocols use, not a protocol (as torchattacks is to its users): a registry of
-attacks (``registry.py``: ``create_attack(spec, model, num_classes)`` builds a torchattacks attack
+attacks (``catalog.py``: ``create_attack(spec, model, num_classes)`` builds a torchattacks attack
 from a spec), the space an attack acts in (``spaces.py``: :class:`PixelModel`), targets and seeds
 (``targets.py``), the argument checks (``checks.py``), the measuring loop (``run.py``:
-:func:`clean_pass`, :func:`run_attack`) and black-box transfer (``transfer.py``: :func:`transfer_attack`,
+:func:`clean_pass`, :func:`run_attack`) and black-box transfer (``surrogate.py``: :func:`transfer_attack`,
 crafted on a surrogate, scored on targets). A spec is a registry name, a one-key mapping
 ``{name: {param: value}}`` (the YAML form), or an :class:`AttackSpec`::
 
@@ -48,13 +48,13 @@ classifying, synchronised on CUDA) next to :func:`clean_pass`'s time for BEARD's
 largest L∞ and L2 perturbation actually applied, in pixel space.
 """
 
-from ddlib.attacks.registry import (ATTACKS, AttackSpec, create_attack, get_entry, list_attacks, parse_attack,
-                                    parse_attacks, register_attack, supports_targeted, targeted_skip_reason)
+from ddlib.attacks.catalog import (ATTACKS, AttackSpec, create_attack, get_entry, list_attacks, parse_attack,
+                                   parse_attacks, register_attack, supports_targeted, targeted_skip_reason)
 from ddlib.attacks import autoattack_parts  # noqa: F401  (registers aa_apgd_ce, aa_apgd_t, aa_fab_t, aa_square)
 from ddlib.attacks.spaces import SPACES, PixelModel
 from ddlib.attacks.targets import TARGET_KINDS, batch_seed, target_labels
 from ddlib.attacks.run import AttackOutcome, CleanOutcome, clean_pass, run_attack
-from ddlib.attacks.transfer import TransferOutcome, transfer_attack
+from ddlib.attacks.surrogate import TransferOutcome, transfer_attack
 
 __all__ = [
     "ATTACKS",

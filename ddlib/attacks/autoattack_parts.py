@@ -15,7 +15,7 @@ aa_fab_t      ``FAB(multi_targeted=True, n_classes=n, n_restarts=1)``
 aa_square     ``Square(n_queries=5000, n_restarts=1)``
 ============  ===================================================================================
 
-with the parameters of ddlib's ``autoattack`` entry (:func:`ddlib.attacks.registry._build_autoattack`):
+with the parameters of ddlib's ``autoattack`` entry (:func:`ddlib.attacks.catalog._build_autoattack`):
 ``steps`` (default 10, torchattacks' and BEARD's) for APGD-CE, APGD-T and FAB-T, ``n = min(C,
 n_target_classes + 1)`` (9 target classes by default, as the original AutoAttack), ``n_queries``
 (default 5000) for Square. ``torchattacks.MultiAttack`` over the four, in this order, is ddlib's
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torchattacks
 
-from ddlib.attacks.registry import ATTACKS
+from ddlib.attacks.catalog import ATTACKS
 
 __all__ = ["COMPONENTS"]
 

@@ -14,18 +14,21 @@ __all__ = ["check_seed", "check_num_classes", "check_batch_size", "check_data", 
 
 
 def check_seed(seed: int) -> int:
+    """The attack seed as an ``int``, refused when negative or not an integer (a bool included)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     return int(seed)
 
 
 def check_num_classes(num_classes: int) -> int:
+    """``num_classes`` refused before anything runs unless an integer >= 2 (targeted attacks draw other classes)."""
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
     return num_classes
 
 
 def check_batch_size(batch_size: int) -> int:
+    """``batch_size`` refused before anything runs unless a positive integer (a bool is not one)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     return batch_size

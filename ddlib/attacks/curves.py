@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ddlib.attacks.registry import AttackSpec, parse_attack, targeted_skip_reason
+from ddlib.attacks.catalog import AttackSpec, parse_attack, targeted_skip_reason
 from ddlib.scores.robustness import AUC_PREFIX, curve_aucs  # noqa: F401 (re-exported: no torchattacks needed there)
 
 __all__ = ["CurvePoint", "parse_curve", "point_key", "curve_aucs", "AUC_PREFIX"]
@@ -35,6 +35,7 @@ class CurvePoint:
 
     @property
     def key(self) -> str:
+        """The metric name this point is logged under (:func:`point_key`; the summary parses it back)."""
         return point_key(self.attack, self.eps)
 
 

@@ -10,7 +10,7 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from ddlib.attacks.checks import check_batch_size, check_data, check_inputs, check_space
-from ddlib.attacks.registry import create_attack, parse_attack, targeted_skip_reason
+from ddlib.attacks.catalog import create_attack, parse_attack, targeted_skip_reason
 from ddlib.attacks.spaces import attack_space
 from ddlib.attacks.targets import batch_seed, resolve_targets
 from ddlib.engine.device import resolve_device, synchronize
@@ -32,6 +32,7 @@ class CleanOutcome:
 
     @property
     def seconds_per_sample(self) -> float:
+        """The clean pass's wall seconds per image, the unit timings are compared in."""
         return self.seconds / max(1, self.n)
 
 

@@ -71,16 +71,17 @@ def _score_params(args) -> dict:
 
 
 def _written_grid(grid: dict) -> dict:
-    """The grid with its path-valued parameters absolute (:func:`ddlib.run.runner.absolute_paths`), so the
+    """The grid with its path-valued parameters absolute (:func:`ddlib.run.grid.absolute_paths`), so the
     params file ``ddlib score`` writes reruns from any folder ("rerun with")."""
     from ddlib.protocols.spec import get_spec
-    from ddlib.run.runner import absolute_paths
+    from ddlib.run.grid import absolute_paths
 
     return {**grid, "params": absolute_paths(grid["params"], get_spec(grid["protocol"]).path_params)}
 
 
 def _cmd_score(args) -> int:
-    from ddlib.run.runner import GridError, run_grid
+    from ddlib.run.grid import GridError
+    from ddlib.run.runner import run_grid
     from ddlib.scoring import FILE_OPTIONS, cell_result, given_file_options, resolve_cell, score_grid, write_grid
 
     options = given_file_options(**{k: getattr(args, k) for k in FILE_OPTIONS})
@@ -89,7 +90,7 @@ def _cmd_score(args) -> int:
                           file_options=options, dry_run=args.dry_run, like=args.like, quick=args.quick,
                           **_score_params(args))
         grid = _written_grid(grid)
-        from ddlib.store.tracking import check_store_writable
+        from ddlib.store.errors import check_store_writable
 
         check_store_writable()  # the params file goes into the store: a StoreError is one line, not a traceback
     except ValueError as e:
@@ -244,7 +245,7 @@ def on_boards(command):
     checked before anything else. ``args.experiment_from``: where the name came from, for that line
     (``--experiment``, or the grid's ``experiment:`` key for ``ddlib run --summary``)."""
     def run(args) -> int:
-        from ddlib.report.core import boards_from, unknown_experiment
+        from ddlib.report.sources import boards_from, unknown_experiment
 
         if args.experiment is not None and (why := unknown_experiment(args.experiment)):
             print(f"error: {getattr(args, 'experiment_from', '--experiment')}: {why}", file=sys.stderr)
@@ -286,7 +287,7 @@ def _cmd_export(args) -> int:
                 print(f"error: {_unwritable('--bundle', args.bundle, e)}", file=sys.stderr)
                 return 1
             if not paths:
-                from ddlib.report.core import nothing_on_the_boards
+                from ddlib.report.sources import nothing_on_the_boards
 
                 print(nothing_on_the_boards("nothing to bundle"), file=sys.stderr)
                 return 1
@@ -297,7 +298,7 @@ def _cmd_export(args) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     if not tables:
-        from ddlib.report.core import nothing_on_the_boards
+        from ddlib.report.sources import nothing_on_the_boards
 
         print(nothing_on_the_boards("nothing to export"), file=sys.stderr)
         return 1
@@ -369,7 +370,7 @@ def _add_runs_export_parsers(sub) -> None:
 
 def ui_argv(port: int = UI_PORT, host: str = UI_HOST) -> list[str]:
     """MLflow's UI on this store, with this interpreter (no activated venv needed)."""
-    from ddlib.store.tracking import tracking_uri
+    from ddlib.store.paths import tracking_uri
 
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(), "--host", host,
             "--port", str(port)]
@@ -378,7 +379,8 @@ def ui_argv(port: int = UI_PORT, host: str = UI_HOST) -> list[str]:
 def _cmd_ui(args) -> int:
     from ddlib.report.ui import ui_urls
     from ddlib.store.server import JOB_EXECUTION_ENV, ServerError, check_port_free, mlflow_server_env, run_foreground
-    from ddlib.store.tracking import StoreError, check_store_writable, init_store
+    from ddlib.store.errors import StoreError, check_store_writable
+    from ddlib.store.tracking import init_store
 
     argv, env = ui_argv(args.port), mlflow_server_env()
     if args.print:

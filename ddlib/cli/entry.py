@@ -20,7 +20,9 @@ from ddlib.specs.shown import one_line
 
 def _cmd_run(args) -> int:
     from ddlib.run.executors import stop_signal
-    from ddlib.run.runner import ExecutorError, GridError, run_grid
+    from ddlib.run.executors import ExecutorError
+    from ddlib.run.grid import GridError
+    from ddlib.run.runner import run_grid
 
     if args.dry_run:  # every cell with its params, what is reused, data and files checked, time estimate
         from ddlib.run.plan import print_plan
@@ -51,7 +53,7 @@ def _cmd_run(args) -> int:
     if not report.ok:
         return 1
     if args.summary:  # `make demo`: the summary in this process, whose imports are paid (a second process: 5 s more)
-        from ddlib.run.runner import load_grid
+        from ddlib.run.grid import load_grid
 
         spec = load_grid(args.params)  # a grid filed under its own `experiment:` is summarised from there
         args.summary_args.experiment = spec.experiment if spec.experiment != spec.protocol else None
@@ -63,7 +65,8 @@ def _cmd_run(args) -> int:
 @on_boards
 def _cmd_summary(args) -> int:
     from ddlib.report import log_summary
-    from ddlib.report.core import cells_elsewhere, elsewhere_note, nothing_on_the_boards, reading_from
+    from ddlib.boards.read import reading_from
+    from ddlib.report.sources import cells_elsewhere, elsewhere_note, nothing_on_the_boards
     from ddlib.report.report import build_report, shown
 
     sections = build_report(w=args.w, gamma=args.gamma, alpha=args.alpha, plots=not args.no_log)  # figures go to the log
@@ -108,7 +111,7 @@ def _cmd_report(args) -> int:
     boards = load_boards(w=args.w, gamma=args.gamma, alpha=args.alpha)
     sets = cards.list_sets(boards, args.method, args.dataset, args.ipc)
     if not sets:
-        from ddlib.report.core import reading_from
+        from ddlib.boards.read import reading_from
 
         known = sorted({m for m, _, _ in cards.list_sets(boards)})
         where = f" in experiment {reading_from()!r}" if reading_from() else ""
@@ -139,7 +142,7 @@ def _cmd_leaderboard(args) -> int:
     pages = build_site(args.out, w=args.w, gamma=args.gamma, alpha=args.alpha, with_cards=not args.no_cards,
                        progress=True)
     if not pages:
-        from ddlib.report.core import nothing_on_the_boards
+        from ddlib.report.sources import nothing_on_the_boards
 
         print(nothing_on_the_boards(f"wrote an empty {args.out}/index.html"), file=sys.stderr)
         return 1
@@ -189,7 +192,7 @@ class _Version(argparse.Action):
     """``ddlib --version``: the version, and the commit where it is known (computed only when asked)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from ddlib.store.tracking import code_version
+        from ddlib.store.provenance import code_version
 
         print(code_version())
         parser.exit()
@@ -205,6 +208,7 @@ def _no_final_collection() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``ddlib`` command: parse ``argv`` (default the process's), run the subcommand, return the exit status."""
     parser = argparse.ArgumentParser(prog="ddlib", description=__doc__)
     parser.add_argument("--version", action=_Version, nargs=0, help="print ddlib's version (and git commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -248,13 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         args.summary_args = summ.parse_args([])  # `run --summary`: the summary with its own defaults
     if args.command not in ("server", "ui"):  # every other command reads or writes the store
-        from ddlib.store.tracking import unreachable_server
+        from ddlib.store.errors import unreachable_server
 
         if why := unreachable_server():
             print(f"error: {why}", file=sys.stderr)
             return 2
     from ddlib.protocols.spec import ProtocolLoadError
-    from ddlib.store.tracking import StoreError
+    from ddlib.store.errors import StoreError
 
     try:
         return args.func(args)

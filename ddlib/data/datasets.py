@@ -18,12 +18,15 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ddlib.store.cache import cache_dir
 from ddlib.data.layout import standard_layout
+from ddlib.specs.registry import Registry
+from ddlib.store.cache import cache_dir
 
 __all__ = [
     "Dataset",
     "DatasetError",
+    "DATASETS",
+    "PREFIXES",
     "load_dataset",
     "register_dataset",
     "list_datasets",
@@ -99,6 +102,7 @@ class Dataset:
         return to_float_pixels(images)
 
     def labels(self, split: str = "train") -> torch.Tensor:
+        """Hard int64 labels of ``split`` ("train" or "test"), in the order of :meth:`pixels`."""
         return self.train_labels if split == "train" else self.test_labels
 
     def __repr__(self) -> str:  # tensors make the default repr unreadable
@@ -109,6 +113,7 @@ class Dataset:
 
 
 def to_float_pixels(images: torch.Tensor) -> torch.Tensor:
+    """Float pixels in [0, 1] from stored images (uint8 divided by 255; float images are pixels already)."""
     if images.dtype == torch.uint8:
         return images.float().div_(255.0)
     return images.float()
@@ -117,14 +122,16 @@ def to_float_pixels(images: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------- registry
 
 Loader = Callable[..., Dataset]
-_REGISTRY: dict[str, Loader] = {}
-_PREFIXES: dict[str, Callable[[Path, str], Dataset]] = {}  # "imagefolder" -> loader(path, name)
+DATASETS: Registry = Registry("dataset")  # name -> loader(root=None, download=False)
+PREFIXES: Registry = Registry("dataset prefix")  # "imagefolder" -> loader(path, name) for "imagefolder:<path>"
 _CACHE: dict[tuple, Dataset] = {}
 
 
 def register_dataset(name: str) -> Callable[[Loader], Loader]:
+    """Register ``loader(root=None, download=False) -> Dataset`` as dataset ``name``; a name
+    registered twice is refused."""
     def decorator(fn: Loader) -> Loader:
-        _REGISTRY[name] = fn
+        DATASETS.add(name, fn, defaults={})
         return fn
 
     return decorator
@@ -133,14 +140,15 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
 def register_prefix(prefix: str) -> Callable:
     """Register ``loader(path, name)`` for dataset names ``<prefix>:<path>`` (e.g. ``imagefolder:``)."""
     def decorator(fn):
-        _PREFIXES[prefix] = fn
+        PREFIXES.add(prefix, fn, defaults={})
         return fn
 
     return decorator
 
 
 def list_datasets() -> list[str]:
-    return sorted(_REGISTRY) + [f"{prefix}:<path>" for prefix in sorted(_PREFIXES)]
+    """The names :func:`load_dataset` takes, sorted, then the ``<prefix>:<path>`` forms (``imagefolder:<path>``)."""
+    return DATASETS.names() + [f"{prefix}:<path>" for prefix in PREFIXES.names()]
 
 
 def resolve_root(name: str, root: str | os.PathLike | None) -> Path | None:
@@ -152,23 +160,43 @@ def resolve_root(name: str, root: str | os.PathLike | None) -> Path | None:
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool = False) -> Dataset:
-    """Load a dataset by registry name (``digits``, ``mnist``, ``cifar10``, ..., ``imagefolder:<path>``).
+    """Load a dataset by its registered name, with its train and test splits.
 
-    Cached per (name, root) for the life of the process: protocols may call this freely.
+    Every protocol reads its real data here, so a dataset name means the same images and split
+    everywhere. Loaded once per (name, root) for the life of the process: protocols may call this
+    freely. ``digits`` (scikit-learn's 8x8 digits, read from the installed package) needs no files.
+
+    Args:
+        name: a registered dataset (:func:`list_datasets`: ``digits``, ``mnist``, ``cifar10``, ...) or ``imagefolder:<path>``.
+        root: the folder it is read from; default ``$DDLIB_DATA`` (with neither, only ``download`` fetches one).
+        download: fetch missing files with torchvision (into ddlib's cache when no root is given).
+
+    Returns:
+        The :class:`Dataset`: images, labels, class names, and the normalisation mean and std.
+
+    Raises:
+        DatasetError: an unknown name, or files that cannot be found or read.
+
+    Example:
+        >>> data = load_dataset("digits")
+        >>> data
+        Dataset('digits', train=1347, test=450, image_shape=(1, 8, 8), classes=10)
+        >>> data.pixels("test").shape, data.num_classes
+        (torch.Size([450, 1, 8, 8]), 10)
     """
     prefix, _, rest = name.partition(":")
-    if rest and prefix in _PREFIXES:
+    if rest and prefix in PREFIXES:
         path = Path(rest).expanduser()
         key = (prefix, str(path.resolve()))
         if key not in _CACHE:
-            _CACHE[key] = _PREFIXES[prefix](path, name=name)
+            _CACHE[key] = PREFIXES.entry(prefix).factory(path, name=name)
         return _CACHE[key]
-    if name not in _REGISTRY:
+    if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(list_datasets())}")
     resolved = resolve_root(name, root)
     key = (name, str(resolved.resolve()) if resolved is not None else None)
     if key not in _CACHE:
-        _CACHE[key] = _REGISTRY[name](root=resolved, download=download)
+        _CACHE[key] = DATASETS.entry(name).factory(root=resolved, download=download)
     return _CACHE[key]
 
 

@@ -56,6 +56,7 @@ DECLARED_PIXEL_RANGE = (-3.0, 4.0)
 
 @dataclass(eq=False)
 class DistilledSet:
+    """A distilled set as every protocol trains on it: pixels, hard labels and what the file says about them."""
     images: torch.Tensor  # N x C x H x W float32 pixels (uint8 only for the "full" source: the real training set)
     labels: torch.Tensor  # N int64 hard labels
     num_classes: int
@@ -71,6 +72,7 @@ class DistilledSet:
 
     @property
     def class_counts(self) -> list[int]:
+        """Images of each class, by class index (0 for a class the set lacks): :attr:`ipc` and the balance checks read it."""
         return torch.bincount(self.labels, minlength=self.num_classes).tolist()
 
     @property

@@ -6,7 +6,7 @@ Registered into :mod:`ddlib.data.datasets` on import. Every loader reads what th
 what its config names.
 
 The parts they share live one concern per module: :mod:`~ddlib.data.archives` (archives extracted
-into the cache), :mod:`~ddlib.data.imagefolder` (scanning trees: class folders, val annotations) and
+into the cache), :mod:`~ddlib.data.tree_scan` (scanning trees: class folders, val annotations) and
 :mod:`~ddlib.data.decode` (threaded decoding into one uint8 array, kept in a disk cache under
 ``${DDLIB_CACHE:-~/.cache/ddlib}``); their public names are importable from here as well.
 """
@@ -22,7 +22,7 @@ import torch
 from ddlib.data.archives import extract_archive, extracted_tree, is_archive
 from ddlib.data.datasets import Dataset, DatasetError, cache_dir, register_dataset, register_prefix
 from ddlib.data.decode import decode_image_files, histogram_stats, image_array
-from ddlib.data.imagefolder import IMAGE_EXTENSIONS, read_words, scan_class_split, scan_eval_split, split_tree
+from ddlib.data.tree_scan import IMAGE_EXTENSIONS, read_words, scan_class_split, scan_eval_split, split_tree
 
 __all__ = [
     "cache_dir",

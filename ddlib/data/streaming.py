@@ -82,12 +82,14 @@ class FileImages:
 
     @property
     def shape(self) -> torch.Size:
+        """(N, C, H, W), known without decoding an image."""
         return torch.Size((len(self.files), self.channels, *self.size))
 
     def __len__(self) -> int:
         return len(self.files)
 
     def dim(self) -> int:
+        """4, as for an N x C x H x W tensor (callers check it before batching)."""
         return 4
 
     def _view(self, files, device=None) -> "FileImages":
@@ -99,9 +101,11 @@ class FileImages:
         return self._view(self.files, torch.device(device) if device is not None else self.device)
 
     def cpu(self) -> "FileImages":
+        """A view whose decoded batches land on the CPU (nothing is read now)."""
         return self.to("cpu")
 
     def detach(self) -> "FileImages":
+        """Itself: decoded files carry no graph (callers detach any tensor they are given)."""
         return self
 
     def __getitem__(self, index):
@@ -170,7 +174,7 @@ def stream_imagefolder(path: str | os.PathLike, name: str | None = None, size: i
     ``mean``/``std``: the normalisation (default: computed from the training images, one pass)."""
     from PIL import Image
 
-    from ddlib.data.imagefolder import scan_class_split, scan_eval_split
+    from ddlib.data.tree_scan import scan_class_split, scan_eval_split
 
     tree = Path(path).expanduser()
     if not (tree / "train").is_dir():

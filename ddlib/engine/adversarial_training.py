@@ -57,7 +57,8 @@ import torch.nn.functional as F
 from ddlib.engine.train import Objective
 from ddlib.specs.registry import Entry, Registry, Spec, parse_number
 
-__all__ = ["create_objective", "adversarial_batch", "PixelSpace", "OBJECTIVES", "AdversarialObjective"]
+__all__ = ["create_objective", "adversarial_batch", "PixelSpace", "OBJECTIVES", "AdversarialObjective",
+           "import_torchattacks"]
 
 EPS, ALPHA = 8 / 255, 2 / 255
 
@@ -103,8 +104,11 @@ class ObjectiveSpec(Spec):
     def check(cls, entry: Entry, key: str, value: Any) -> Any:
         return _resolve(entry.name, key, value)
 
-    def describe(self) -> str:
-        return f"{self.name}(" + ", ".join(f"{k}={_show(k, v)}" for k, v in self.params.items()) + ")"
+    bare_name = False
+
+    @classmethod
+    def show(cls, key: str, value: Any) -> str:
+        return _show(key, value)
 
 
 # name -> fn(model, x, y, generator, pixels, *, params); parameter order is the order of the canonical name.
@@ -119,6 +123,7 @@ class PixelSpace:
         self._cache: dict = {}
 
     def on(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, std)`` as (1, C, 1, 1) tensors on ``x``'s device and dtype, made once per pair."""
         key = (x.device, x.dtype)
         if key not in self._cache:
             as_t = lambda v: torch.tensor(v, dtype=x.dtype).view(1, -1, 1, 1).to(x.device)  # noqa: E731
@@ -224,14 +229,23 @@ def mart(model, x, y, generator, pixels, *, beta=6.0, eps=EPS, alpha=ALPHA, step
     return loss_adv + beta * (kl * (1.0000001 - true_probs)).mean()
 
 
+def import_torchattacks():
+    """torchattacks, imported where first needed (BEARD's attacks, "+AT"), with the install hint: it is not a
+    dependency of ddlib (its requests pin conflicts: pyproject's adversarial extra)."""
+    try:
+        import torchattacks
+    except ImportError as e:
+        raise ImportError("BEARD's attacks need torchattacks, which is not installed: "
+                          "pip install --no-deps 'torchattacks>=3.5.1,<4'") from e
+    return torchattacks
+
+
 @OBJECTIVES.register("beard_at")
 def beard_at(model, x, y, generator, pixels, *, eps=EPS, alpha=2 / 225, steps=10, targeted=False):  # 2/225: BEARD's typo
     """BEARD's "+AT": torchattacks' PGD on the normalised batch ``x`` as BEARD's ``eva_utils.epoch``
     calls it (no random start: ``generator`` is unused), then CE on the adversarial batch."""
     _int_labels(y)
-    from ddlib.attacks.registry import torchattacks  # its one import, with the install hint
-
-    atk = torchattacks.PGD(model, eps=eps, alpha=alpha, steps=steps, random_start=False)
+    atk = import_torchattacks().PGD(model, eps=eps, alpha=alpha, steps=steps, random_start=False)
     labels = y
     if targeted:
         atk.set_mode_targeted_by_label(quiet=True)
@@ -248,6 +262,7 @@ class AdversarialObjective:
         self.name = spec.describe()
 
     def describe(self) -> str:
+        """The spec's canonical text, which the trainings of this objective are keyed by."""
         return self.name
 
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None):

@@ -58,10 +58,7 @@ def _number(value: Any) -> float | None:
 
 def _loss_name(kind: str, params: Mapping[str, Any], targets_are_logits: bool = False) -> str:
     """``kl(t_squared=True,temperature=4.0)``: every parameter, sorted (the reuse keys' spelling)."""
-    parts = [f"{k}={v}" for k, v in sorted(params.items())]
-    if targets_are_logits:
-        parts.append("targets_are_logits=True")
-    return f"{kind}({','.join(parts)})"
+    return LossSpec.spell(kind, params, {"targets_are_logits": True} if targets_are_logits else None)
 
 
 class LossSpec(Spec):
@@ -79,8 +76,12 @@ class LossSpec(Spec):
                              f"number, got {value!r}")
         return number
 
-    def describe(self) -> str:
-        return _loss_name(self.name, self.params)
+    # ``kl(t_squared=True,temperature=4.0)``: the reuse keys' spelling
+    sorted_params, separator, bare_name = True, ",", False
+
+    @classmethod
+    def show(cls, key: str, value: Any) -> str:
+        return f"{value}"
 
 
 LOSSES: Registry = Registry("loss", spec=LossSpec)
@@ -131,12 +132,14 @@ class SoftLoss:
         return other
 
     def describe(self) -> str:
+        """The loss's canonical text (with ``stored:`` for stored soft labels), which trainings are keyed by."""
         return self.name
 
     def __repr__(self) -> str:
         return f"<loss {self.name}>"
 
     def compute(self, logits: torch.Tensor, target: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Each loss's formula: ``logits`` against the soft ``target``, ``labels`` the ground truth (from ``__call__``)."""
         raise NotImplementedError
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor, inputs: torch.Tensor | None = None) -> torch.Tensor:
@@ -345,6 +348,7 @@ class TeacherRelabel:
         return torch.stack([self.loss.compute(logits[s], by_batch[id(x)], targets[s]) for s, x in enumerate(inputs)])
 
     def describe(self) -> str:
+        """The teachers' and the loss's canonical text, which trainings with this relabelling are keyed by."""
         return self.name
 
     def __repr__(self) -> str:

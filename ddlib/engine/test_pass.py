@@ -36,6 +36,7 @@ class Normalize(nn.Module):
 
 
 def as_pixels(x: torch.Tensor) -> torch.Tensor:
+    """Pixels as floats in [0, 1]: uint8 images divided by 255, float images as they are."""
     return x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
 
 

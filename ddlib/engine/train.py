@@ -27,55 +27,37 @@ that fit on a GPU.
 
 Determinism: a seed fixes the model initialisation (``torch.manual_seed``), the shuffling
 and the augmentation draws (private generators). On the CPU the same config, seed and mode give
-Where things live: the recipe, its optimizer and its schedules in :mod:`ddlib.engine.recipe`; the
-test pass in :mod:`ddlib.engine.test_pass`; precision in :mod:`ddlib.engine.device`. Here, the loop:
-:func:`_step` (one optimisation step, both modes), :func:`_train` (the epochs) and
-:func:`train_and_test` (validate, choose the mode, train, test).
-
 the same accuracy bit for bit; on CUDA, cuDNN may differ in the last digits. The batched mode
 adds the arithmetic of grouped convolutions: a seed gives the same model as in the sequential
 mode up to float rounding (``tests/test_batched.py`` states the measured tolerance).
+
+Where things live: the recipe, its optimizer and its schedules in :mod:`ddlib.engine.recipe`; the
+test pass in :mod:`ddlib.engine.test_pass`; precision in :mod:`ddlib.engine.device`. Here:
+:func:`train_and_test` (bundle the :class:`Hooks`, validate, choose the mode), :func:`_sequential` and
+:func:`_batched` (a group of models resolved for its mode) and :func:`_train_and_test_group`, the loop.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from ddlib.engine.hooks import AugmentHook, Hooks, LossHook, Objective, cross_entropy_loss, hook_name
 from ddlib.engine.device import autocast, compile_cache_dir, generator, resolve_device, run_precision, synchronize
 from ddlib.engine.test_pass import Normalize, PreparedTestSet, as_pixels, model_accuracy, model_confusion, standard_layout
 from ddlib.engine.recipe import Recipe, epochs_trained, optimizer_and_scheduler
 from ddlib.engine.stacked import StackedModels, stochastic_layers
 from ddlib.models import create_model
 
-# Internals that lived here before the recipe, precision and test pass had files of their own (tests use them).
-from ddlib.engine.device import resolve_precision  # noqa: F401
-from ddlib.engine.test_pass import _EVAL_BATCH, _largest_fitting  # noqa: F401
-from ddlib.engine.recipe import _scheduler  # noqa: F401
-
-__all__ = ["hook_name", "train_and_test", "SeedResult", "NonFiniteLossError", "choose_mode", "MODES", "lockstep", "AugmentHook",
-           "LossHook", "Objective", "cross_entropy_loss", "EpochProgress",
+__all__ = ["train_and_test", "SeedResult", "NonFiniteLossError", "choose_mode", "MODES", "lockstep", "EpochProgress",
            # re-exported from their own files
-           "Recipe", "epochs_trained", "run_precision", "model_accuracy", "model_confusion", "Normalize", "as_pixels",
-           "standard_layout"]
-
-# augment(x_normalised, targets, generator) -> (x, targets): label-mixing ops (Mixup, CutMix) change
-# the targets too; targets are int labels or per-image target rows.
-# loss(logits, targets, inputs) -> scalar: inputs are the augmented batch (teacher relabelling needs it).
-# A loss hook may also have ``many(logits S x B x K, [targets] * S, [inputs] * S) -> (S,) losses`` for the
-# batched mode (a teacher then runs once on the distinct inputs of all S models); without it the hook
-# is called once per model. Models that share a seed are handed the same ``inputs`` object.
-AugmentHook = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
-LossHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-# objective(model, x, targets, generator) -> scalar: the whole per-batch objective, for training that
-# needs the model itself (adversarial training crafts examples against it). Default: loss(model(x), y, x).
-Objective = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]
+           "Hooks", "hook_name", "AugmentHook", "LossHook", "Objective", "cross_entropy_loss", "Recipe", "epochs_trained",
+           "run_precision", "model_accuracy", "model_confusion", "Normalize", "as_pixels", "standard_layout"]
 
 
 @dataclass(frozen=True)
@@ -105,24 +87,6 @@ class EpochProgress:
 OnEpoch = Callable[[EpochProgress], None]
 
 
-def hook_name(hook, default: str) -> str:
-    """The canonical name a hook carries (``hook.name``: every parameter spelled out), which reuse
-    keys are derived from; ``default`` for no hook. A hook without a name is refused: a name passed
-    beside a hook could go stale and let a changed hook reuse the old one's results."""
-    if hook is None:
-        return default
-    name = getattr(hook, "name", None)
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"{hook!r} has no canonical name (.name): every augmentation, loss, objective and "
-                        "preprocessing hook carries the name its results are keyed by")
-    return name
-
-
-def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy with hard (int) or soft (probability rows) targets."""
-    return F.cross_entropy(logits, targets)
-
-
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or Inf: the model is garbage, so there is no result to report."""
 
@@ -133,6 +97,8 @@ FINITE_CHECK_EVERY = 10
 
 @dataclass
 class SeedResult:
+    """One trained model's outcome: its seed, test accuracy, losses and timings (and the model when kept)."""
+
     seed: int
     test_accuracy: float  # fraction in [0, 1]
     epoch_losses: list[float]
@@ -205,170 +171,179 @@ def _models_per_step(runs: int, batch: int, device: torch.device) -> int:
     return max(1, min(runs, cap))
 
 
-def _many_losses(loss: LossHook, logits: torch.Tensor, ys: list, xs: list) -> torch.Tensor:
-    """(S,) losses of S models: the hook's ``many`` where it has one, else one call per model."""
-    many = getattr(loss, "many", None)
-    if many is not None:
-        return many(logits, ys, xs)
-    return torch.stack([loss(logits[s], ys[s], xs[s]) for s in range(len(xs))])
-
-
 # --------------------------------------------------------------------------- the loop
 
 AUG_SEED_OFFSET = 1_000_003  # the augmentation generator of seed s is seeded with s + this
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Loop:
-    """What every model of one call shares: the training set on the device and its hooks, the
-    recipe and precision, the architecture, the progress bar."""
+    """What every model of one call trains on and with: the training set on the device, its hooks, the
+    recipe and precision, the architecture."""
 
     images: torch.Tensor  # pixels on the device
     targets: torch.Tensor  # int labels or per-image target rows
-    normalize: nn.Module  # pixels -> the model's input (mean/std, or a preprocess such as ZCA)
-    augment: AugmentHook | None
-    loss: LossHook
-    objective: Objective | None  # in place of loss(model(x), y, x) where given
+    normalize: nn.Module  # pixels -> the model's input (mean/std, or the hooks' preprocess such as ZCA)
+    hooks: Hooks
     recipe: Recipe
     precision: str  # resolved: "fp32" or "bf16"
-    device: torch.device
     architecture: Callable[[], nn.Module]  # a new, unseeded model of the call's architecture
-    bar: tqdm
-    desc: str = "train"
-    on_epoch: OnEpoch | None = None
-    models: int = 0  # in the call
-    models_before: int = 0  # trained by the call before the group in training
+
+    @property
+    def device(self) -> torch.device:
+        return self.images.device
 
     def new_model(self, seed: int) -> nn.Module:
         torch.manual_seed(seed)
         return self.architecture().to(self.device)
 
     def batch(self, idx: torch.Tensor, aug_gen: torch.Generator):
+        """The batch ``idx`` as the models take it: pixels, normalised, augmented (and in channels-last
+        layout for the ``channels_last`` switch, once for every model that steps on it)."""
         x, y = self.normalize(as_pixels(self.images[idx])), self.targets[idx]
-        if self.augment is not None:
-            x, y = self.augment(x, y, aug_gen)
+        if self.hooks.augment is not None:
+            x, y = self.hooks.augment(x, y, aug_gen)
+        if self.recipe.channels_last:  # sequential mode only (choose_mode)
+            x = x.contiguous(memory_format=torch.channels_last)
         return x, y
 
 
-def _step(loop: _Loop, forward, x, y, aug_gen, optimizers, params=None) -> torch.Tensor:
-    """One optimisation step, the same in both modes: the objective (or the loss of the logits)
-    under autocast, backward, gradient clipping and the update. ``forward`` is one model on the
-    batch ``x``, or a stack of S models on the batches of the list ``x`` (each model's loss from the
-    hook's ``many``); returns the loss, or the S losses, detached."""
-    with autocast(loop.precision, loop.device):
-        if loop.objective is not None:
-            losses = loop.objective(forward, x, y, aug_gen)
-        elif isinstance(x, list):
-            losses = _many_losses(loop.loss, forward(torch.stack(x)).float(), y, x)
-        else:
-            losses = loop.loss(forward(x).float(), y, x)
-    for optimizer in optimizers:
-        optimizer.zero_grad(set_to_none=True)
-    losses.sum().backward()
-    if loop.recipe.grad_clip is not None:  # sequential mode only (choose_mode): one model's norm
-        nn.utils.clip_grad_norm_(params, loop.recipe.grad_clip)
-    for optimizer in optimizers:
-        optimizer.step()
-    return losses.detach()
+@dataclass(frozen=True)
+class _Trainee:
+    """What one optimisation step drives: one model (sequential mode) or a stack of S (batched)."""
+
+    losses: Callable[[dict, dict], torch.Tensor]  # (batches, aug generators) per seed -> its loss, or S losses
+    optimizers: list[torch.optim.Optimizer]
+    parameters: list[nn.Parameter]  # what ``grad_clip`` clips (sequential mode only: one model's norm)
 
 
-def _train(loop: _Loop, group: _Lockstep | _Stack) -> tuple[list[list[float]], float]:
-    """Train ``group``'s models for the recipe's epochs. Each seed has its own shuffling (a CPU
-    generator: the same order on every device) and augmentation generator; each step draws one
-    batch per seed, augmented once for all the models of that seed, and takes :func:`_step`. The
-    loss is checked finite every ``FINITE_CHECK_EVERY`` epochs (a check waits for the device).
-    Returns each model's mean loss per epoch and the training seconds per model."""
-    recipe, dev, n = loop.recipe, loop.device, len(loop.images)
-    order_gens = {s: generator(s) for s in group.seeds}
-    aug_gens = {s: generator(s + AUG_SEED_OFFSET, dev) for s in group.seeds}
-    epochs, totals = epochs_trained(recipe), []
-    synchronize(dev)
-    start = time.perf_counter()
-    group.train()
-    _report(loop, group, 0, epochs, 0.0)
-    for epoch in range(epochs):
-        orders = {s: torch.randperm(n, generator=g).to(dev) for s, g in order_gens.items()}
-        total = torch.zeros(len(group.runs), device=dev)
-        for i in range(0, n, recipe.batch_size):
-            batches = {s: loop.batch(order[i : i + recipe.batch_size], aug_gens[s]) for s, order in orders.items()}
-            total += group.step(loop, batches, aug_gens) * min(recipe.batch_size, n - i)
-        for _, scheduler in group.steppers:
-            if scheduler is not None:
-                scheduler.step()
-        totals.append(total)
-        loop.bar.update(len(group.runs))
-        _report(loop, group, epoch + 1, epochs, time.perf_counter() - start)
-        if (epoch + 1) % FINITE_CHECK_EVERY == 0 or epoch + 1 == epochs:
-            _check_finite(torch.stack(totals), loop.desc, group.runs, recipe)
-    synchronize(dev)
-    seconds = (time.perf_counter() - start) / len(group.runs)
-    return (torch.stack(totals) / n).T.tolist(), seconds  # one sync per training, not per step
+@dataclass(frozen=True)
+class _Group:
+    """Models trained together, resolved for their mode into the objects the loop calls."""
+
+    mode: str
+    runs: list[tuple[int, float]]  # (seed, lr) per model
+    trainees: list[_Trainee]  # stepped in turn on each batch
+    schedulers: list  # stepped after each epoch
+    modules: list  # switched to training mode (models, or the stack)
+    test: Callable[[PreparedTestSet], list[tuple[nn.Module, torch.Tensor, torch.Tensor, float]]]
 
 
-def _report(loop: _Loop, group: _Lockstep | _Stack, epoch: int, epochs: int, seconds: float) -> None:
-    if loop.on_epoch is not None:
-        loop.on_epoch(EpochProgress(loop.desc, tuple(group.runs), epoch, epochs, loop.models_before, loop.models, seconds))
-
-
-class _Lockstep:
+def _sequential(loop: _Loop, runs: list[tuple[int, float]]) -> _Group:
     """Sequential mode: runs of one seed (:func:`lockstep`), one model each, stepped in turn on each
     batch (drawn and augmented once, the same object for every model's loss hook, so a relabelling
     teacher runs once per step: ``TeacherRelabel`` keeps its last batch's logits)."""
+    recipe, seed, objective = loop.recipe, runs[0][0], loop.hooks.model_objective()
+    models = [loop.new_model(seed) for _ in runs]  # the same initial weights for every lr, as trained alone
+    if recipe.channels_last:
+        models = [model.to(memory_format=torch.channels_last) for model in models]
+    if recipe.compile:
+        compile_cache_dir()  # kernels cached per instruction set (a stale one trained to NaN)
+    trainees, schedulers = [], []
+    for model, (_, lr) in zip(models, runs):
+        forward = torch.compile(model) if recipe.compile else model
+        optimizer, scheduler = optimizer_and_scheduler(recipe, model.parameters(), lr)
 
-    def __init__(self, loop: _Loop, runs: list[tuple[int, float]]):
-        recipe, self.runs, self.seeds = loop.recipe, runs, [runs[0][0]]
-        self.channels_last, self.models = recipe.channels_last, []
-        for seed, _ in runs:  # the same initial weights for every lr, as trained alone
-            model = loop.new_model(seed)
-            self.models.append(model.to(memory_format=torch.channels_last) if self.channels_last else model)
-        if recipe.compile:
-            compile_cache_dir()  # kernels cached per instruction set (a stale one trained to NaN)
-        self.forwards = [torch.compile(m) if recipe.compile else m for m in self.models]
-        self.steppers = [optimizer_and_scheduler(recipe, m.parameters(), lr) for m, (_, lr) in zip(self.models, runs)]
+        def losses(batches, aug_gens, forward=forward):
+            x, y = batches[seed]
+            return objective(forward, x, y, aug_gens[seed])
 
-    def train(self) -> None:
-        for model in self.models:
-            model.train()
+        trainees.append(_Trainee(losses, [optimizer], list(model.parameters())))
+        schedulers.append(scheduler)
 
-    def step(self, loop: _Loop, batches: dict, aug_gens: dict) -> torch.Tensor:
-        seed = self.seeds[0]
-        x, y = batches[seed]
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return torch.stack([_step(loop, forward, x, y, aug_gens[seed], [optimizer], model.parameters())
-                            for model, forward, (optimizer, _) in zip(self.models, self.forwards, self.steppers)])
+    def test(tests: PreparedTestSet):
+        return [(model, *tests.test_one(model, recipe.channels_last)) for model in models]
 
-    def test(self, tests: PreparedTestSet) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor, float]]:
-        return [(model, *tests.test_one(model, self.channels_last)) for model in self.models]
+    return _Group("sequential", runs, trainees, [s for s in schedulers if s is not None], models, test)
 
 
-class _Stack:
+def _batched(loop: _Loop, runs: list[tuple[int, float]]) -> _Group:
     """Batched mode: the runs' models as one :class:`StackedModels`, one vectorised step for all of
     them, one optimizer (and schedule) per distinct lr; models that share a seed share its batches."""
+    stack = StackedModels([loop.new_model(seed) for seed, _ in runs], compile=loop.recipe.compile)
+    by_lr: dict[float, list[nn.Parameter]] = {}
+    for model, (_, lr) in zip(stack.models, runs):
+        by_lr.setdefault(lr, []).extend(model.parameters())
+    steppers = [optimizer_and_scheduler(loop.recipe, params, lr) for lr, params in by_lr.items()]
 
-    def __init__(self, loop: _Loop, runs: list[tuple[int, float]]):
-        self.runs, self.seeds = runs, list(dict.fromkeys(seed for seed, _ in runs))  # distinct, in order
-        self.stack = StackedModels([loop.new_model(seed) for seed, _ in runs], compile=loop.recipe.compile)
-        by_lr: dict[float, list[nn.Parameter]] = {}
-        for model, (_, lr) in zip(self.stack.models, runs):
-            by_lr.setdefault(lr, []).extend(model.parameters())
-        self.steppers = [optimizer_and_scheduler(loop.recipe, params, lr) for lr, params in by_lr.items()]
+    def losses(batches, aug_gens):
+        xs, ys = [batches[seed][0] for seed, _ in runs], [batches[seed][1] for seed, _ in runs]
+        return loop.hooks.stack_losses(stack(torch.stack(xs)).float(), ys, xs)
 
-    def train(self) -> None:
-        self.stack.train()
-
-    def step(self, loop: _Loop, batches: dict, aug_gens: dict) -> torch.Tensor:
-        xs, ys = [batches[seed][0] for seed, _ in self.runs], [batches[seed][1] for seed, _ in self.runs]
-        return _step(loop, self.stack, xs, ys, None, [optimizer for optimizer, _ in self.steppers])
-
-    def test(self, tests: PreparedTestSet) -> list[tuple[nn.Module, torch.Tensor, torch.Tensor, float]]:
+    def test(tests: PreparedTestSet):
         start = time.perf_counter()
         with torch.inference_mode():
-            self.stack.eval()
-            confusions, sums = tests.counts(self.stack.forward_shared, len(self.runs))
+            stack.eval()
+            confusions, sums = tests.counts(stack.forward_shared, len(runs))
         synchronize(tests.device)
-        seconds = (time.perf_counter() - start) / len(self.runs)
-        return [(model, c, s, seconds) for model, c, s in zip(self.stack.release(), confusions, sums)]
+        seconds = (time.perf_counter() - start) / len(runs)
+        return [(model, c, s, seconds) for model, c, s in zip(stack.release(), confusions, sums)]
+
+    trainee = _Trainee(losses, [optimizer for optimizer, _ in steppers], [])
+    return _Group("batched", runs, [trainee], [s for _, s in steppers if s is not None], [stack], test)
+
+
+class _Progress:
+    """A call's progress: its bar, and ``on_epoch`` told where each group of models is."""
+
+    def __init__(self, desc: str, models: int, epochs: int, show: bool, on_epoch: OnEpoch | None):
+        self.desc, self.models, self.on_epoch, self.models_before = desc, models, on_epoch, 0
+        self.bar = tqdm(total=models * epochs, desc=desc, disable=not show, leave=False)
+
+    def report(self, runs: list[tuple[int, float]], epoch: int, epochs: int, seconds: float) -> None:
+        if epoch:  # one finished
+            self.bar.update(len(runs))
+        if self.on_epoch is not None:
+            self.on_epoch(EpochProgress(self.desc, tuple(runs), epoch, epochs, self.models_before, self.models, seconds))
+
+
+def _train_and_test_group(loop: _Loop, group: _Group, tests: PreparedTestSet, progress: _Progress) -> list[SeedResult]:
+    """Train ``group``'s models for the recipe's epochs, then test them. Each seed has its own shuffling
+    (a CPU generator: the same order on every device) and augmentation generator; each step draws one
+    batch per seed, augmented once for all the models of that seed, and steps each trainee on it. The
+    loss is checked finite every ``FINITE_CHECK_EVERY`` epochs (a check waits for the device). Returns
+    one result per model, with its model."""
+    recipe, dev, n, batch = loop.recipe, loop.device, len(loop.images), loop.recipe.batch_size
+    seeds = list(dict.fromkeys(seed for seed, _ in group.runs))
+    order_gens = {s: generator(s) for s in seeds}
+    aug_gens = {s: generator(s + AUG_SEED_OFFSET, dev) for s in seeds}
+    epochs, totals = epochs_trained(recipe), []
+    synchronize(dev)
+    start = time.perf_counter()
+    for module in group.modules:
+        module.train()
+    progress.report(group.runs, 0, epochs, 0.0)
+    for epoch in range(epochs):
+        orders = {s: torch.randperm(n, generator=g).to(dev) for s, g in order_gens.items()}
+        total = torch.zeros(len(group.runs), device=dev)
+        for i in range(0, n, batch):
+            batches = {s: loop.batch(order[i : i + batch], aug_gens[s]) for s, order in orders.items()}
+            step_losses = []
+            for trainee in group.trainees:
+                with autocast(loop.precision, dev):
+                    losses = trainee.losses(batches, aug_gens)  # forward, then the loss hook or the objective
+                for optimizer in trainee.optimizers:
+                    optimizer.zero_grad(set_to_none=True)
+                losses.sum().backward()
+                if recipe.grad_clip is not None:
+                    nn.utils.clip_grad_norm_(trainee.parameters, recipe.grad_clip)
+                for optimizer in trainee.optimizers:
+                    optimizer.step()
+                step_losses.append(losses.detach().reshape(-1))
+            total += torch.cat(step_losses) * min(batch, n - i)
+        for scheduler in group.schedulers:
+            scheduler.step()
+        totals.append(total)
+        progress.report(group.runs, epoch + 1, epochs, time.perf_counter() - start)
+        if (epoch + 1) % FINITE_CHECK_EVERY == 0 or epoch + 1 == epochs:
+            _check_finite(torch.stack(totals), progress.desc, group.runs, recipe)
+    synchronize(dev)
+    train_seconds = (time.perf_counter() - start) / len(group.runs)
+    epoch_losses = (torch.stack(totals) / n).T.tolist()  # one sync per training, not per step
+    return [SeedResult(seed, tests.accuracy(confusion), losses, train_seconds, eval_seconds, model, confusion.tolist(),
+                       sums.tolist(), lr, group.mode, loop.precision)
+            for (seed, lr), losses, (model, confusion, sums, eval_seconds) in zip(group.runs, epoch_losses,
+                                                                                  group.test(tests))]
 
 
 def train_and_test(
@@ -399,52 +374,44 @@ def train_and_test(
     """Train one model per seed on (``train_images``, ``train_targets``) and test each.
 
     ``train_images`` are pixels (uint8 or float in [0, 1]); ``train_targets`` are int class
-    labels or per-image target rows (soft labels). ``preprocess`` (ZCA whitening) maps pixels to the
-    model's input in place of the mean/std normalisation, on training and test batches alike (MTT,
-    DATM and DD-Ranking whiten [0, 1] pixels, not normalised ones). ``objective`` replaces ``loss(model(x), y, x)``
-    as the per-batch objective (adversarial training); it may not be combined with ``loss``.
-    ``lrs`` gives each seed its own learning rate (default: the recipe's for all; a seed may then
-    repeat, e.g. one seed at every lr of a search). ``batched`` picks the mode (:func:`choose_mode`;
-    default: automatic). ``on_epoch`` is called with an :class:`EpochProgress` when a group of models
-    starts and after each of its epochs (the caller decides what to do with it, and how often: the
-    engine knows nothing of files or tracking). Returns one :class:`SeedResult` per (seed, lr), in order.
+    labels or per-image target rows (soft labels). ``augment``, ``loss``, ``objective`` and
+    ``preprocess`` are the :class:`Hooks`. ``lrs`` gives each seed its own learning rate (default:
+    the recipe's for all; a seed may then repeat, e.g. one seed at every lr of a search). ``batched``
+    picks the mode (:func:`choose_mode`; default: automatic). ``on_epoch`` is called with an
+    :class:`EpochProgress` when a group of models starts and after each of its epochs (the caller
+    decides what to do with it, and how often: the engine knows nothing of files or tracking).
+    Returns one :class:`SeedResult` per (seed, lr), in order.
     """
-    runs = _runs(train_images, train_targets, recipe, seeds, lrs, loss, objective)
+    hooks = Hooks(augment=augment, loss=loss, objective=objective, preprocess=preprocess)
+    runs = _runs(train_images, train_targets, recipe, seeds, lrs)
     dev = resolve_device(device)
-    precision = run_precision(recipe, dev, objective is not None)
+    precision = run_precision(recipe, dev, hooks.objective is not None)
     architecture = _architecture(model_name, train_images.shape, num_classes, model_kwargs)
-    mode, groups = _plan(batched, dev, runs, len(train_images), recipe, objective is not None, architecture, model_name)
+    mode, groups = _plan(batched, dev, runs, len(train_images), recipe, hooks.objective is not None, architecture,
+                         model_name)
     normalize = Normalize(mean, std).to(dev) if preprocess is None else preprocess.to(dev)
-    bar = tqdm(total=len(runs) * epochs_trained(recipe), desc=desc, disable=not progress, leave=False)
-    images = train_images.to(dev)
-    loop = _Loop(images=standard_layout(images), targets=train_targets.to(dev),
-                 normalize=normalize, augment=augment, loss=loss or cross_entropy_loss, objective=objective,
-                 recipe=recipe, precision=precision, device=dev, architecture=architecture, bar=bar, desc=desc,
-                 on_epoch=on_epoch, models=len(runs))
+    loop = _Loop(standard_layout(train_images.to(dev)), train_targets.to(dev), normalize, hooks, recipe, precision,
+                 architecture)
     tests = PreparedTestSet.of_call(test_images, test_labels, normalize, mean=mean, std=std, preprocess=preprocess,
                                     device=dev, num_classes=num_classes, batch_size=recipe.eval_batch_size,
                                     precision=precision, model_name=model_name, model_kwargs=model_kwargs)
+    tracker = _Progress(desc, len(runs), epochs_trained(recipe), progress, on_epoch)
     results = {}
     for indices in groups:
-        group = (_Stack if mode == "batched" else _Lockstep)(loop, [runs[i] for i in indices])
-        epoch_losses, train_seconds = _train(loop, group)
-        for i, losses, (model, confusion, sums, eval_seconds) in zip(indices, epoch_losses, group.test(tests)):
-            results[i] = SeedResult(runs[i][0], tests.accuracy(confusion), losses, train_seconds, eval_seconds,
-                                    model if keep_models else None, confusion.tolist(), sums.tolist(), runs[i][1], mode,
-                                    precision)
-        loop.models_before += len(indices)
-    bar.close()
+        group = (_batched if mode == "batched" else _sequential)(loop, [runs[i] for i in indices])
+        for i, result in zip(indices, _train_and_test_group(loop, group, tests, tracker)):
+            results[i] = result if keep_models else replace(result, model=None)
+        tracker.models_before += len(indices)
+    tracker.bar.close()
     return [results[i] for i in range(len(runs))]
 
 
-def _runs(train_images, train_targets, recipe: Recipe, seeds, lrs, loss, objective) -> list[tuple[int, float]]:
+def _runs(train_images, train_targets, recipe: Recipe, seeds, lrs) -> list[tuple[int, float]]:
     """The (seed, lr) of every model to train, after checking the inputs."""
     if len(train_images) != len(train_targets):
         raise ValueError(f"{len(train_images)} training images but {len(train_targets)} targets")
     if len(train_images) == 0:
         raise ValueError("empty training set")
-    if objective is not None and loss is not None:
-        raise ValueError("give either a loss hook or an objective, not both")
     seeds = [int(s) for s in seeds]
     lrs = [float(recipe.lr)] * len(seeds) if lrs is None else [float(v) for v in lrs]
     if len(lrs) != len(seeds):

@@ -1,3 +1,3 @@
 """Where a set comes from: selection (``select``: random, K-Center; ``coresets``: herding, forgetting,
-EL2N), synthesis (``dm``: Distribution Matching) and the source specs a grid names (``sources``:
-built-ins, files, the full data)."""
+EL2N; ``pruning``: AUM, CCS), synthesis (``dm``: Distribution Matching), the source specs a grid names
+(``sources``: built-ins, files, the full data) and what a set cost to make (``cost``)."""

@@ -49,6 +49,7 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.engine.device import generator, resolve_device
 from ddlib.engine.test_pass import Normalize, as_pixels
 from ddlib.engine.train import train_and_test
+from ddlib.methods import cost
 from ddlib.methods.select import (_check_ipc, _embeddings, _per_class, cache_path, cache_store, feature_model_name,
                                   feature_recipe, subset_from_indices, training_identity)
 
@@ -115,43 +116,55 @@ def _cached(dataset: Dataset, name: str, identity: dict, compute: Callable[[], t
     if path.is_file():
         try:
             stored = torch.load(path, map_location="cpu", weights_only=True)
-            return stored["scores"], {**stored["about"], "scores_from": "cache"}
+            scores, about = stored["scores"], {**stored["about"], "scores_from": "cache"}
+            cost.timed(stored)  # the run's seconds count toward the set's construction cost
+            return scores, about
         except Exception:  # noqa: BLE001 - a damaged cache entry: compute again
             pass
-    scores, about = compute()
-    cache_store(path, {"scores": scores.cpu(), "about": about, "identity": identity})
+    with cost.watch() as took:
+        scores, about = compute()
+    cache_store(path, {"scores": scores.cpu(), "about": about, "identity": identity, **cost.stored(took)})
     return scores.cpu(), {**about, "scores_from": "computed"}
 
 
-class _Presentations:
-    """Cross-entropy that also records, per training example, whether each of its presentations was
-    classified correctly. The targets carry the example's index: ``label + classes * index``."""
+class _Recorder:
+    """Cross-entropy that also records a value per training example at each of its presentations (``measure(logits,
+    labels)``: forgetting's "classified correctly", AUM's margin). The targets carry the example's index:
+    ``label + classes * index``."""
 
-    name = "cross_entropy+presentations"
-
-    def __init__(self, classes: int, examples: int, epochs: int, device: torch.device):
-        self.classes = classes
-        self.history = torch.zeros(epochs, examples, dtype=torch.bool, device=device)
+    def __init__(self, name: str, measure, dtype: torch.dtype, classes: int, examples: int, epochs: int,
+                 device: torch.device):
+        self.name, self.measure, self.classes = name, measure, classes
+        self.history = torch.zeros(epochs, examples, dtype=dtype, device=device)
         self.seen = torch.zeros(examples, dtype=torch.long, device=device)
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
         labels, index = targets % self.classes, targets // self.classes
-        self.history[self.seen[index], index] = logits.detach().argmax(1) == labels
+        self.history[self.seen[index], index] = self.measure(logits.detach(), labels)
         self.seen[index] += 1
         return F.cross_entropy(logits, labels)
+
+
+def recorded_run(dataset: Dataset, seed: int, model: str, dev: torch.device, epochs: int, name: str, measure,
+                 dtype: torch.dtype):
+    """Train the score network once (the feature recipe, ``epochs``), recording ``measure`` per example and
+    presentation: (the epochs x examples history on the CPU, the trained model's result)."""
+    n, k = len(dataset.train_labels), dataset.num_classes
+    record = _Recorder(name, measure, dtype, k, n, epochs, dev)
+    targets = dataset.train_labels.long() + k * torch.arange(n)
+    (trained,) = train_and_test(model, dataset.train_images, targets, dataset.test_images, dataset.test_labels,
+                                num_classes=k, mean=dataset.mean, std=dataset.std, recipe=feature_recipe(epochs),
+                                seeds=[seed], loss=record, device=dev)
+    return record.history.cpu(), trained
 
 
 def _forgetting_scores(dataset: Dataset, seed: int, model: str, dev: torch.device, epochs: int):
     recipe = feature_recipe(epochs)
 
     def compute():
-        n, k = len(dataset.train_labels), dataset.num_classes
-        record = _Presentations(k, n, epochs, dev)
-        targets = dataset.train_labels.long() + k * torch.arange(n)
-        (trained,) = train_and_test(model, dataset.train_images, targets, dataset.test_images, dataset.test_labels,
-                                    num_classes=k, mean=dataset.mean, std=dataset.std, recipe=recipe, seeds=[seed],
-                                    loss=record, device=dev)
-        counts = forgetting_counts(record.history.cpu())
+        history, trained = recorded_run(dataset, seed, model, dev, epochs, "cross_entropy+presentations",
+                                        lambda logits, labels: logits.argmax(1) == labels, torch.bool)
+        counts = forgetting_counts(history)
         return counts, {"score_model_test_accuracy": trained.test_accuracy,
                         "never_learned": int(counts.isinf().sum()), "never_forgotten": int((counts == 0).sum())}
 

@@ -27,6 +27,8 @@ networks with dropout (above): skipping their distillation would leave the globa
 
 from __future__ import annotations
 
+import time
+
 import torch
 from tqdm.auto import tqdm
 
@@ -36,6 +38,7 @@ from ddlib.engine.stacked import stochastic_layers
 from ddlib.data.distilled import DistilledSet
 from ddlib.data.layout import standard_layout
 from ddlib.models import create_model
+from ddlib.methods import cost
 from ddlib.methods.revisions import SET_REVISIONS
 from ddlib.methods.select import cache_path, cache_store, kcenter_subset, kernel_identity, random_subset
 from ddlib.engine.test_pass import Normalize, as_pixels
@@ -77,9 +80,11 @@ def distribution_matching(
         if init != "noise" and "init_indices" not in stored.provenance:  # cached before the start was recorded
             stored.provenance["init_indices"] = _start(dataset, ipc, init, seed, dev, init_epochs).provenance["indices"]
         return stored
-    out = _distil(dataset, dev, identity, **options, progress=progress)
+    with cost.watch() as took:
+        out = _distil(dataset, dev, identity, **options, progress=progress)
     if path is not None:
-        cache_store(path, {"images": out.images, "labels": out.labels, "provenance": dict(out.provenance)})
+        cache_store(path, {"images": out.images, "labels": out.labels, "provenance": dict(out.provenance),
+                           **cost.stored(took)})
     out.provenance["from"] = "distilled"
     return out
 
@@ -101,7 +106,7 @@ def _distil(dataset: Dataset, dev: torch.device, identity: dict | None, *, ipc: 
     cache = _real_means_path(dataset, identity, model, iterations, batch_real, g) if identity is not None else None
     cached = _load_real_means(cache, iterations, dataset.num_classes, dev) if cache is not None else None
     computed: list[torch.Tensor] | None = [] if cache is not None and cached is None else None  # on the device: no sync per step
-    losses = []
+    losses, real_seconds = [], 0.0  # the real side's time, kept with its means (CPU only: CUDA queues kernels)
     for it in tqdm(range(iterations), desc="DM", disable=not progress, leave=False):
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
         net = create_model(model, channels, dataset.num_classes, (height, width)).to(dev).train()
@@ -111,10 +116,12 @@ def _distil(dataset: Dataset, dev: torch.device, identity: dict | None, *, ipc: 
         if cached is not None:
             real_means = cached[it]
         else:
+            started = time.perf_counter()
             real_batch = normalize(as_pixels(real_images[torch.cat(picks).to(dev)]))
             with torch.no_grad():
                 real_emb = net.embed(real_batch)
             real_means = torch.stack([chunk.mean(0) for chunk in real_emb.split([len(pick) for pick in picks])])
+            real_seconds += time.perf_counter() - started
             if computed is not None:
                 computed.append(real_means)
                 if real_means.numel() * real_means.element_size() * iterations > REAL_MEANS_MAX_BYTES:
@@ -128,7 +135,7 @@ def _distil(dataset: Dataset, dev: torch.device, identity: dict | None, *, ipc: 
         optimizer.step()
         losses.append(loss.detach())
     if computed:
-        cache_store(cache, {"means": torch.stack(computed).cpu()})
+        cache_store(cache, {"means": torch.stack(computed).cpu(), "seconds": real_seconds if dev.type == "cpu" else None})
     mean, std = normalize.mean, normalize.std
     pixels = (syn.detach() * std + mean).cpu()
     return DistilledSet(
@@ -189,6 +196,7 @@ def _load_set(path, dataset: Dataset, ipc: int) -> DistilledSet | None:
         return None
     if len(labels) != ipc * dataset.num_classes or images.shape[1:] != dataset.train_images.shape[1:]:
         return None
+    cost.timed(stored)  # its distillation's seconds count toward the set's construction cost
     return DistilledSet(images=images, labels=labels, num_classes=dataset.num_classes, method="dm",
                         source=f"ddlib.methods.dm.distribution_matching on {dataset.name}",
                         provenance={**provenance, "from": "cache"})
@@ -215,7 +223,11 @@ def _load_real_means(path, iterations: int, classes: int, dev: torch.device) -> 
     if not path.is_file():
         return None
     try:
-        means = torch.load(path, map_location="cpu", weights_only=True)["means"]
+        stored = torch.load(path, map_location="cpu", weights_only=True)
+        means = stored["means"]
     except Exception:  # noqa: BLE001 - a damaged cache entry: compute again
         return None
-    return means.to(dev) if means.shape[:2] == (iterations, classes) else None
+    if means.shape[:2] != (iterations, classes):
+        return None
+    cost.timed(stored)  # the real side's seconds (None where not measured) count toward the set's cost
+    return means.to(dev)

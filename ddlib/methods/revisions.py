@@ -10,6 +10,8 @@ read. Bump a kind's revision whenever the sets it makes change; a kind absent he
 - layout (kcenter 3, dm 3, kcenter_greedy, herding, forgetting, el2n 2): their networks see row-major
   tensors (:mod:`ddlib.data.layout`); on 1-channel data such as digits, whose loader kept stride 1 on the
   channel axis, the convolutions round otherwise and the sets changed (3-channel data: the same sets).
+- aum 1, ccs 1 (issue 57.2): the pruning baselines, new (named so that their first change bumps them).
 """
 
-SET_REVISIONS = {"kcenter": 3, "dm": 3, "kcenter_greedy": 2, "herding": 2, "forgetting": 2, "el2n": 2}
+SET_REVISIONS = {"kcenter": 3, "dm": 3, "kcenter_greedy": 2, "herding": 2, "forgetting": 2, "el2n": 2,
+                 "aum": 1, "ccs": 1}

@@ -31,6 +31,7 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.engine.test_pass import Normalize, as_pixels
 from ddlib.engine.recipe import Recipe
 from ddlib.engine.train import train_and_test
+from ddlib.methods import cost
 
 __all__ = ["random_subset", "baseline_subset", "BASELINE_STREAM", "kcenter_subset", "kcenter_greedy_subset",
            "subset_from_indices", "farthest_point_indices", "kmeans_nearest_indices", "feature_model_name", "KMEANS_MAX_ITER"]
@@ -40,6 +41,7 @@ KMEANS_N_INIT = 10
 
 
 def subset_from_indices(dataset: Dataset, indices: torch.Tensor, method: str, provenance: dict) -> DistilledSet:
+    """The training images at ``indices`` (sorted) as a set of hard labels, with where it came from."""
     indices = indices.sort().values
     return DistilledSet(
         images=as_pixels(dataset.train_images[indices]).clone(),  # the subset's pixels only (a streamed set: read)
@@ -205,16 +207,19 @@ def _feature_network(dataset: Dataset, seed: int, model: str, dev: torch.device,
             stored = torch.load(path, map_location="cpu", weights_only=True)
             net = create_model(model, dataset.channels, dataset.num_classes, dataset.image_size).to(dev)
             net.load_state_dict(stored["state_dict"])
+            cost.timed(stored)  # its training's seconds count toward the set's construction cost
             return net.eval(), {"accuracy": float(stored["test_accuracy"]), "precision": stored["precision"], "from": "cache"}
         except Exception:  # noqa: BLE001 - a damaged cache entry: train again
             pass
-    (trained,) = train_and_test(
-        model, dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels,
-        num_classes=dataset.num_classes, mean=dataset.mean, std=dataset.std, recipe=recipe, seeds=[seed],
-        device=dev, keep_models=True,
-    )
+    with cost.watch() as took:
+        (trained,) = train_and_test(
+            model, dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels,
+            num_classes=dataset.num_classes, mean=dataset.mean, std=dataset.std, recipe=recipe, seeds=[seed],
+            device=dev, keep_models=True,
+        )
     cache_store(path, {"state_dict": {k: v.detach().cpu() for k, v in trained.model.state_dict().items()},
-                       "test_accuracy": trained.test_accuracy, "precision": trained.precision, "identity": identity})
+                       "test_accuracy": trained.test_accuracy, "precision": trained.precision, "identity": identity,
+                       **cost.stored(took)})
     return trained.model.eval(), {"accuracy": trained.test_accuracy, "precision": trained.precision, "from": "trained"}
 
 

@@ -8,7 +8,8 @@ A params grid names methods; each name maps to a *source spec*, a small dict wit
 * ``{kind: herding}`` (in K-Center's 1-epoch features), ``{kind: herding_dc}`` (DC/DSA/DM's herding:
   features of a ConvNet trained to convergence, L2-normalised), ``{kind: forgetting, epochs: 20}`` and
   ``{kind: el2n, epochs: 20, num_models: 10}``: the coreset baselines of the DD literature
-  (:mod:`ddlib.methods.coresets`);
+  (:mod:`ddlib.methods.coresets`); ``{kind: aum, epochs: 20}`` and ``{kind: ccs, score: aum,
+  hard_cutoff: 0.3, strata: 50}``: the pruning baselines of the coreset literature (:mod:`ddlib.methods.pruning`);
 * ``{kind: dm, iterations: 200, ...}``: distil with :func:`ddlib.methods.dm.distribution_matching`;
 * ``{kind: file, path: "sets/dc_cifar10_ipc{ipc}.pt"}``: a published set; ``{ipc}`` and
   ``{dataset}`` in the path are filled in per grid cell (any other brace is part of the file name),
@@ -35,7 +36,13 @@ and the API: a file's ``experiment`` (a grid's ``experiment:`` is its MLflow exp
 old names are still read, with a ``FutureWarning``, and cells keep the keys they had under them.
 
 The names ``random``, ``kcenter``, ``kcenter_greedy``, ``herding``, ``herding_dc``, ``forgetting``, ``el2n``,
-``dm`` and ``full`` work without a spec.
+``aum``, ``ccs``, ``dm`` and ``full`` work without a spec.
+
+What a set cost to make (:mod:`ddlib.methods.cost`) is its provenance's ``construction``: measured for a
+set-making kind (``{seconds, flops, device, measured: true}``: the kind's ``flops`` meta counts its
+networks' passes), and for any spec that declares it, ``construction: {gpu_hours: 12.5, device: A100}``
+(``note`` optional), as declared (``declared: true``), whatever the kind; a ``file`` set may declare it in
+its own provenance too (the spec's word wins). It is the one key every kind takes.
 
 Each kind is a factory registered in :data:`SOURCES` (:class:`ddlib.specs.registry.Registry`): its
 keyword-only parameters are the keys a spec may give, their annotations the types a given value must
@@ -53,18 +60,21 @@ from pathlib import Path
 
 from ddlib.data.datasets import Dataset
 from ddlib.data.distilled import DistilledSet, DistilledSetError, load
+from ddlib.methods import cost
 from ddlib.methods.revisions import SET_REVISIONS
 from ddlib.specs.registry import Entry, Registry
 from ddlib.specs.shown import shown
 
 __all__ = ["SOURCES", "SetRequest", "MODEL_KINDS", "BUILTIN_SOURCES", "BUILTIN_REVISIONS", "builtin_revision",
            "resolve_source", "validate_source", "obtain_set", "shared_work", "full_set", "source_keys", "source_path",
-           "load_file_source", "RENAMED_KEYS"]
+           "load_file_source", "RENAMED_KEYS", "COMMON_KEYS", "construction_record"]
 
 SOURCES: Registry = Registry("source kind")
 # A spec key's old name -> its name now, per kind. The old name is read with a FutureWarning; the
 # cells' keys still spell the key the old way (ddlib.protocols.placement), so a rename never makes
 # stored cells look new.
+# Keys every kind takes besides its parameters: a declared construction cost (ddlib.methods.cost).
+COMMON_KEYS = ("construction",)
 RENAMED_KEYS: dict[str, dict[str, str]] = {"file": {"experiment": "experiment_index"},
                                            "el2n": {"models": "num_models"}}  # `models` lists architectures elsewhere
 
@@ -81,14 +91,43 @@ class SetRequest:
 
 
 # --------------------------------------------------------------------------- the kinds
-# Meta: builtin (the kind's name works without a spec), revision (what its sets are, in the config
+# Meta: builtin (the kind's name works without a spec), flops ((spec with defaults, dataset, ipc) -> the
+# FLOPs of the networks' passes that make its set: ddlib.methods.cost), revision (what its sets are, in the config
 # key: bump it in ddlib.methods.revisions whenever the set it produces changes, so a rerun recomputes
 # its cells instead of skipping them; 1 adds nothing to the key), runs (other kinds a spec also runs, for their revisions),
 # needs (keys a spec must give), model (not a set but a trained model: the adversarial protocol attacks it),
 # shares (spec -> names of the cached work its sets at every IPC reuse: see shared_work).
 
 
-@SOURCES.register("random", builtin=True)
+def _model(spec: dict, dataset: Dataset) -> str:
+    from ddlib.methods.select import feature_model_name
+
+    return spec.get("model") or feature_model_name(dataset)
+
+
+def _feature_flops(spec: dict, dataset: Dataset, ipc: int) -> float:
+    """K-Center's feature network trained and tested, then one embedding pass over the training set."""
+    model = _model(spec, dataset)
+    return (cost.training_flops(model, dataset, spec["epochs"])
+            + cost.forward_flops(model, dataset) * len(dataset.train_labels))
+
+
+def _score_flops(spec: dict, dataset: Dataset, ipc: int, score: str) -> float:
+    """A score run (:mod:`ddlib.methods.coresets`): forgetting's and AUM's one network, EL2N's
+    ``num_models`` and their scoring passes over the training set."""
+    model = _model(spec, dataset)
+    if score != "el2n":
+        return cost.training_flops(model, dataset, spec["epochs"])
+    models = spec["num_models"]
+    return (cost.training_flops(model, dataset, spec["epochs"], models)
+            + models * cost.forward_flops(model, dataset) * len(dataset.train_labels))
+
+
+def _nothing(spec: dict, dataset: Dataset, ipc: int) -> float:
+    return 0.0
+
+
+@SOURCES.register("random", builtin=True, flops=_nothing)
 def _random(req: SetRequest, *, seed: int = 0) -> DistilledSet:
     from ddlib.methods.select import random_subset
 
@@ -100,28 +139,29 @@ def _features(spec: dict) -> list[str]:
     return [f"features model={spec.get('model') or ''} epochs={spec['epochs']} seed={spec['seed']}"]
 
 
-@SOURCES.register("kcenter", builtin=True, revision=SET_REVISIONS["kcenter"], shares=_features)
+@SOURCES.register("kcenter", builtin=True, revision=SET_REVISIONS["kcenter"], shares=_features, flops=_feature_flops)
 def _kcenter(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1, n_init: int = 10) -> DistilledSet:
     from ddlib.methods.select import kcenter_subset
 
     return kcenter_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs, n_init=n_init)
 
 
-@SOURCES.register("kcenter_greedy", builtin=True, revision=SET_REVISIONS["kcenter_greedy"], shares=_features)
+@SOURCES.register("kcenter_greedy", builtin=True, revision=SET_REVISIONS["kcenter_greedy"], shares=_features,
+                  flops=_feature_flops)
 def _kcenter_greedy(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1) -> DistilledSet:
     from ddlib.methods.select import kcenter_greedy_subset
 
     return kcenter_greedy_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
-@SOURCES.register("herding", builtin=True, revision=SET_REVISIONS["herding"], shares=_features)
+@SOURCES.register("herding", builtin=True, revision=SET_REVISIONS["herding"], shares=_features, flops=_feature_flops)
 def _herding(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 1) -> DistilledSet:
     from ddlib.methods.coresets import herding_subset
 
     return herding_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
-@SOURCES.register("herding_dc", builtin=True, shares=_features)
+@SOURCES.register("herding_dc", builtin=True, shares=_features, flops=_feature_flops)
 def _herding_dc(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 50) -> DistilledSet:
     from ddlib.methods.coresets import herding_dc_subset
 
@@ -129,19 +169,61 @@ def _herding_dc(req: SetRequest, *, seed: int = 0, model: str = None, epochs: in
 
 
 @SOURCES.register("forgetting", builtin=True, revision=SET_REVISIONS["forgetting"],
-                  shares=lambda spec: [f"forgetting {sorted(spec.items())}"])
+                  shares=lambda spec: [f"forgetting {sorted(spec.items())}"],
+                  flops=lambda spec, dataset, ipc: _score_flops(spec, dataset, ipc, "forgetting"))
 def _forgetting(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20) -> DistilledSet:
     from ddlib.methods.coresets import forgetting_subset
 
     return forgetting_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
 
 
-@SOURCES.register("el2n", builtin=True, revision=SET_REVISIONS["el2n"], shares=lambda spec: [f"el2n {sorted(spec.items())}"])
+@SOURCES.register("el2n", builtin=True, revision=SET_REVISIONS["el2n"], shares=lambda spec: [f"el2n {sorted(spec.items())}"],
+                  flops=lambda spec, dataset, ipc: _score_flops(spec, dataset, ipc, "el2n"))
 def _el2n(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20, num_models: int = 10) -> DistilledSet:
     from ddlib.methods.coresets import el2n_subset
 
     return el2n_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs,
                        num_models=num_models)
+
+
+def _score_run(spec: dict) -> list[str]:
+    """The score run an ``aum`` or ``ccs`` spec trains (cached per machine: :mod:`ddlib.methods.coresets`),
+    named as the ``aum``, ``forgetting`` or ``el2n`` spec that trains it names it: ``aum`` and ``ccs``
+    cells of one seed share AUM's run."""
+    score = spec.get("score", "aum")
+    keys = ("seed", "model", "epochs") + (("num_models",) if score == "el2n" else ())
+    return [f"{score} {sorted({'kind': score, **{k: spec[k] for k in keys}}.items())}"]
+
+
+@SOURCES.register("aum", builtin=True, revision=SET_REVISIONS["aum"], shares=_score_run,
+                  flops=lambda spec, dataset, ipc: _score_flops(spec, dataset, ipc, "aum"))
+def _aum(req: SetRequest, *, seed: int = 0, model: str = None, epochs: int = 20) -> DistilledSet:
+    from ddlib.methods.pruning import aum_subset
+
+    return aum_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, epochs=epochs)
+
+
+@SOURCES.register("ccs", builtin=True, revision=SET_REVISIONS["ccs"], shares=_score_run,
+                  runs=lambda spec: [spec.get("score", "aum")],
+                  flops=lambda spec, dataset, ipc: _score_flops(spec, dataset, ipc, spec["score"]))
+def _ccs(req: SetRequest, *, seed: int = 0, model: str = None, score: str = "aum", epochs: int = 20,
+         num_models: int = 10, hard_cutoff: float = 0.3, strata: int = 50) -> DistilledSet:
+    from ddlib.methods.pruning import ccs_subset
+
+    return ccs_subset(req.dataset, req.ipc, seed=seed, model=model, device=req.device, score=score, epochs=epochs,
+                      num_models=num_models, hard_cutoff=hard_cutoff, strata=strata)
+
+
+def _dm_flops(spec: dict, dataset: Dataset, ipc: int) -> float:
+    """Per iteration, a forward of each class's real batch and a forward and backward of the synthetic
+    images; from K-Center images, K-Center's feature network too."""
+    import torch
+
+    real = sum(min(spec["batch_real"], int(n)) for n in torch.bincount(dataset.train_labels, minlength=dataset.num_classes))
+    fwd = cost.forward_flops(spec["model"], dataset)
+    synthetic = cost.TRAIN_FLOPS_PER_FORWARD * ipc * dataset.num_classes
+    start = _feature_flops({"epochs": spec["init_epochs"]}, dataset, ipc) if spec["init"] == "kcenter" else 0.0
+    return spec["iterations"] * fwd * (real + synthetic) + start
 
 
 def _dm_shares(spec: dict) -> list[str]:
@@ -153,7 +235,8 @@ def _dm_shares(spec: dict) -> list[str]:
 
 
 @SOURCES.register("dm", builtin=True, revision=SET_REVISIONS["dm"],
-                  runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [], shares=_dm_shares)
+                  runs=lambda spec: ["kcenter"] if spec.get("init") == "kcenter" else [], shares=_dm_shares,
+                  flops=_dm_flops)
 def _dm(req: SetRequest, *, iterations: int = 200, lr_img: float = 1.0, momentum: float = 0.5, batch_real: int = 64,
         model: str = "convnet", init: str = "real", init_epochs: int = 1, seed: int = 0) -> DistilledSet:
     from ddlib.methods.dm import distribution_matching
@@ -171,7 +254,7 @@ def _file(req: SetRequest, *, path: str = None, normalized: bool | None = None, 
     return load_file_source(req.method, spec, req.dataset, req.ipc)
 
 
-@SOURCES.register("full", builtin=True)
+@SOURCES.register("full", builtin=True, flops=_nothing)
 def _full(req: SetRequest) -> DistilledSet:
     return full_set(req.dataset)
 
@@ -256,6 +339,12 @@ def validate_source(method: str, spec: dict) -> dict:
     for key, value in spec.items():
         if key == "kind":
             continue
+        if key == "construction":
+            if SOURCES.entry(kind).meta.get("flops"):
+                raise ValueError(f"method {method!r}: construction is measured for kind {kind!r} (its set is made "
+                                 "here); declare it for a set made elsewhere (kind: file)")
+            cost.validate_declared(method, value)
+            continue
         if key not in allowed:
             raise ValueError(f"method {method!r}: unknown key {key!r} for kind {kind!r}; allowed: {sorted(allowed)}")
         if (isinstance(value, bool) and allowed[key] is not bool
@@ -299,14 +388,37 @@ def obtain_set(method: str, spec: dict, dataset: Dataset, ipc: int, device="auto
     """Produce or load the set ``spec`` describes, with ``ipc`` images per class: its kind's factory,
     called with the keys the spec gives (the factory's defaults for the rest)."""
     spec = validate_source(method, spec)
-    options = {k: v for k, v in spec.items() if k != "kind"}
+    options = {k: v for k, v in spec.items() if k != "kind" and k not in COMMON_KEYS}
     kind = spec["kind"]
     if kind in MODEL_KINDS:
         raise ValueError(f"method {method!r}: kind {kind!r} is a trained model, not a set (the adversarial protocol "
                          "attacks it; no protocol can train on it)")
-    out = SOURCES.entry(kind).factory(SetRequest(method, dataset, ipc, device, progress), **options)
+    entry = SOURCES.entry(kind)
+    with cost.watch() as took:
+        out = entry.factory(SetRequest(method, dataset, ipc, device, progress), **options)
     out.method = method
+    construction = construction_record(method, spec, out.provenance.get("construction"))
+    if construction is None and entry.meta.get("flops"):
+        from ddlib.engine.device import resolve_device
+
+        flops = entry.meta["flops"]({**entry.defaults, **options}, dataset, ipc)
+        construction = cost.record(took, flops, resolve_device(device))
+    if construction is not None:
+        out.provenance["construction"] = construction
     return out
+
+
+def construction_record(method: str, spec: dict, stored) -> dict | None:
+    """A set's declared construction cost: the spec's (``declared: true`` added), else the one its file
+    stored (a cost ddlib measured, kept as it is, or one declared there); None where there is none."""
+    if "construction" in spec:
+        return {**spec["construction"], "declared": True}
+    if stored is None:
+        return None
+    if isinstance(stored, dict) and stored.get("measured") is True:
+        return stored
+    given = {k: v for k, v in stored.items() if k != "declared"} if isinstance(stored, dict) else stored
+    return {**cost.validate_declared(method, given), "declared": True}
 
 
 def source_path(spec: dict, ipc: int, dataset_name: str) -> Path:

@@ -32,6 +32,7 @@ _LAYERS = ((128, 5, 2, True), (192, 5, 2, True), (256, 3, 1, False), (192, 3, 1,
 
 
 class AlexNet(nn.Module):
+    """DC's AlexNet (``alexnet``, ``alexnet_bn`` with ``norm="batch"``), its layer names kept so DC state dicts load."""
     def __init__(self, channels, num_classes, image_size, norm="none"):
         super().__init__()
         if norm not in ("none", "batch"):
@@ -58,6 +59,7 @@ class AlexNet(nn.Module):
         self.fc = nn.Linear(self.feature_dim, num_classes)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """The features the classifier reads (K-Center selection and Distribution Matching use them)."""
         return self.features(x).flatten(1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

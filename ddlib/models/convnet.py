@@ -26,6 +26,7 @@ def _norm(kind: str, width: int) -> nn.Module:
 
 
 class ConvNet(nn.Module):
+    """DC's ConvNet: ``depth`` blocks of conv3x3 (``width`` channels), ``norm``, ReLU, avgpool2, then one linear layer."""
     def __init__(self, channels, num_classes, image_size, width=128, depth=3, norm="instance"):
         super().__init__()
         layers = []
@@ -45,6 +46,7 @@ class ConvNet(nn.Module):
         self.classifier = nn.Linear(self.feature_dim, num_classes)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """The features the classifier reads (K-Center selection and Distribution Matching use them)."""
         return self.features(x).flatten(1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from ddlib.models._dc import check_map, first_padding
 
 
 class LeNet(nn.Module):
+    """DC's LeNet (``lenet``), its layer names kept so DC state dicts load."""
     def __init__(self, channels, num_classes, image_size):
         super().__init__()
         pad = first_padding(channels, image_size, default=0, mnist=2)
@@ -48,6 +49,7 @@ class LeNet(nn.Module):
         self.feature_dim = 84
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """The features the classifier reads (K-Center selection and Distribution Matching use them)."""
         x = self.features(x).flatten(1)
         return torch.relu(self.fc_2(torch.relu(self.fc_1(x))))
 

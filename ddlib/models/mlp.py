@@ -11,6 +11,7 @@ from ddlib.models._registry import register_model
 
 
 class MLP(nn.Module):
+    """DC's MLP baseline: two hidden layers of ``width`` units; ``embed`` is the second's output."""
     def __init__(self, channels, num_classes, image_size, width=128):
         super().__init__()
         in_dim = channels * math.prod(image_size)
@@ -21,6 +22,7 @@ class MLP(nn.Module):
         self.classifier = nn.Linear(width, num_classes)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """The features the classifier reads (K-Center selection and Distribution Matching use them)."""
         return self.body(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -29,4 +31,5 @@ class MLP(nn.Module):
 
 @register_model("mlp")
 def mlp(channels, num_classes, image_size, width=128):
+    """The ``mlp`` entry of the model registry (:class:`MLP`)."""
     return MLP(channels, num_classes, image_size, width=width)

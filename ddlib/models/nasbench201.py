@@ -125,6 +125,7 @@ def format_arch(nodes: Sequence[Sequence[tuple[str, int]]]) -> str:
 
 
 class ReLUConvBN(nn.Module):
+    """AutoDL-Projects' ``ReLUConvBN``: ReLU, conv (no bias), BatchNorm; the ``nor_conv_1x1``/``3x3`` cell operations."""
     def __init__(self, C_in, C_out, kernel_size, stride, padding, dilation, affine=True, track_running_stats=True):
         super().__init__()
         self.op = nn.Sequential(
@@ -150,11 +151,13 @@ class Pooling(nn.Module):
 
 
 class Identity(nn.Module):
+    """The ``skip_connect`` cell operation where channels and stride stay the same."""
     def forward(self, x):
         return x
 
 
 class Zero(nn.Module):
+    """The ``none`` cell operation: zeros of the output's shape (an edge that passes nothing on)."""
     def __init__(self, C_in, C_out, stride):
         super().__init__()
         self.C_in, self.C_out, self.stride = C_in, C_out, stride
@@ -302,6 +305,7 @@ class TinyNetwork(nn.Module):
         return f"arch={self.arch}, C={self.C}, N={self.N}" + ("" if self.cell_affine else ", cell_affine=False")
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """The features the classifier reads (K-Center selection and Distribution Matching use them)."""
         feature = self.stem(x)
         for cell in self.cells:
             feature = cell(feature)

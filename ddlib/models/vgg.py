@@ -35,6 +35,7 @@ _NORMS = {"instance": instance_norm, "batch": nn.BatchNorm2d}
 
 
 class VGG(nn.Module):
+    """DC's VGG (``vgg11``, ``vgg11_bn``): ``cfg`` conv widths and ``"M"`` max-pools, then one linear layer."""
     def __init__(self, channels, num_classes, image_size, cfg=VGG11, norm="instance", name="vgg11"):
         super().__init__()
         if norm not in _NORMS:
@@ -57,6 +58,7 @@ class VGG(nn.Module):
         self.classifier = nn.Linear(self.feature_dim, num_classes)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """The features the classifier reads (K-Center selection and Distribution Matching use them)."""
         return self.features(x).flatten(1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ One vocabulary, in the code, the docs and MLflow:
   of its size), ``real`` (the full training data); :class:`ddlib.protocols.preset_eval.SideTrainer`
   trains them.
 * **setting**: how a set is trained (model, recipe, labels and loss, augmentation, preprocessing):
-  :class:`ddlib.protocols.preset_eval.Setting` for DD-Ranking's sides, :class:`ddlib.protocols.dcbench.Setting`
+  :class:`ddlib.protocols.side_plan.SideSetting` for DD-Ranking's sides, :class:`ddlib.protocols.dcbench.TrainingCondition`
   for one DC-Bench column.
 * **cell**, **row**, **family**: one notebook execution (an MLflow run); the leaderboard row it
   belongs to (its seeds pooled); the rows compared with each other (one setting, every method).
@@ -31,30 +31,20 @@ One vocabulary, in the code, the docs and MLflow:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from ddlib.protocols.spec import PROTOCOLS, get_spec, protocol_module
+from ddlib.specs import keys
 
-from ddlib.protocols.spec import _declared, get_spec, protocol_module, protocol_names
-
-__all__ = ["PROTOCOLS", "protocol_module", "protocol_revision", "protocol_names", "get_spec"]
-
-
-class _Table(Mapping):
-    """protocol name -> (notebook file under notebooks/, module), read from the specs' declarations."""
-
-    def __getitem__(self, name: str) -> tuple[str, str]:
-        return f"{name}.ipynb", _declared()[name]["module"]
-
-    def __iter__(self):
-        return iter(protocol_names())
-
-    def __len__(self) -> int:
-        return len(_declared())
-
-
-PROTOCOLS = _Table()
+__all__ = ["PROTOCOLS", "protocol_module", "protocol_revision", "definition", "get_spec"]
 
 
 def protocol_revision(name: str) -> int:
     """The protocol's revision (its spec's): part of every cell's config, group, series and family key,
-    and, with the engine's (:func:`ddlib.specs.keys.definition`), of every model, lr-search, teacher and result key."""
+    and, with the engine's (:func:`definition`), of every model, lr-search, teacher and result key."""
     return int(get_spec(name).revision)
+
+
+def definition(protocol: str | None) -> dict:
+    """The definition revision every reuse key of ``protocol``'s results holds: the rule of
+    :func:`ddlib.specs.keys.definition`, handed the revisions of the protocols ddlib knows (0 for one
+    it does not)."""
+    return keys.definition(protocol, lambda name: protocol_revision(name) if name in PROTOCOLS else 0)

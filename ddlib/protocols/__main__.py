@@ -3,7 +3,7 @@
 protocol of your own (``$DDLIB_PROTOCOL_PATH``) has its notebook written in its own folder."""
 
 from ddlib.protocols.spec import all_specs, notebook_folder, sync_notebook
-from ddlib.store.tracking import PROJECT_ROOT
+from ddlib.store.paths import PROJECT_ROOT
 
 for spec in all_specs():
     folder = notebook_folder(spec.name) or PROJECT_ROOT / "notebooks"

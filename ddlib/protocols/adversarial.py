@@ -94,7 +94,8 @@ from ddlib.protocols.common import obtain as obtain_set
 from ddlib.protocols.dcbench import check_augment
 from ddlib.protocols.inputs import checkpoint_path
 from ddlib.protocols.released import check_checkpoint_accuracy, check_expected_accuracy, pool_checkpoints
-from ddlib.store.tracking import TAG, config_hash
+from ddlib.store.hashing import config_hash
+from ddlib.store.tags import TAG
 
 __all__ = ["PROTOCOL", "PARAMS", "MODES", "validate", "group_identity", "open_cell", "obtain", "train_models", "attack_subset",
            "evaluate", "AdversarialResult", "BEARD_ATTACKS", "curve_key", "check_targets", "TIMING_PROCESS",
@@ -137,13 +138,17 @@ SPEC = ProtocolSpec(
                                 "check its numbers)"),
     },
     boards=(Board("beard", "BEARD: adversarial robustness (targeted and untargeted)",
-                  "ddlib.report.beard:robustness_leaderboard", "crei", "CREI",
+                  "ddlib.protocols.beard_boards:robustness_leaderboard", "crei", "CREI",
                   columns=(("clean_acc", "clean accuracy"), ("rr", "RR (0-100)"), ("ae", "AE (0-100)"),
                            ("crei", "CREI (0-100)"), ("rcr", "RCR = robust / clean accuracy (0-100)"),
                            ("rr_rome", "I-RR (ROME's; BEARD's rome)"), ("crei_rome", "I-CREI (CREI on I-RR)")),
-                  more_columns=True, variant=("mode", "space", "training", "model", "attacks"), weight="alpha"),
-            Board("beard_unified", "BEARD: unified over IPCs (RRM, AEM, CREI)", "ddlib.report.beard:unified_leaderboard",
-                  "creim", "CREI over IPCs", weight="alpha")),
+                  more_columns=True, variant=("mode", "space", "training", "model", "attacks"), weight="alpha",
+                  heading="BEARD: RR, AE, CREI{weight} and RCR, 0-100; accuracies in %, times in s",
+                  section="ddlib.protocols.beard_boards:section", pages=("eps_curves",),
+                  derived=(("eps_curves", "ddlib.protocols.beard_boards:eps_curves_of"),)),
+            Board("beard_unified", "BEARD: unified over IPCs (RRM, AEM, CREI)",
+                  "ddlib.protocols.beard_boards:unified_leaderboard", "creim", "CREI over IPCs", weight="alpha",
+                  own_section=False)),
     headline="beard",
     history=("2: the space parameter; each attack paired with a clean pass timed in its own process",
              "3: each result records its timing process (AE/CREI NaN for a seed timed in several); RR, AE and CREI "
@@ -162,6 +167,7 @@ MODE_PAIR_TAG = TAG["mode_pair"]  # the same row in the other mode (the report's
 
 
 def validate(params: dict) -> dict:
+    """Check a adversarial cell's params before anything runs (one-line errors naming the key)."""
     p = validate_set_params(PROTOCOL, PARAMS, params, trained_models=True)
     if p["source"]["kind"] == "checkpoint":
         _check_checkpoint(p, params)
@@ -289,6 +295,7 @@ class AdversarialResult(Result):
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
+    """Open the adversarial cell's MLflow run, its configuration resolved and checked before the set is obtained."""
     return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
 
 
@@ -363,6 +370,7 @@ def attack_subset(cell: Cell) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedModel] | None = None) -> AdversarialResult:
+    """Train, test and score: BEARD's scores (RR, AE, CREI) of models trained on the set (the cell's Result)."""
     p, ds = cell.params, cell.dataset
     targeted = p["mode"] == "targeted"
     with cell.guard():

@@ -27,7 +27,7 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, augment_label, best_by_mean,
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, TrainingCondition, accuracy_rows, augment_label, best_by_mean,
                                      check_augment, check_cell_convnets, check_recipe_params, convnet_for_images,
                                      setting_recipe, mean_std_table, train_settings)
 
@@ -44,10 +44,11 @@ SPEC = ProtocolSpec(
                                "the policies draw once per batch, as DC-Bench", "list"),
     },
     boards=(Board("augmentation", "DC-Bench: accuracy without and with augmentation",
-                  "ddlib.report.dcbench:augmentation_leaderboard", "acc_aug_avg", "accuracy, mean over augmentations",
+                  "ddlib.protocols.dcbench_boards:augmentation_leaderboard", "acc_aug_avg", "accuracy, mean over augmentations",
                   columns=(("acc_noaug", "no augmentation"), ("acc_aug_avg", "average over the augmentations"),
                            ("acc_aug_best", "best augmentation (highest mean over seeds)")),
-                  more_columns=True, variant=("model",)),),
+                  more_columns=True, variant=("model",),
+                  heading="DC-Bench: accuracy (%) under each augmentation"),),
     headline="augmentation",
     history=("2: best augmentation = highest mean over seeds (was: mean of per-seed maxima)",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
@@ -61,6 +62,7 @@ PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
+    """Check an augmentation cell's params before anything runs (one-line errors naming the key)."""
     p = validate_set_params(PROTOCOL, PARAMS, params)
     convnet_for_images(p, params)
     check_recipe_params(p)
@@ -87,15 +89,17 @@ class AugmentationResult(Result):
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
+    """Open the augmentation cell's MLflow run, its configuration resolved and checked before the set is obtained."""
     cell = Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
     check_cell_convnets(cell, [cell.params["model"]])
     return cell
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationResult:
+    """Train, test and score: DC-Bench's accuracy of the set under each augmentation (the cell's Result)."""
     p = cell.params
     specs = [None if a == "none" else a for a in p["augmentations"]]
-    conditions = [Setting(augment_label(s), p["model"], setting_recipe(p, s), s) for s in specs]
+    conditions = [TrainingCondition(augment_label(s), p["model"], setting_recipe(p, s), s) for s in specs]
     with cell.guard():
         evaluations = train_settings(cell, distilled, conditions)
         rows = accuracy_rows(evaluations, p["seeds"])

@@ -31,7 +31,8 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import BEYOND_COLUMNS, IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import PRESET_PARAMS, SET_PARAMS, check_weight, obtain, validate_common
-from ddlib.protocols.preset_eval import SideTrainer, resolve_preset
+from ddlib.protocols.preset_eval import SideTrainer
+from ddlib.protocols.side_plan import resolve_preset, resolve_sides
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "AugmentationRobustResult"]
 
@@ -40,12 +41,16 @@ SPEC = ProtocolSpec(
     summary="IOR with and without the preset's augmentation, and ARS, against a random subset of the set's size",
     params={**SET_PARAMS, "gamma": Param(0.5, "ARS's weight on IOR with augmentation"), **PRESET_PARAMS,
             "preset": Param("dsa", "the method's evaluation preset (its augmentation is what ARS removes)")},
-    boards=(Board("ars", "DD-Ranking: Augmentation-Robust Score", "ddlib.report.ddranking:ars_leaderboard", "ars", "ARS",
+    boards=(Board("ars", "DD-Ranking: Augmentation-Robust Score", "ddlib.protocols.ddranking_boards:ars_leaderboard",
+                  "ars", "ARS",
                   columns=(("acc_syn_aug", "accuracy with the preset's augmentation"),
                            ("acc_syn_noaug", "accuracy without it"), ("acc_rdm_aug", "random subset, with"),
                            ("acc_rdm_noaug", "random subset, without"), ("ior_aug", "IOR with augmentation"),
                            ("ior_noaug", "IOR without augmentation"), ("ars", "ARS (0-100)"), *BEYOND_COLUMNS),
-                  variant=("model", "preset", "gamma"), weight="gamma"),),
+                  variant=("model", "preset", "gamma"), weight="gamma", section="ddlib.protocols.ddranking_boards:section",
+                  pages=("sweep",),
+                  heading="DD-Ranking: Augmentation-Robust Score{weight}; accuracies in %, differences in points, "
+                          "scores 0-100"),),
     headline="ars",
     history=("2: per-seed random subsets, teacher labels for the random side of stored-soft-label presets, learned lr",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
@@ -61,6 +66,7 @@ PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
+    """Check an augmentation_robust cell's params before anything runs (one-line errors naming the key)."""
     p = validate_common(PROTOCOL, PARAMS, params)
     check_weight(p, "gamma")
     if p["preset"] is None:
@@ -78,18 +84,23 @@ class AugmentationRobustResult(Result):
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
-    return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
+    """The cell, its sides resolved and checked once (:func:`ddlib.protocols.side_plan.resolve_sides`)."""
+    cell = Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
+    with cell.guard():
+        cell.resolved = resolve_sides(cell)
+    return cell
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> AugmentationRobustResult:
+    """The preset's own evaluation with and without its augmentation, of the set and the random subsets;
+    IOR with and without, ARS per seed."""
     p, seeds = cell.params, cell.params["seeds"]
     with cell.guard():
         ev = SideTrainer(cell)
         sets = {"syn": ({s: distilled for s in seeds}, "distilled"),
                 "rdm": (ev.random_subsets(distilled.ipc, seeds), "random subset")}
         acc = {}
-        for variant, with_augment in (("aug", True), ("noaug", False)):
-            setting = ev.own_setting(with_augment)
+        for variant, setting in (("aug", ev.plan.own), ("noaug", ev.plan.own_without_augment)):
             for side, (subsets, name) in sets.items():
                 acc[f"{side}_{variant}"] = ev.run(f"{side}_{variant}", side, subsets, setting, seeds, name)
         rows = []

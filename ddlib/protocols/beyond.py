@@ -203,7 +203,7 @@ def start_system_metrics(cell) -> None:
     try:
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-        from ddlib.store.tracking import tracking_uri
+        from ddlib.store.paths import tracking_uri
 
         monitor = SystemMetricsMonitor(cell.run_id, tracking_uri=tracking_uri())
         monitor.start()
@@ -213,6 +213,7 @@ def start_system_metrics(cell) -> None:
 
 
 def stop_system_metrics(cell) -> None:
+    """Stop the cell's system-metrics monitor (MLflow's CPU/GPU sampling), if one was started."""
     monitor = cell.cache.pop("system_metrics", None)
     if monitor is not None:
         monitor.finish()

@@ -18,7 +18,7 @@ time and queries (``<attack>.robust_acc``, ``.attack_seconds``, ``.queries``), p
 accuracy under transfer (``transfer.<attack>.<target>``) and, in targeted mode, the share hitting the
 target class (``hit.<attack>.<target>``), and each target's clean accuracy (``clean.<target>``); the
 long table is the artifact ``transfer_matrix.csv`` (and ``.json``). The board ``blackbox``
-(:mod:`ddlib.report.blackbox`) turns the cells of one setting into a target x surrogate matrix per
+(:mod:`ddlib.protocols.blackbox_boards`) turns the cells of one setting into a target x surrogate matrix per
 attack, ranked by the target's mean robust accuracy over the *other* surrogates. Results are cached
 by (surrogate model, target models, attack, mode, space, test subset, seed, device).
 
@@ -73,13 +73,14 @@ SPEC = ProtocolSpec(
         "attack_seed": _ADV["attack_seed"], "attack_batch_size": _ADV["attack_batch_size"], "space": _ADV["space"],
     },
     boards=(Board("blackbox", "BEARD black-box: robust accuracy under transfer (target x surrogate, per attack)",
-                  "ddlib.report.blackbox:transfer_leaderboard", "transfer_acc", "transfer acc",
+                  "ddlib.protocols.blackbox_boards:transfer_leaderboard", "transfer_acc", "transfer acc",
                   columns=(("clean_acc", "the target's clean accuracy"),
                            ("transfer_acc", "robust accuracy under transfer: mean over the other surrogates"),
                            ("white_box_acc", "robust accuracy with itself as the surrogate (white-box)")),
-                  more_columns=True, variant=("attack", "mode", "space", "training", "model")),
+                  more_columns=True, variant=("attack", "mode", "space", "training", "model"),
+                  heading="BEARD black-box: accuracy (%) under transfer (target x surrogate, per attack)"),
             Board("blackbox_irr", "BEARD black-box: ROME's I-RR per surrogate x target (over the attacks)",
-                  "ddlib.report.blackbox:irr_leaderboard", "rr_rome", "I-RR",
+                  "ddlib.protocols.blackbox_boards:irr_leaderboard", "rr_rome", "I-RR",
                   columns=(("rr_rome", "ROME's I-RR of the target under the surrogate's attacks (0-100)"),
                            ("rr", "BEARD's RR of the same accuracies (0-100)")),
                   more_columns=True, variant=("surrogate", "mode", "space", "training", "model"))),
@@ -139,6 +140,7 @@ def target_entries(value, p: dict) -> list[dict]:
 
 
 def validate(params: dict) -> dict:
+    """Check a blackbox cell's params before anything runs (one-line errors naming the key)."""
     unknown = sorted(set(params) - set(PARAMS))
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown} for protocol {PROTOCOL}; known: {sorted(PARAMS)}")
@@ -179,6 +181,7 @@ def fill_sources(cell: dict, methods: dict) -> dict:
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
+    """Open the blackbox cell's MLflow run, its configuration resolved and checked before the set is obtained."""
     return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
 
 
@@ -224,6 +227,7 @@ class BlackboxResult(Result):
 
 
 def evaluate(cell: Cell, distilled: DistilledSet | None, models: list[TrainedModel] | None = None) -> BlackboxResult:
+    """Train, test and score: black-box transfer and query attacks on models trained on the set (the cell's Result)."""
     p, ds = cell.params, cell.dataset
     targeted = p["mode"] == "targeted"
     with cell.guard():

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
 import tempfile
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import pandas as pd
 import torch
@@ -38,44 +36,39 @@ from ddlib.specs import units
 from ddlib.specs.units import shown_frame
 from ddlib.data.datasets import Dataset, load_dataset, reduce_dataset, stratified_split
 from ddlib.data.digest import data_identity, tensor_digest
-from ddlib.specs.keys import definition
+from ddlib.protocols import definition
 from ddlib.engine.device import configure_threads, forget_compiled, resolve_device, run_precision
 from ddlib.scores.metrics import mean_std, near_chance
 from ddlib.data.distilled import DistilledSet, grid_layout, image_grid
 from ddlib.protocols import beyond
 from ddlib.protocols.leakage import strict_from_env
 from ddlib.protocols.placement import NON_GROUP_PARAMS, cell_tags, group_params, run_name  # noqa: F401 (re-exported)
-from ddlib.store.tracking import (TAG, Tracker, as_stored, config_hash, default_tags, file_lock, init_store, owner_tag,
-                            release_store_locks, run_metrics)
+from ddlib.store.hashing import config_hash
+from ddlib.store.liveness import owner_tag
+from ddlib.store.locks import file_lock, release_store_locks
+from ddlib.store.provenance import default_tags
+from ddlib.store.tags import CLASSES_TAG, PRECISION_TAG, SET_DIGEST_TAG, TAG  # noqa: F401  (SET_DIGEST_TAG: tests)
+from ddlib.store.tracking import Tracker, as_stored, init_store, run_metrics
 from ddlib.engine.recipe import Recipe, epochs_trained
-from ddlib.engine.train import AugmentHook, EpochProgress, LossHook, Objective, hook_name, train_and_test
+from ddlib.engine.train import hook_name, train_and_test
 from ddlib.engine.test_pass import forget_test_batches, test_trained
 from ddlib.store.progress import ProgressWriter, writer_from_env
-from ddlib.run.calibrate import epoch_unit
+from ddlib.protocols.evaluation_runs import (CONFUSION_ARTIFACT, MODEL_ARTIFACT, MODEL_STORED_TAG,  # noqa: F401 (re-exported)
+                                             RESULT_KEY_TAG, TRAIN_MODE_TAG, Training, TrainedModel, cached_result,
+                                             count_training, epoch_reporter, fit_digest, load_model, record_eval,
+                                             role_stem, store_model)
+from ddlib.protocols.pace import epoch_unit, planned_seconds
 
-__all__ = ["Cell", "TrainedModel", "group_params", "cell_tags", "device_name"]
+__all__ = ["Cell", "Training", "TrainedModel", "group_params", "cell_tags", "device_name"]
 
-MODEL_ARTIFACT = "model.pt"
-CONFUSION_ARTIFACT = "confusion.json"  # an evaluation's test counts, [true class][predicted class]
-MODEL_STORED_TAG = "ddlib.model_stored"
-TRAIN_MODE_TAG = "ddlib.train_mode"  # sequential / batched: how the loop ran (not part of the key)
-RESULT_KEY_TAG = "ddlib.result_key"
-CLASSES_TAG = "ddlib.num_classes"  # the cell's class count: what "near chance" means (leaderboards' sanity column)
 SANITY_TAG = "ddlib.sanity"  # set where an accuracy that must be well above chance is not (metrics.near_chance)
 TRAININGS_TAG = "ddlib.trainings"  # what the cell trained and reused, per role (JSON): the dry run's calibration
-PRECISION_TAG = "ddlib.precision"  # the precisions the cell's trainings ran in (fp32, bf16): Recipe.precision resolved
 # Every cell of a dataset that holds out a validation split holds out the same one (VALIDATION_SEED,
 # whatever the preset or method): one real-data pool per (dataset, val_fraction), identified by this tag.
 POOL_TAG = "ddlib.pool"
-SET_DIGEST_TAG = "ddlib.set_digest"  # the obtained set's content (ddlib.protocols.common.obtain): in every row key
 # The seed of every cell's validation split: the real-data pool depends on the dataset and the
 # fraction only, never on the preset or method of a cell.
 VALIDATION_SEED = 0
-
-
-def role_stem(role: str) -> str:
-    """A role with its lr candidate starred: ``rdm_hard-lr0.01-val`` -> ``rdm_hard-lr*-val``."""
-    return re.sub(r"-lr[0-9.e+-]*?(?=-[a-z_]|$)", "-lr*", role)
 
 
 def device_name(device: torch.device) -> str:
@@ -88,22 +81,9 @@ def device_name(device: torch.device) -> str:
 
 
 @dataclass
-class TrainedModel:
-    """One trained model's test result (fresh or reused from an earlier run)."""
-
-    role: str
-    seed: int
-    accuracy: float
-    train_seconds: float
-    eval_seconds: float
-    run_id: str
-    reused: bool
-    model: torch.nn.Module | None = field(default=None, repr=False)  # with keep_models=True, in eval mode
-    trained: Any = field(default=None, repr=False)  # hold_models=True: the engine's SeedResult, model kept in memory
-
-
-@dataclass
 class Cell:
+    """One grid cell: its MLflow run, its resolved configuration, its data, and the models it trains or reuses."""
+
     protocol: str
     params: dict
     tracker: Tracker
@@ -119,6 +99,9 @@ class Cell:
     flags: list = field(default_factory=list, repr=False)  # what the numbers must be read with (flag())
     strict: bool = field(default=False, repr=False)  # refuse a set holding test images (protocols.leakage)
     progress_writer: ProgressWriter | None = field(default=None, repr=False)  # for the runner's console (ddlib.store.progress)
+    # the protocol's configuration, resolved and checked once by its open_cell before evaluate runs (a frozen
+    # object: ddlib.protocols.side_plan.SidesPlan for the DD-Ranking protocols); None where there is none
+    resolved: object = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -161,9 +144,7 @@ class Cell:
             if "val_fraction" in params:
                 cell._hold_out(params["val_fraction"])
             if cell.progress_writer is not None:  # the cell's own remaining time on the runner's line
-                from ddlib.run.work import running_plan
-
-                cell.progress_writer.plan(running_plan(protocol, cell.params, device))
+                cell.progress_writer.plan(planned_seconds())  # the runner's plan of its work (ddlib.protocols.pace)
         return cell
 
     def _hold_out(self, fraction: float | None) -> None:
@@ -214,17 +195,20 @@ class Cell:
         """The definition revision every reuse key of this cell holds (:func:`ddlib.specs.keys.definition`)."""
         return definition(self.protocol)
 
-    def scored_on(self, split: str) -> dict:
-        """What a model tested on ``split`` (``test`` or ``val``) is scored against, by content: the
-        dataset's identity (name, normalisation, classes) and the digest of the split's images and labels."""
+    def split_tensors(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The images and labels a model is tested on: ``test`` or ``val`` (the held-out validation split)."""
         if split == "val":
             if self.validation is None:
                 raise ValueError("this cell has no validation split (val_fraction is not set)")
-            images, labels = self.validation
-        elif split == "test":
-            images, labels = self.dataset.test_images, self.dataset.test_labels
-        else:
-            raise ValueError(f"eval_split must be 'test' or 'val', got {split!r}")
+            return self.validation
+        if split == "test":
+            return self.dataset.test_images, self.dataset.test_labels
+        raise ValueError(f"eval_split must be 'test' or 'val', got {split!r}")
+
+    def scored_on(self, split: str) -> dict:
+        """What a model tested on ``split`` (``test`` or ``val``) is scored against, by content: the
+        dataset's identity (name, normalisation, classes) and the digest of the split's images and labels."""
+        images, labels = self.split_tensors(split)
         data = {k: v for k, v in data_identity(self.dataset).items() if k not in ("train", "test")}
         return {"split": split, "data": data, "content": tensor_digest(images, labels)}
 
@@ -315,111 +299,83 @@ class Cell:
 
     # ------------------------------------------------------------------ trained evaluations
 
-    def train_eval(
-        self,
-        role: str | Callable[[float], str],
-        images: torch.Tensor,
-        targets: torch.Tensor,
-        recipe: Recipe,
-        seeds: Sequence[int],
-        *,
-        lrs: Sequence[float] | None = None,
-        model: str | None = None,
-        augment: AugmentHook | None = None,
-        loss: LossHook | None = None,
-        objective: Objective | None = None,
-        preprocess: torch.nn.Module | None = None,
-        model_kwargs: dict | None = None,
-        eval_split: str = "test",
-        keep_models: bool = False,
-        hold_models: bool = False,
-        adopt: dict | None = None,
-        unless_busy: bool = False,
-    ) -> list[TrainedModel] | None:
-        """Train and test one model per seed, reusing any identical evaluation already FINISHED.
+    def train_eval(self, role: str | Callable[[float], str], images: torch.Tensor, targets: torch.Tensor,
+                   recipe: Recipe, seeds: Sequence[int], **options) -> list[TrainedModel] | None:
+        """:meth:`train` of a :class:`~ddlib.protocols.evaluation_runs.Training` (``options``: its other
+        fields: ``lrs``, ``model``, ``augment``, ``loss``, ``objective``, ``preprocess``, ``eval_split``, ...)."""
+        return self.train(Training(role, images, targets, recipe, seeds, **options))
+
+    def train(self, t: Training) -> list[TrainedModel] | None:
+        """Train and test one model per seed of ``t``, reusing any identical evaluation already FINISHED.
 
         ``eval_split="val"`` scores on the cell's held-out validation split (learning-rate search).
         ``objective`` (adversarial training) replaces the loss. Every hook carries its canonical name
         (``.name``: :func:`ddlib.engine.train.hook_name`), which is part of the reuse key: the key is
-        derived from the hook itself, never from a name passed beside it.
-        ``keep_models=True`` returns each seed's model (eval mode, on the cell's device) and stores
-        its weights in MLflow, where later cells find them instead of retraining. ``hold_models=True``
-        keeps each model trained here in memory only (``TrainedModel.trained``: an lr search's
-        candidates). ``adopt`` ({seed: such a held ``SeedResult``}): a seed whose evaluation is not stored
-        yet tests that model on ``eval_split`` instead of training one again (an lr search's model of the
-        chosen lr is the model a training at that lr gives: same seed, data order and recipe; its run
-        says the search's train mode).
-
-        ``lrs`` (one per seed; a seed may repeat) trains run i at ``lrs[i]``, keyed as a call with
-        that lr in the recipe; ``role`` may then be a function of the lr. The runs of one seed train
-        in lockstep (one batch draw and one teacher forward per step for all: an lr search).
-
-        ``unless_busy=True`` returns None at once, doing nothing, while another cell trains the same
-        models (the caller does its own work first and asks again, then waiting for them)."""
-        model = model or self.params["model"]
-        ds = self.dataset
+        derived from the hook itself, never from a name passed beside it. ``keep_models=True`` returns
+        each seed's model (eval mode, on the cell's device) and stores its weights in MLflow, where later
+        cells find them instead of retraining. An adopted model (an lr search's model of the chosen lr is
+        the model a training at that lr gives: same seed, data order and recipe) is tested, not trained
+        again; its run says the search's train mode. The runs of one seed train in lockstep (one batch
+        draw and one teacher forward per step for all: an lr search). ``unless_busy=True`` returns None
+        at once, doing nothing, while another cell trains the same models (the caller does its own work
+        first and asks again, then waiting for them)."""
+        model, ds, images, targets = t.model or self.params["model"], self.dataset, t.images, t.targets
         # "auto" precision means bf16 on some devices and fp32 on others: key what it resolves to here
-        recipe = replace(recipe, precision=run_precision(recipe, self.device, objective is not None))
+        recipe = replace(t.recipe, precision=run_precision(t.recipe, self.device, t.objective is not None))
         self._note_precision(recipe.precision)
-        if eval_split == "val":
-            if self.validation is None:
-                raise ValueError("this cell has no validation split (val_fraction is not set)")
-            eval_images, eval_labels = self.validation
-        elif eval_split == "test":
-            eval_images, eval_labels = ds.test_images, ds.test_labels
-        else:
-            raise ValueError(f"eval_split must be 'test' or 'val', got {eval_split!r}")
-        seeds = [int(s) for s in seeds]
-        lrs = [float(recipe.lr)] * len(seeds) if lrs is None else [float(v) for v in lrs]
+        eval_images, eval_labels = self.split_tensors(t.eval_split)
+        seeds = [int(s) for s in t.seeds]
+        lrs = [float(recipe.lr)] * len(seeds) if t.lrs is None else [float(v) for v in t.lrs]
         if len(lrs) != len(seeds):
             raise ValueError(f"{len(seeds)} seeds but {len(lrs)} learning rates (give one per seed)")
-        role_of = role if callable(role) else (lambda lr: role)
+        role_of = t.role_of
         recipes = {lr: recipe if lr == recipe.lr else replace(recipe, lr=lr) for lr in lrs}
         identity = {
-            "train": tensor_digest(images, targets), "test": self.scored_on(eval_split),
-            "model": model, "model_kwargs": model_kwargs or {}, "recipe": recipe.to_dict(),
-            "augment": hook_name(augment, "none"), "loss": hook_name(loss, "ce"),
-            "preprocess": hook_name(preprocess, "none"), "definition": self.definition(),
+            "train": tensor_digest(images, targets), "test": self.scored_on(t.eval_split),
+            "model": model, "model_kwargs": t.model_kwargs or {}, "recipe": recipe.to_dict(),
+            "augment": hook_name(t.augment, "none"), "loss": hook_name(t.loss, "ce"),
+            "preprocess": hook_name(t.preprocess, "none"), "definition": self.definition(),
         }
-        if fit_digest(preprocess) is not None:  # a fitted preprocessing (ZCA) is keyed by its content
-            identity["preprocess_fit"] = fit_digest(preprocess)
-        if objective is not None:  # only when used, so earlier keys (and their runs) stay valid
-            identity["objective"] = hook_name(objective, "none")
+        if fit_digest(t.preprocess) is not None:  # a fitted preprocessing (ZCA) is keyed by its content
+            identity["preprocess_fit"] = fit_digest(t.preprocess)
+        if t.objective is not None:  # only when used, so earlier keys (and their runs) stay valid
+            identity["objective"] = hook_name(t.objective, "none")
         identities = {lr: {**identity, "recipe": r.to_dict()} for lr, r in recipes.items()}
         group = config_hash([identities[lr] for lr in dict.fromkeys(lrs)])
         runs = list(zip(seeds, lrs))
         keys = [config_hash({**identities[lr], "seed": seed}) for seed, lr in runs]
-        cost = beyond.model_cost(self, model, model_kwargs, images, targets, eval_labels, recipe)
+        cost = beyond.model_cost(self, model, t.model_kwargs, images, targets, eval_labels, recipe)
         unit = None if self.progress_writer is None else epoch_unit(  # one model-epoch's predicted time (ddlib.store.progress)
-            model, images.shape[1:], ds.num_classes, len(targets), recipe, hook_name(augment, "none"), model_kwargs,
-            hook_name(objective, "standard"), self.device)
+            model, images.shape[1:], ds.num_classes, len(targets), recipe, hook_name(t.augment, "none"), t.model_kwargs,
+            hook_name(t.objective, "standard"))
 
         def inputs(i: int) -> list:
             return beyond.datasets(self, role_of(runs[i][1]), images, targets, identity["train"], eval_images, eval_labels,
-                                   eval_split)
+                                   t.eval_split)
 
         def waiting() -> None:
             if self.progress_writer is not None:
                 self.progress_writer.waiting(role_of(lrs[0]), "waiting: another cell trains the same models (then reused)")
 
-        with self.guard(), file_lock(f"eval-{group}", on_wait=waiting, wait=not unless_busy) as held:
+        with self.guard(), file_lock(f"eval-{group}", on_wait=waiting, wait=not t.unless_busy) as held:
             if not held:
                 return None
             found: dict[int, TrainedModel] = {}
             scores: dict[int, tuple[dict, list | None]] = {}  # calibration and fairness, reliability sums
             for i, ((seed, lr), key) in enumerate(zip(runs, keys)):
-                wanted = {TAG["eval_key"]: key, **({MODEL_STORED_TAG: "true"} if keep_models else {})}
+                wanted = {TAG["eval_key"]: key, **({MODEL_STORED_TAG: "true"} if t.keep_models else {})}
                 stored = self.tracker.find_finished(wanted)
                 if stored:
                     m = run_metrics(stored[0])
-                    net = self._load_model(stored[0].info.run_id, model, model_kwargs) if keep_models else None
+                    net = self._load_model(stored[0].info.run_id, model, t.model_kwargs) if t.keep_models else None
                     found[i] = TrainedModel(role_of(lr), seed, m["test_accuracy"], m.get("train_seconds", float("nan")),
-                                          m.get("eval_seconds", float("nan")), stored[0].info.run_id, True, net)
+                                            m.get("eval_seconds", float("nan")), stored[0].info.run_id, True, net)
                     scores[i] = ({k: m.get(k, float("nan")) for k in beyond.SCORES}, None)
             missing = [i for i in range(len(runs)) if i not in found]
-            held = {i: adopt[runs[i][0]] for i in missing if runs[i][0] in (adopt or {})}  # trained elsewhere here
+            held = {i: t.adopt[runs[i][0]] for i in missing if runs[i][0] in (t.adopt or {})}  # trained elsewhere here
             for i, (_seed, lr) in enumerate(runs):
-                self._count_training(role_of(lr), len(targets) * epochs_trained(recipes[lr]), i in missing and i not in held)
+                count_training(self.cache, role_of(lr), len(targets) * epochs_trained(recipes[lr]),
+                               i in missing and i not in held)
             if unit is not None:  # found in the store: work the cell's estimate counted and it will not do
                 self.progress_writer.skipped(unit * epochs_trained(recipe) * (len(runs) - len(missing)))
             if missing:
@@ -427,127 +383,40 @@ class Cell:
                 results = dict(zip(train, train_and_test(
                     model, images, targets, eval_images, eval_labels, num_classes=ds.num_classes,
                     mean=ds.mean, std=ds.std, recipe=recipe, seeds=[runs[i][0] for i in train],
-                    lrs=[runs[i][1] for i in train], augment=augment, loss=loss,
-                    objective=objective, preprocess=preprocess, device=self.device, model_kwargs=model_kwargs,
-                    progress=self.progress, desc=role_of(runs[missing[0]][1]), keep_models=keep_models or hold_models,
-                    on_epoch=self._on_epoch(role_of, unit),
+                    lrs=[runs[i][1] for i in train], augment=t.augment, loss=t.loss,
+                    objective=t.objective, preprocess=t.preprocess, device=self.device, model_kwargs=t.model_kwargs,
+                    progress=self.progress, desc=role_of(runs[missing[0]][1]),
+                    keep_models=t.keep_models or t.hold_models, on_epoch=epoch_reporter(self.progress_writer, role_of, unit),
                 ) if train else []))
-                results.update({i: test_trained(t, model, eval_images, eval_labels, num_classes=ds.num_classes, mean=ds.mean,
-                                                std=ds.std, recipe=recipes[runs[i][1]], preprocess=preprocess,
-                                                device=self.device, model_kwargs=model_kwargs) for i, t in held.items()})
+                results.update({i: test_trained(r, model, eval_images, eval_labels, num_classes=ds.num_classes, mean=ds.mean,
+                                                std=ds.std, recipe=recipes[runs[i][1]], preprocess=t.preprocess,
+                                                device=self.device, model_kwargs=t.model_kwargs) for i, r in held.items()})
                 results = [results[i] for i in missing]
                 for i, r in zip(missing, results):
                     lr = runs[i][1]
-                    run_id, scores[i] = self._record_eval(role_of(lr), keys[i], r, recipes[lr], identity, len(targets),
-                                                          model, model_kwargs, objective, eval_split, cost, inputs(i))
-                    if keep_models:
+                    run_id, scores[i] = record_eval(self, t, role_of(lr), keys[i], r, recipes[lr], identity, cost, inputs(i))
+                    if t.keep_models:
                         self._store_model(run_id, r.model)
-                    net = r.model.eval() if keep_models else None
+                    net = r.model.eval() if t.keep_models else None
                     accuracy = as_stored({"test_accuracy": r.test_accuracy})["test_accuracy"]  # as a reuse reads it
                     found[i] = TrainedModel(role_of(lr), r.seed, accuracy, r.train_seconds, r.eval_seconds,
-                                          run_id, False, net, r if hold_models else None)
-            for i, t in found.items():
-                if eval_split == "test":
-                    times = {"train_seconds": t.train_seconds, "eval_seconds": t.eval_seconds}
-                    beyond.note(self, t.role, t.seed, {**scores[i][0], **cost, **times}, scores[i][1], inputs(i))
+                                            run_id, False, net, r if t.hold_models else None)
+            for i, m in found.items():
+                if t.eval_split == "test":
+                    times = {"train_seconds": m.train_seconds, "eval_seconds": m.eval_seconds}
+                    beyond.note(self, m.role, m.seed, {**scores[i][0], **cost, **times}, scores[i][1], inputs(i))
         return [found[i] for i in range(len(runs))]
 
-    def _record_eval(self, role: str, key: str, r, recipe: Recipe, identity: dict, train_size: int, model: str,
-                     model_kwargs, objective, eval_split: str, cost: dict, inputs: list) -> tuple[str, tuple]:
-        """One trained model's evaluation run (a ``SeedResult`` ``r``): params, tags, metrics, its loss
-        series and confusion matrix. Returns its run id and its (scores, calibration sums)."""
-        ds = self.dataset
-        run_id = self.tracker.start_run(
-            f"{role}-s{r.seed}",  # nested under the cell's run in the MLflow UI
-            params={"role": role, "seed": r.seed, "model": model, "model_kwargs": model_kwargs or {},
-                    "recipe": recipe.to_dict(), "augment": identity["augment"], "loss": identity["loss"],
-                    "objective": hook_name(objective, "none"), "preprocess": identity["preprocess"],
-                    "eval_split": eval_split, "dataset": ds.name, "train_size": train_size,
-                    "train_digest": identity["train"]},
-            tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "eval", TAG["role"]: role,
-                  TAG["eval_key"]: key, TRAIN_MODE_TAG: r.mode},
-            parent_run_id=self.run_id,
-        )
-        scores = (as_stored(beyond.evaluation_scores(r.confusion, r.calibration)), r.calibration)  # as a reuse reads them
-        self.tracker.log_metrics(run_id, {"test_accuracy": r.test_accuracy, "train_seconds": r.train_seconds,
-                                          "eval_seconds": r.eval_seconds, **scores[0], **cost})
-        beyond.log_evaluation(self, run_id, r.calibration, inputs)
-        self.tracker.log_series(run_id, "train_loss", r.epoch_losses)
-        if r.confusion is not None:  # for the report card's confusion matrix
-            self.tracker.log_dict(run_id, {"classes": list(ds.class_names), "matrix": r.confusion}, CONFUSION_ARTIFACT)
-        self.tracker.end_run(run_id)
-        return run_id, scores
-
-    def _count_training(self, role: str, image_epochs: int, trained: bool) -> None:
-        """One model of ``role`` (lr candidates counted under one stem, ``-lr*``): trained or reused."""
-        stem = role_stem(role)
-        entry = self.cache.setdefault("trainings", {}).setdefault(
-            stem, {"models": 0, "trained": 0, "image_epochs": 0, "trained_image_epochs": 0})
-        entry["models"] += 1
-        entry["image_epochs"] += image_epochs
-        if trained:
-            entry["trained"] += 1
-            entry["trained_image_epochs"] += image_epochs
-
-    def _on_epoch(self, role_of: Callable[[float], str], unit: float | None = None) -> Callable[[EpochProgress], None] | None:
-        """The training loop's progress to the runner (the role of the models training now: one name,
-        or an lr search's common stem), where a runner listens; ``unit``: one model-epoch's predicted time."""
-        writer = self.progress_writer
-        if writer is None:
-            return None
-
-        def report(progress: EpochProgress) -> None:
-            names = sorted({role_of(lr) for _, lr in progress.runs})
-            name = names[0] if len(names) == 1 else os.path.commonprefix(names).rstrip("0123456789.-e") + " search"
-            writer(name, progress, unit)
-
-        return report
-
     def _store_model(self, run_id: str, model: torch.nn.Module) -> None:
-        """Log a trained model's weights (a plain state_dict: loadable with ``weights_only=True``)."""
-        with tempfile.TemporaryDirectory(prefix="ddlib-model-") as tmp:
-            file = Path(tmp) / MODEL_ARTIFACT
-            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, file)
-            self.tracker.log_artifact(run_id, file)
-        self.tracker.set_tags(run_id, {MODEL_STORED_TAG: "true"})
+        store_model(self.tracker, run_id, model)
 
     def _load_model(self, run_id: str, model: str, model_kwargs: dict | None) -> torch.nn.Module:
-        """A pooled model: the registry's ``model`` for this cell's data with the run's weights (eval mode)."""
-        from ddlib.protocols.teachers import _quiet_downloads, load_teacher
-
-        with tempfile.TemporaryDirectory(prefix="ddlib-model-") as tmp, _quiet_downloads():
-            local = self.tracker.client.download_artifacts(run_id, MODEL_ARTIFACT, tmp)
-            return load_teacher(model, self.dataset, local, device=self.device, model_kwargs=model_kwargs)
+        return load_model(self, run_id, model, model_kwargs)
 
     def cached_result(self, role: str, identity: dict, compute: Callable[[], dict[str, float]],
                       params: dict | None = None) -> tuple[dict[str, float], bool]:
-        """Metrics of a deterministic computation (an attack on a pooled model, say), computed once.
-
-        ``identity`` must say everything the result depends on (the model's run id, the attack and
-        its parameters, the test images, the seed); the cell's definition revision is added to it.
-        The first call runs ``compute()`` and logs its metrics as a child run tagged with the
-        identity's hash; later calls, in any cell or process, return those metrics. Returns (metrics, reused)."""
-        key = config_hash({**identity, "definition": self.definition()})
-        with self.guard(), file_lock(f"result-{key}"):
-            runs = self.tracker.find_finished({RESULT_KEY_TAG: key})
-            if runs:
-                return run_metrics(runs[0]), True
-            metrics = compute()
-            if not metrics:
-                raise ValueError(f"{role}: the computation returned no result; nothing is cached")
-            run_id = self.tracker.start_run(
-                role, params={"role": role, **(params or {})},
-                tags={**default_tags(self.protocol, str(self.device)), TAG["kind"]: "result", TAG["role"]: role,
-                      RESULT_KEY_TAG: key},
-                parent_run_id=self.run_id)
-            self.tracker.log_metrics(run_id, metrics)
-            self.tracker.end_run(run_id)
-        return as_stored(metrics), False  # the values a later call reads back
-
-
-def fit_digest(hook) -> str | None:
-    """The content digest of a hook fitted on data (a ZCA's ``fit_digest``, set by :meth:`Cell.zca`), or None."""
-    return getattr(hook, "fit_digest", None)
+        """:func:`ddlib.protocols.evaluation_runs.cached_result` in this cell: metrics computed once per store."""
+        return cached_result(self, role, identity, compute, params)
 
 
 def hold_out_validation(dataset: Dataset, fraction: float, seed: int = VALIDATION_SEED) -> tuple[Dataset, tuple]:

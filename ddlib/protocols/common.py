@@ -11,9 +11,12 @@ from ddlib.data.datasets import list_datasets
 from ddlib.data.distilled import DistilledSet
 from ddlib.models import list_models
 from ddlib.data.digest import tensor_digest
-from ddlib.protocols.cell import SET_DIGEST_TAG, Cell
+from ddlib.boards.table import FULL_IPC  # the ipc of a ``full`` cell: all images, shown as "all"
+from ddlib.protocols.cell import Cell
+from ddlib.store.tags import CONSTRUCTION_TAG, SET_DIGEST_TAG
 from ddlib.protocols.leakage import check_set
-from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SEARCHES, LR_SELECT, resolve_preset
+from ddlib.protocols.preset_eval import DEFAULT_MODEL, LR_GRID, LR_POLICIES, LR_SEARCHES, LR_SELECT
+from ddlib.protocols.side_plan import resolve_preset
 from ddlib.protocols.spec import Param
 from ddlib.methods.sources import MODEL_KINDS, obtain_set, resolve_source, validate_source
 from ddlib.engine.recipe import Recipe
@@ -23,7 +26,8 @@ from ddlib.specs.shown import shown
 SET_PARAMS = {
     "dataset": Param("digits", "the real dataset (digits, mnist, cifar10, ..., imagefolder:<path>)"),
     "data_root": Param(None, "where the dataset is (null: $DDLIB_DATA); a folder, archive or file", "str"),
-    "method": Param("random", "the set: random, kcenter, kcenter_greedy, herding, forgetting, el2n, dm, full, or a grid method"),
+    "method": Param("random", "the set: a built-in method (random, kcenter, herding, el2n, aum, ccs, dm, ...), full, "
+                              "or a grid method"),
     "source": Param(None, "where the set comes from (null: the built-in method); the runner fills it from "
                           "the grid's methods section", "dict"),
     "ipc": Param(1, "images per class"),
@@ -57,10 +61,10 @@ PRESET_PARAMS = {
 
 
 MAX_SEED = 2**32 - 1  # NumPy's RandomState takes no more; torch's generators take up to 2**64 - 1
-FULL_IPC = 0  # the ipc of a ``full`` cell: all images (shown as "all" in leaderboards)
 
 
 def positive_int(value) -> bool:
+    """Whether ``value`` is an int >= 1 (a bool is not a count)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
@@ -75,6 +79,7 @@ def check_device(device) -> None:
 
 
 def check_weight(p: dict, key: str) -> None:
+    """Refuse a score weight (``w``, ``gamma``) outside [0, 1], naming the key."""
     if not isinstance(p[key], (int, float)) or isinstance(p[key], bool) or not 0 <= p[key] <= 1:
         raise ValueError(f"{key} must be a number in [0, 1], got {p[key]!r}")
 
@@ -231,9 +236,27 @@ def obtain(cell: Cell) -> DistilledSet:
         if distilled.zca_space:
             distilled = _from_zca_space(cell, distilled)
         cell.tracker.set_tags(cell.run_id, {SET_DIGEST_TAG: set_digest(distilled)})
+        log_construction(cell, distilled)
         cell.log_set(distilled, "distilled")
         check_set(cell, distilled)
     return distilled
+
+
+def log_construction(cell: Cell, distilled: DistilledSet) -> None:
+    """What the set cost to make (:mod:`ddlib.methods.cost`), on the cell's run: measured seconds and FLOPs for a
+    built-in method, the declared GPU hours for another; the device as a tag. Metrics only: no key changes."""
+    made = distilled.provenance.get("construction") if isinstance(distilled.provenance, dict) else None
+    if not made:
+        return
+    tags = {CONSTRUCTION_TAG: "declared" if made.get("declared") else "measured"}
+    if made.get("device"):
+        tags[f"{CONSTRUCTION_TAG}.device"] = made["device"]
+    if made.get("seconds_unknown_parts"):
+        tags[f"{CONSTRUCTION_TAG}.unknown_parts"] = made["seconds_unknown_parts"]
+    values = {"construction_seconds": made.get("seconds"), "construction_flops": made.get("flops"),
+              "construction_gpu_hours": made.get("gpu_hours")}
+    cell.tracker.set_tags(cell.run_id, tags)
+    cell.tracker.log_metrics(cell.run_id, {k: float(v) for k, v in values.items() if v is not None})
 
 
 def _from_zca_space(cell: Cell, distilled: DistilledSet) -> DistilledSet:

@@ -22,7 +22,7 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import BEYOND_COLUMNS, IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_cell_convnets,
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, TrainingCondition, accuracy_rows, check_augment, check_cell_convnets,
                                      check_recipe_params, convnet_for_images, setting_recipe, mean_std_table,
                                      train_settings)
 from ddlib.methods.sources import full_set
@@ -39,10 +39,11 @@ SPEC = ProtocolSpec(
         "full_data": Param(True, "also train on the whole training set (once, reused): the reference line"),
     },
     boards=(Board("compression", "DC-Bench: accuracy against images per class",
-                  "ddlib.report.dcbench:compression_leaderboard", "acc_set", "accuracy of the set",
+                  "ddlib.protocols.dcbench_boards:compression_leaderboard", "acc_set", "accuracy of the set",
                   columns=(("acc_set", "accuracy of the set"), ("acc_full", "full training set"),
                            ("relative", "accuracy relative to the full training set"), *BEYOND_COLUMNS),
-                  variant=("model",)),),
+                  variant=("model",), heading="DC-Bench: accuracy (%) against images per class",
+                  section="ddlib.protocols.dcbench_boards:section", pages=("accuracy_vs_ipc",)),),
     headline="compression",
     history=("2: DSA (1000 epochs) by default, as DC-Bench's tables (was: no augmentation)",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
@@ -56,6 +57,7 @@ PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
+    """Check a compression cell's params before anything runs (one-line errors naming the key)."""
     p = validate_set_params(PROTOCOL, PARAMS, params)
     convnet_for_images(p, params)
     check_recipe_params(p)
@@ -78,21 +80,23 @@ class CompressionResult(Result):
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
+    """Open the compression cell's MLflow run, its configuration resolved and checked before the set is obtained."""
     cell = Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
     check_cell_convnets(cell, [cell.params["model"]])
     return cell
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> CompressionResult:
+    """Train, test and score: DC-Bench's accuracy of the set against random and K-Center at its IPC (the cell's Result)."""
     p, ds = cell.params, cell.dataset
     recipe = setting_recipe(p, p["augment"])
     real_recipe = setting_recipe(p, p["augment"], full=True)
     with cell.guard():
-        rows = accuracy_rows(train_settings(cell, distilled, [Setting("set", p["model"], recipe, p["augment"])]),
+        rows = accuracy_rows(train_settings(cell, distilled, [TrainingCondition("set", p["model"], recipe, p["augment"])]),
                              p["seeds"])
         if p["full_data"]:
-            real = accuracy_rows(train_settings(cell, full_set(ds), [Setting("full", p["model"], real_recipe, p["augment"])],
-                                                  role="real"), p["seeds"])
+            full = TrainingCondition("full", p["model"], real_recipe, p["augment"])
+            real = accuracy_rows(train_settings(cell, full_set(ds), [full], role="real"), p["seeds"])
             for row, ref in zip(rows, real):
                 row["acc_full"] = ref["acc_full"]
                 row["relative"] = row["acc_set"] / ref["acc_full"] if ref["acc_full"] > 0 else float("nan")

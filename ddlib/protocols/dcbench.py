@@ -3,7 +3,7 @@
 DC-Bench (Cui et al., NeurIPS 2022 Datasets & Benchmarks) looks at a distilled set through
 several lenses that differ only in how the set is trained: under which augmentation
 (``augmentation``), at which size (``compression``), on which architecture (``transfer``). Each
-lens is a list of :class:`Setting` given to :func:`train_settings`, which trains every
+lens is a list of :class:`TrainingCondition` given to :func:`train_settings`, which trains every
 condition with the one training loop through :meth:`ddlib.protocols.cell.Cell.train_eval` (so identical
 trainings are reused across cells and protocols).
 
@@ -37,7 +37,7 @@ from ddlib.protocols.spec import Param
 from ddlib.protocols.common import positive_int, check_recipe
 from ddlib.engine.recipe import Recipe
 
-__all__ = ["DCBENCH_RECIPE", "RECIPE_PARAMS", "Setting", "train_settings", "check_recipe_params", "augment_label",
+__all__ = ["DCBENCH_RECIPE", "RECIPE_PARAMS", "TrainingCondition", "train_settings", "check_recipe_params", "augment_label",
            "setting_recipe", "accuracy_rows", "best_by_mean", "DEEPER_CONVNET", "convnet_for_images",
            "check_convnet_depth", "check_cell_convnets"]
 
@@ -93,8 +93,9 @@ def check_cell_convnets(cell: Cell, models: list[str], key: str = "model") -> No
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One way of training the set: a label (the metric is ``acc_<label>``), model, recipe, augmentation spec."""
+class TrainingCondition:
+    """One condition a set is trained under, one DC-Bench column: a label (the metric is ``acc_<label>``),
+    model, recipe, augmentation spec."""
 
     label: str
     model: str
@@ -149,7 +150,7 @@ def setting_recipe(p: dict, augment, full: bool | None = None, base: Recipe | No
     return recipe
 
 
-def train_settings(cell: Cell, subset: DistilledSet, conditions: list[Setting], role: str = "syn",
+def train_settings(cell: Cell, subset: DistilledSet, conditions: list[TrainingCondition], role: str = "syn",
                      keep_models: bool = False, eval_split: str = "test") -> dict[str, list[TrainedModel]]:
     """Train ``subset`` under every condition for the cell's seeds: ``{label: [TrainedModel per seed]}``,
     scored on the test set or (``eval_split="val"``) on the cell's held-out validation split."""

@@ -103,7 +103,7 @@ def set_leakage(params: dict) -> str | None:
     validation split, flags the cell, and in strict mode refuses it."""
     from ddlib.data.datasets import load_dataset
     from ddlib.data.distilled import needs_unpickling
-    from ddlib.data.leakage import digests, find_overlap
+    from ddlib.data.overlap import digests, find_overlap
 
     source = params.get("source") or {}
     if source.get("kind") != "file" or source.get("zca_space"):

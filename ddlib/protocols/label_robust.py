@@ -64,6 +64,7 @@ from ddlib.protocols.spec import BEYOND_COLUMNS, IDENTITY_REVISION, LAYOUT_REVIS
 from ddlib.protocols.common import (PRESET_PARAMS, SET_PARAMS, check_recipe, check_weight, obtain,
                                     validate_common)
 from ddlib.protocols.preset_eval import SideTrainer
+from ddlib.protocols.side_plan import resolve_sides
 
 __all__ = ["PROTOCOL", "PARAMS", "validate", "open_cell", "obtain", "evaluate", "LabelRobustResult"]
 
@@ -80,7 +81,7 @@ SPEC = ProtocolSpec(
         "matched_compute": Param(False, "also the random subset trained for the set's images seen (ior_matched)"),
         **PRESET_PARAMS,
     },
-    boards=(Board("lrs", "DD-Ranking: Label-Robust Score", "ddlib.report.ddranking:lrs_leaderboard", "lrs", "LRS",
+    boards=(Board("lrs", "DD-Ranking: Label-Robust Score", "ddlib.protocols.ddranking_boards:lrs_leaderboard", "lrs", "LRS",
                   columns=(("acc_syn_any", "accuracy under the method's own preset (acc_syn_any)"),
                        ("acc_syn_hard", "accuracy, hard labels (acc_syn_hard)"),
                        ("acc_rdm_any", "random subset, same evaluation (acc_rdm_any)"),
@@ -90,7 +91,9 @@ SPEC = ProtocolSpec(
                        ("acc_rdm_matched", "random subset trained for the set's images seen (matched_compute)"),
                        ("ior_matched", "IOR against it: acc_syn_any - acc_rdm_matched (matched_compute)"),
                        *BEYOND_COLUMNS),
-                  variant=("model", "preset", "w"), weight="w"),),
+                  variant=("model", "preset", "w"), weight="w", section="ddlib.protocols.ddranking_boards:section",
+                  pages=("radar", "accuracy_vs_ipc", "sweep"),
+                  heading="DD-Ranking: Label-Robust Score{weight}; accuracies in %, differences in points, scores 0-100"),),
     headline="lrs",
     history=("2: hard side under the preset's evaluation, per-seed random subsets, teacher labels for the random side "
              "of stored-soft-label presets, learned lr, lr_policy, one real-data pool, ZCA-space sets",
@@ -125,7 +128,12 @@ class LabelRobustResult(Result):
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
-    return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
+    """The cell, its sides resolved and checked once (:func:`ddlib.protocols.side_plan.resolve_sides`)."""
+    cell = Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
+    with cell.guard():
+        recipe = Recipe.from_dict(cell.params["recipe"])
+        cell.resolved = resolve_sides(cell, recipe, Recipe.from_dict(cell.params["real_recipe"], base=recipe))
+    return cell
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
@@ -134,22 +142,21 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> LabelRobustResult:
     p, seeds = cell.params, cell.params["seeds"]
     with cell.guard():
         ev = SideTrainer(cell)
-        recipe = Recipe.from_dict(p["recipe"])
-        real_recipe = Recipe.from_dict(p["real_recipe"], base=recipe)
+        plan, real_recipe = ev.plan, ev.plan.real_recipe
         syn_sets = {s: distilled for s in seeds}
         rdm_sets = ev.random_subsets(distilled.ipc, seeds)
-        hard = ev.hard_setting(recipe)
+        hard = plan.hard
         syn = ev.run("syn_hard", "syn", syn_sets, hard, seeds, "distilled")  # first: a broken set fails here
         # The full-data reference, shared by every cell of the data: next, by the first cell that needs
         # it; a cell that finds another training it does its own sides first, then waits for it.
         real = ev.run_real("real_hard", real_recipe, seeds, unless_busy=True)
-        hard_only = ev.preset is None or ev.preset.label_type == "hard"
+        hard_only = plan.hard_only
         # the random subset's hard-label accuracy is a score's input only where it is the "any" side
         rdm = ev.run("rdm_hard", "rdm", rdm_sets, hard, seeds, "random subset") if hard_only else None
         if hard_only:
             syn_any, rdm_any = syn, rdm  # one accuracy under the method's own (hard-label) evaluation
         else:
-            own = ev.own_setting()
+            own = plan.own
             syn_any = ev.run("syn_any", "syn", syn_sets, own, seeds, "distilled")
             rdm_any = ev.run("rdm_any", "rdm", rdm_sets, own, seeds, "random subset")
         matched = matched_random(ev, distilled, rdm_sets, rdm_any, hard if hard_only else own, seeds) \

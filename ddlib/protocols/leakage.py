@@ -1,6 +1,6 @@
 """Every set a cell obtains is checked against the dataset's test split (the whole split, also where
 ``test_size`` reduces the one the cell scores on) and the cell's validation split
-(:func:`ddlib.data.leakage.find_overlap`: exact copies and near-duplicates) before anything trains.
+(:func:`ddlib.data.overlap.find_overlap`: exact copies and near-duplicates) before anything trains.
 
 What is recorded on the cell run (tags, so that no per-seed reader takes them for values):
 ``ddlib.leakage_test_exact`` / ``_near`` / ``_dataset`` and ``ddlib.leakage_val_exact`` / ``_near``
@@ -26,12 +26,12 @@ from pathlib import Path
 import torch
 
 from ddlib.data.distilled import DistilledSet
-from ddlib.data.leakage import MEASURE, Overlap, digests, find_overlap
+from ddlib.data.overlap import MEASURE, Overlap, digests, find_overlap
+from ddlib.store.tags import LEAKAGE_TAG
 
 __all__ = ["LEAKAGE_TAG", "STRICT_ENV", "STRICT_TAG", "LeakageRefused", "check_set", "strict_from_env",
            "test_leaked", "pairs_grid"]
 
-LEAKAGE_TAG = "ddlib.leakage"  # one line where images leaked: the leaderboards' sanity column shows it
 STRICT_TAG = "ddlib.strict"  # "1" on a cell run in strict mode
 STRICT_ENV = "DDLIB_STRICT"
 SPLIT_NAMES = {"test": "test", "val": "validation"}

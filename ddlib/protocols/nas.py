@@ -38,7 +38,7 @@ from ddlib.data.distilled import DistilledSet
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, positive_int, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, check_augment, check_recipe_params, setting_recipe,
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, TrainingCondition, check_augment, check_recipe_params, setting_recipe,
                                      train_settings)
 from ddlib.engine.recipe import Recipe
 
@@ -75,12 +75,14 @@ SPEC = ProtocolSpec(
         "C": Param(16, "channels of the first stage"),
         "N": Param(1, "cells per stage: 1 is DC-Bench's 3-cell proxy (NAS-Bench-201 trains 5)"),
     },
-    boards=(Board("nas", "DC-Bench: neural architecture search on the set", "ddlib.report.dcbench:nas_leaderboard",
+    boards=(Board("nas", "DC-Bench: neural architecture search on the set",
+                  "ddlib.protocols.dcbench_boards:nas_leaderboard",
                   "spearman", "NAS Spearman rho",
                   columns=(("spearman", "Spearman rho (proxy vs ground truth)"), ("kendall", "Kendall tau"),
                            ("top1", "ground-truth accuracy of the proxy's top architecture (%)"),
                            ("best_possible", "best ground-truth accuracy in the sample (%)")),
-                  variant=("num_archs", "arch_seed", "C", "N")),),
+                  variant=("num_archs", "arch_seed", "C", "N"),
+                  heading="DC-Bench: NAS rank correlation (rho, tau) and Top-1 ground truth (%)"),),
     headline="nas", takes_set=False, path_params=("ground_truth",),
     history=("2: validation split, seed-averaged proxy, DC-Bench's proxy recipe, uniform sampling",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
@@ -93,6 +95,7 @@ PROTOCOL, REVISION, PARAMS, PATH_PARAMS = SPEC.name, SPEC.revision, SPEC.default
 
 
 def validate(params: dict) -> dict:
+    """Check a nas cell's params before anything runs (one-line errors naming the key)."""
     p = validate_set_params(PROTOCOL, PARAMS, params)
     check_recipe_params(p, base=PROXY_RECIPE)
     check_augment(p["augment"], "augment")
@@ -130,6 +133,7 @@ class NasResult(Result):
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
+    """Open the nas cell's MLflow run, its configuration resolved and checked before the set is obtained."""
     p = validate(params)
     return Cell.open(PROTOCOL, p, run_id=run_id, experiment=experiment)
 
@@ -157,7 +161,7 @@ def evaluate(cell: Cell, distilled: DistilledSet, architectures: pd.DataFrame | 
     with cell.guard():
         archs = sample(cell) if architectures is None else architectures
         kwargs = {"C": p["C"], "N": p["N"], "cell_affine": CELL_AFFINE}
-        conditions = [Setting(arch_key(i), MODEL, recipe, p["augment"], {"arch": a, **kwargs})
+        conditions = [TrainingCondition(arch_key(i), MODEL, recipe, p["augment"], {"arch": a, **kwargs})
                       for i, a in enumerate(archs["arch"])]
         evaluations = train_settings(cell, distilled, conditions, role="nas", eval_split="val")
         table = archs[["arch", "accuracy"]].rename(columns={"accuracy": "ground_truth"}).copy()

@@ -8,7 +8,8 @@ from __future__ import annotations
 from ddlib.specs.keys import ENGINE_REVISION, LATER_PARAM_DEFAULTS, without_later_defaults
 from ddlib.methods.sources import RENAMED_KEYS
 from ddlib.protocols.inputs import input_digests
-from ddlib.store.tracking import TAG, config_hash
+from ddlib.store.hashing import config_hash
+from ddlib.store.tags import TAG
 
 __all__ = ["NON_GROUP_PARAMS", "group_params", "cell_tags", "run_name"]
 

@@ -2,11 +2,11 @@
 evaluation from its preset), the random subsets, the teachers' labels and the learning-rate policy.
 
 Shared by the Label-Robust and Augmentation-Robust protocols. The distilled set and the random
-subset of a comparison go through the same :class:`Setting` (model, recipe, augmentation, ZCA,
+subset of a comparison go through the same :class:`~ddlib.protocols.side_plan.SideSetting` (model, recipe, augmentation, ZCA,
 labels and loss), so the only differences between the two sides are the images and, where the
 policy says so, the learning rate.
 
-Settings:
+Settings (resolved once when the cell opens: :func:`ddlib.protocols.side_plan.resolve_sides`):
 
 * **hard** (HLR and the hard-label IOR): hard labels with cross-entropy. With a preset, the preset's
   recipe, augmentation, ZCA and student model (DD-Ranking measures a hard-label method under its
@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -92,11 +92,12 @@ from ddlib.engine.recipe import Recipe
 from ddlib.engine.train import hook_name
 from ddlib.methods.select import baseline_subset
 from ddlib.protocols.cell import Cell, TrainedModel
-from ddlib.protocols.presets import Preset, load_preset
+from ddlib.protocols.presets import Preset
+from ddlib.protocols.side_plan import (SideSetting, SidesPlan, preset_augment, resolve_preset,  # noqa: F401 (re-exported)
+                                       teacher_recipe)
 
-__all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "LR_SEARCHES", "DEFAULT_MODEL", "halving_rungs", "pick_lr", "resolve_preset",
-           "preset_augment",
-           "Setting", "LrPlan", "lr_plan", "teacher_recipe", "SideTrainer"]
+__all__ = ["LR_GRID", "LR_SELECT", "LR_POLICIES", "LR_SEARCHES", "DEFAULT_MODEL", "halving_rungs", "pick_lr",
+           "LrPlan", "lr_plan", "SideTrainer"]
 
 LR_GRID = [0.001, 0.005, 0.01, 0.05, 0.1]  # DD-Ranking's grid (soft_label.py, hard_label.py, aug_robust.py)
 LR_SELECT = ("validation", "test")
@@ -105,54 +106,16 @@ LR_SEARCHES = ("full", "halving")
 DEFAULT_MODEL = "convnet"  # the student when neither the grid nor the preset names one
 
 
-def resolve_preset(spec) -> Preset | None:
-    """``None`` (hard labels only), a preset name (``params/methods/<name>.yaml``) or a path."""
-    if spec is None:
-        return None
-    return load_preset(spec)
-
-
-def teacher_recipe(preset: Preset | None, grid: dict) -> tuple[Recipe, str]:
-    """How the teachers train: the preset's ``labels.teacher.recipe`` overrides, then the grid's
-    ``teacher_recipe`` overrides over those (the grid wins for every key it names), on the Recipe
-    defaults (DC's recipe). Returns the recipe and a note saying where each overridden key came from."""
-    own = dict((preset.teacher or {}).get("recipe") or {}) if preset is not None else {}
-    recipe = Recipe.from_dict({**own, **grid})
-    where = [f"{k}={v} (grid teacher_recipe{', over the preset' if k in own else ''})" for k, v in grid.items()]
-    where += [f"{k}={v} (preset {preset.name} labels.teacher.recipe)" for k, v in own.items() if k not in grid]
-    return recipe, "; ".join(where) + ("; " if where else "") + "every other key: the Recipe defaults (DC's recipe)"
-
-
-@dataclass
-class Setting:
-    """How a set is trained and tested: everything but the images, their labels and the lr."""
-
-    name: str  # "hard", "own", "own, no augmentation"
-    recipe: Recipe
-    model: str
-    preset: Preset | None  # its labels, unless ``hard``
-    hard: bool  # hard labels with cross-entropy
-    augment: object = field(default=None, repr=False)  # hooks carry their canonical names (hook_name)
-    preprocess: torch.nn.Module | None = field(default=None, repr=False)
-    own: bool = False  # the method's own evaluation (where a learned lr applies)
-
-    @property
-    def augment_name(self) -> str:
-        return hook_name(self.augment, "none")
-
-    @property
-    def preprocess_name(self) -> str:
-        return hook_name(self.preprocess, "none")
-
-
 @dataclass(frozen=True)
 class LrPlan:
+    """How one side gets its learning rate: searched over the grid, or fixed (and where the value comes from)."""
+
     search: bool
     lr: float  # when not searching
     source: str  # where ``lr`` comes from, or why the search runs
 
 
-def lr_plan(policy: str, setting: Setting, side: str, learned_lr: float | None, grid: Sequence[float],
+def lr_plan(policy: str, setting: SideSetting, side: str, learned_lr: float | None, grid: Sequence[float],
             split: str = "val") -> LrPlan:
     """Which lr a side trains at (``side``: ``syn`` the distilled set, ``rdm`` the random subset;
     ``learned_lr``: the lr the set ships, if any) under ``policy`` (see the module docstring)."""
@@ -174,18 +137,6 @@ def lr_plan(policy: str, setting: Setting, side: str, learned_lr: float | None, 
     return LrPlan(False, setting.recipe.lr, f"{own_lr} (the method's own)")
 
 
-def preset_augment(preset: Preset, with_augment: bool, mean, std, num_classes: int):
-    """The augmentation hook a preset trains with (None without). Under online relabelling the
-    label-mixing ops leave the targets alone (:func:`ddlib.engine.labels.teacher_augment`): the
-    teachers label the mixed images, and ``mse_ce``'s CE term sees the images' own labels, as in
-    DD-Ranking's ``train_one_epoch``."""
-    from ddlib.engine.augment import create_augment
-    from ddlib.engine.labels import teacher_augment
-
-    augment = create_augment(preset.augment if with_augment else [], mean=mean, std=std, num_classes=num_classes)
-    return teacher_augment(augment) if preset.label_type == "teacher" else augment
-
-
 def pick_lr(scores: dict[float, float]) -> float:
     """The best-scoring lr; ties go to the smaller lr."""
     return max(scores, key=lambda c: (scores[c], -c))
@@ -201,53 +152,25 @@ class SideTrainer:
     learning-rate policy, labels sets with teachers, and logs what each side used."""
 
     def __init__(self, cell: Cell):
-        p = cell.params
+        plan = cell.resolved
+        if not isinstance(plan, SidesPlan):
+            raise ValueError("this cell's sides are not resolved: open it with its protocol's open_cell")
         self.cell = cell
-        self.preset = resolve_preset(p["preset"])
-        self.policy = p["lr_policy"]
-        self.split = "val" if p["lr_select"] == "validation" else "test"
-        self.grid = [float(v) for v in p["lr_grid"]]
-        self.epochs = p["preset_epochs"]
-        self.teacher_recipe, self.teacher_recipe_note = teacher_recipe(self.preset, p["teacher_recipe"])
-        self.checkpoints = p["teacher_checkpoints"]
-        self.search_mode = p.get("lr_search", "full")
+        self.plan = plan
+        self.preset = plan.preset
+        self.policy = plan.policy
+        self.split = plan.split
+        self.grid = list(plan.grid)
+        self.search_mode = plan.search_mode
         self.searches = {"run": 0, "reused": 0}  # lr searches of this cell: run here, reused from another cell
         self.rows: list[dict] = []  # one per trained side: what it used (the notebook's table)
-        cell.tracker.set_tags(cell.run_id, {"ddlib.lr_policy": self.policy + (
-            f"; searches scored on the {'validation split' if self.split == 'val' else 'TEST set, as the peer does'}"
-            if self.policy != "fixed" else "")})
-        if self.policy != "fixed":
-            cell.tracker.set_tags(cell.run_id, {"ddlib.lr_search": self.search_mode})
-
-    # ------------------------------------------------------------------ settings
-
-    def _from_preset(self, name: str, preset: Preset, with_augment: bool, own: bool) -> Setting:
-        recipe = preset.recipe if self.epochs is None else replace(preset.recipe, epochs=self.epochs)
-        ds = self.cell.dataset
-        augment = preset_augment(preset, with_augment, ds.mean, ds.std, ds.num_classes)
-        return Setting(name, recipe, self.cell.params["model"], preset, preset.label_type == "hard",
-                       augment, self.cell.zca() if preset.zca else None, own)
-
-    def hard_setting(self, recipe: Recipe) -> Setting:
-        """Hard labels: the preset's recipe, augmentation, ZCA and model; without one, ``recipe``."""
-        if self.preset is None:
-            return Setting("hard", recipe, self.cell.params["model"], None, True)
-        hard = self.preset.hard_label_variant()
-        return self._from_preset("hard", hard, True, own=self.preset.label_type == "hard")
-
-    def own_setting(self, with_augment: bool = True) -> Setting:
-        """The preset as the method evaluates (its labels); ``with_augment=False`` drops its augmentation."""
-        if self.preset is None:
-            raise ValueError("the method's own evaluation needs a preset")
-        name = "own" if with_augment else "own, no augmentation"
-        return self._from_preset(name, self.preset, with_augment, own=True)
 
     # ------------------------------------------------------------------ sets
 
     def random_subsets(self, ipc: int, seeds: Sequence[int]) -> dict[int, DistilledSet]:
         """The random subset of each evaluation seed (``baseline_seed``: one subset for all), logged once
         each; drawn from the baselines' own stream (:func:`ddlib.methods.select.baseline_subset`)."""
-        fixed = self.cell.params["baseline_seed"]
+        fixed = self.plan.baseline_seed
         cache = self.cell.cache.setdefault("random_subsets", {})
         out = {}
         for seed in seeds:
@@ -262,19 +185,16 @@ class SideTrainer:
         from ddlib.engine.labels import TeacherRelabel
         from ddlib.protocols.teachers import get_teachers
 
-        archs = preset.teacher_archs()
-        checkpoints = self.checkpoints
-        if checkpoints is not None and len(checkpoints) != len(archs):
-            raise ValueError(f"teacher_checkpoints: the preset has {len(archs)} teacher(s) {archs}, "
-                             f"but {len(checkpoints)} checkpoint(s) were given")
-        key = ("teachers", tuple(archs), self.teacher_recipe, tuple(checkpoints or ()), repr(preset.loss))
+        archs, teacher = preset.teacher_archs(), self.plan.teacher  # checked against the checkpoints: resolve_sides
+        checkpoints = teacher.checkpoints
+        key = ("teachers", tuple(archs), teacher.recipe, tuple(checkpoints or ()), repr(preset.loss))
         cell = self.cell
         if key not in cell.cache:
             if checkpoints is None:
-                cell.tracker.set_tags(cell.run_id, {"ddlib.teacher_recipe": self.teacher_recipe_note[:4900]})
+                cell.tracker.set_tags(cell.run_id, {"ddlib.teacher_recipe": teacher.note[:4900]})
             teachers = []
             for seed, arch in enumerate(archs):  # one seed (or checkpoint) per ensemble member
-                teachers += get_teachers(cell.dataset, arch, 1, self.teacher_recipe, seeds=[seed], device=cell.device,
+                teachers += get_teachers(cell.dataset, arch, 1, teacher.recipe, seeds=[seed], device=cell.device,
                                          progress=cell.progress, protocol=cell.protocol,
                                          checkpoint=checkpoints[seed] if checkpoints is not None else None)
             cell.cache[key] = TeacherRelabel(teachers, loss=preset.loss)
@@ -301,32 +221,30 @@ class SideTrainer:
                 self.cell.tracker.log_artifact(self.cell.run_id, file, "teacher_labels")
         return cache[key]
 
-    def _labels(self, setting: Setting, subset: DistilledSet, name: str):
-        """(targets, loss hook, loss name, what the labels are) for ``subset`` under ``setting``."""
-        from ddlib.engine.labels import create_loss, stored_targets
+    def _labels(self, setting: SideSetting, subset: DistilledSet, name: str):
+        """(targets, loss hook, what the labels are) for ``subset`` under ``setting`` (its resolved labels)."""
+        from ddlib.engine.labels import stored_targets
 
+        labels = setting.labels
         if setting.hard:
             return subset.labels, None, "hard labels"
-        preset = setting.preset
-        if preset.label_type == "teacher":
-            hook = self._teacher_hook(preset)
+        if labels.kind == "teacher":
+            hook = self._teacher_hook(setting.preset)
             return subset.labels, hook, f"relabelled online by {len(hook.teachers)} teacher(s)"
-        loss = create_loss(preset.loss)[0].stored()
-        temperature = preset.loss.get("temperature", 1.0)
         if subset.soft_labels is not None:
-            return stored_targets(subset, temperature=temperature), loss, "soft labels shipped with the set"
-        labelled = replace(subset, soft_labels=self.teacher_logits(subset, preset, name))
-        note = f"teacher logits ({'+'.join(preset.teacher_archs())}), computed once (artifact teacher_labels/{name}.pt)"
-        return stored_targets(labelled, temperature=temperature), loss, note
+            return stored_targets(subset, temperature=labels.temperature), labels.loss, "soft labels shipped with the set"
+        labelled = replace(subset, soft_labels=self.teacher_logits(subset, setting.preset, name))
+        note = f"teacher logits ({'+'.join(labels.teacher_archs)}), computed once (artifact teacher_labels/{name}.pt)"
+        return stored_targets(labelled, temperature=labels.temperature), labels.loss, note
 
     # ------------------------------------------------------------------ learning rates
 
-    def lr_plan(self, setting: Setting, side: str, subset: DistilledSet) -> LrPlan:
+    def lr_plan(self, setting: SideSetting, side: str, subset: DistilledSet) -> LrPlan:
         return lr_plan(self.policy, setting, side, subset.learned_lr, self.grid, self.split)
 
     # ------------------------------------------------------------------ training a side
 
-    def run(self, role: str, side: str, subsets: dict[int, DistilledSet], setting: Setting,
+    def run(self, role: str, side: str, subsets: dict[int, DistilledSet], setting: SideSetting,
             seeds: Sequence[int], set_name: str) -> list[TrainedModel]:
         """Train every seed's subset under ``setting`` at the lr the policy gives; one evaluation per seed."""
         cell = self.cell
@@ -366,22 +284,20 @@ class SideTrainer:
         })
         return results
 
-    def search(self, role: str, subset: DistilledSet, targets: torch.Tensor, setting: Setting, seed: int,
+    def search(self, role: str, subset: DistilledSet, targets: torch.Tensor, setting: SideSetting, seed: int,
                loss, common: dict) -> tuple[float, bool, object]:
         """The lr of one seed's search, whether another cell had already searched it, and, when the
         search trained here, its model of that lr (the engine's ``SeedResult``, else None). The search
         is a cached result keyed by everything it trains (not by the method or the cell) and the split's
         content it is scored on (with the cell's definition revision: :meth:`Cell.cached_result`), so the
         random subset of one (dataset, IPC, preset, seed, pool) is searched once per store."""
-        from ddlib.engine.device import run_precision
+        from ddlib.protocols.evaluation_runs import fit_digest
 
         cell = self.cell
-        from ddlib.protocols.cell import fit_digest
-
-        recipe = replace(setting.recipe, precision=run_precision(setting.recipe, cell.device))
+        recipe = setting.recipe  # its precision resolved for the cell's device (resolve_sides)
         identity = {
             "kind": "lr_search", "mode": self.search_mode, "grid": self.grid, "seed": seed,
-            "train": tensor_digest(subset.images, targets), "scored_on": cell.scored_on(self.split),
+            "train": tensor_digest(subset.images, targets), "scored_on": self.plan.scored_on,
             "model": setting.model, "recipe": {k: v for k, v in recipe.to_dict().items() if k != "lr"},
             "augment": setting.augment_name, "loss": hook_name(loss, "ce"), "preprocess": setting.preprocess_name,
             **({"preprocess_fit": fit_digest(setting.preprocess)} if fit_digest(setting.preprocess) else {}),
@@ -423,36 +339,17 @@ class SideTrainer:
         tracker.set_tags(run_id, {"ddlib.lr_search": f"{self.search_mode}: {self.searches['run']} run, "
                                                      f"{self.searches['reused']} reused from other cells"})
 
-    def real_preprocess(self):
-        """The full-data reference's input: ZCA-whitened where the preset whitens (DD-Ranking trains
-        and tests its real side on ``get_dataset(use_zca)``'s whitened ``dst_train``: DATM, MTT), else
-        the mean/std normalisation (None)."""
-        return self.cell.zca() if self.preset is not None and self.preset.zca else None
-
-    def real_augment(self):
-        """The full-data reference's augmentation: none, but under a soft-label preset that says
-        ``use_aug_for_hard: true`` (DATM) its batch-level ops, as DD-Ranking's soft-label evaluator
-        trains every hard-label model, the real one included, with its ``data_aug_func`` there (its
-        hard-label evaluator never augments the real side)."""
-        from ddlib.protocols.presets import BATCH_AUGMENT_OPS
-
-        preset = self.preset
-        if preset is None or preset.label_type == "hard" or not preset.use_aug_for_hard:
-            return None
-        ops = [op for op in preset.augment if (op if isinstance(op, str) else next(iter(op))) in BATCH_AUGMENT_OPS]
-        ds = self.cell.dataset
-        return preset_augment(replace(preset.hard_label_variant(), augment=ops), True, ds.mean, ds.std, ds.num_classes)
-
     def run_real(self, role: str, recipe: Recipe, seeds: Sequence[int], unless_busy: bool = False) -> list[TrainedModel] | None:
         """The full-data reference: the whole training set (the validation split included, as
         DD-Ranking trains on its ``dst_train``: nothing of this side is chosen on that split, its lr is
-        never searched), hard labels, ``recipe``, ZCA-whitened under a ZCA preset
-        (:meth:`real_preprocess`), augmented only as :meth:`real_augment` says. Scored on the test set
+        never searched), hard labels, ``recipe``, ZCA-whitened under a ZCA preset (DD-Ranking trains and
+        tests its real side on ``get_dataset(use_zca)``'s whitened ``dst_train``: DATM, MTT), augmented
+        only as the plan says (:func:`ddlib.protocols.side_plan._real_augment`). Scored on the test set
         like every side.
         ``unless_busy``: None, at once, while another cell trains it (:meth:`Cell.train_eval`)."""
         cell = self.cell
         ds = cell.unsplit if cell.unsplit is not None else cell.dataset
-        preprocess, augment = self.real_preprocess(), self.real_augment()
+        preprocess, augment = self.plan.real_preprocess, self.plan.real_augment
         results = cell.train_eval(role, ds.train_images, ds.train_labels, recipe, seeds, unless_busy=unless_busy,
                                   preprocess=preprocess, augment=augment)
         if results is None:

@@ -89,7 +89,7 @@ from ddlib.engine.augment import list_ops, op_params
 from ddlib.engine.labels import LOSSES
 from ddlib.engine.recipe import Recipe
 from ddlib.specs.registry import parse_number
-from ddlib.store.tracking import project_folder
+from ddlib.store.paths import project_folder
 from ddlib.specs.yamlfile import load_yaml
 
 __all__ = [

@@ -97,7 +97,9 @@ SPEC = ProtocolSpec(
                            ("loss_tpr_set", "loss attack TPR at 1 % FPR, the set"),
                            ("loss_auc_random", "loss attack AUC, random subset"),
                            ("loss_auc_full", "loss attack AUC, full data")),
-                  more_columns=True, variant=("model",), higher_is_better=False),),
+                  more_columns=True, variant=("model",), higher_is_better=False,
+                  heading="Privacy: membership inference (AUC 0-1, 0.5: no leak; lower is better, not ranked; TPR and "
+                          "accuracies in %)"),),
     headline="privacy",
     history=(f"2: {LAYOUT_REVISION}",
              f"3: {IDENTITY_REVISION}"
@@ -110,6 +112,7 @@ PROTOCOL, REVISION, PARAMS = SPEC.name, SPEC.revision, SPEC.defaults()
 
 
 def validate(params: dict) -> dict:
+    """Check a privacy cell's params before anything runs (one-line errors naming the key)."""
     p = validate_set_params(PROTOCOL, PARAMS, params)
     check_recipe_params(p)
     check_augment(p["augment"], "augment")
@@ -146,6 +149,7 @@ def _most_members(p: dict) -> tuple[int, int, int] | None:
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
+    """Open the privacy cell's MLflow run, its configuration resolved and checked before the set is obtained."""
     return Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
 
 
@@ -403,7 +407,8 @@ def _attack_row(cell: Cell, split: Split, target: Target, attack, side: str) -> 
 def leaderboard(experiment: str = "privacy") -> pd.DataFrame:
     """Per dataset x model x method x IPC: both attacks' AUC and TPR at 1 % FPR on each side, mean over
     seeds; not ranked (a lower AUC is less leakage, the leaderboards rank higher first)."""
-    from ddlib.report.core import aggregate, per_seed_values
+    from ddlib.boards.rank import aggregate
+    from ddlib.boards.read import per_seed_values
 
     rows = ("dataset", "model", "method", "ipc")
     df = per_seed_values(experiment, ("acc_set",), rows,  # a cell whose members are unknown is listed, without AUC

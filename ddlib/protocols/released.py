@@ -112,7 +112,11 @@ def pool_checkpoints(cell: Cell, role: str, paths: dict[int, str], model: str,
     from ddlib.engine.test_pass import Normalize, model_accuracy
     from ddlib.protocols.cell import MODEL_STORED_TAG, TrainedModel
     from ddlib.protocols.teachers import CheckpointError, load_teacher
-    from ddlib.store.tracking import TAG, as_stored, config_hash, default_tags, file_lock, run_metrics
+    from ddlib.store.hashing import config_hash
+    from ddlib.store.locks import file_lock
+    from ddlib.store.provenance import default_tags
+    from ddlib.store.tags import TAG
+    from ddlib.store.tracking import as_stored, run_metrics
 
     ds = cell.dataset
     test = cell.scored_on("test")

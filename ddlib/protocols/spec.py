@@ -26,13 +26,14 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from ddlib.boards import known as known_to_boards
 from ddlib.specs.registry import Registry
 from ddlib.specs.shown import one_line
 
 __all__ = ["Param", "Board", "BEYOND_COLUMNS", "ProtocolSpec", "Result",
-           "REGISTRY", "protocol_names", "set_protocols", "get_spec", "all_specs",
+           "PROTOCOLS", "set_protocols", "get_spec", "all_specs",
            "protocol_module", "parameters_source", "board_specs", "notebook_folder", "PATH_ENV",
-           "ProtocolLoadError", "score_columns", "value_names"]
+           "ProtocolLoadError", "score_columns", "value_names", "board_score"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,12 @@ class Board:
     variant: tuple[str, ...] = ()  # the columns that tell one set's rows apart on the card
     weight: str | None = None  # "w", "gamma", "alpha": the board's score weight (the CLI's --w, ...)
     higher_is_better: bool = True  # False: the score is headlined, not ranked (leaderboards rank higher first)
+    heading: str = ""  # the summary's section title ("{weight}": the weight as set), else the title
+    section: str = ""  # "module:function(name, board, boards, plots) -> (tables, figures)" shown beside it
+    derived: tuple[tuple[str, str], ...] = ()  # (table, "module:function(board)"): read beside it by every report
+    own_section: bool = True  # False: shown within its protocol's first board's section (BEARD's unified board)
+    pages: tuple[str, ...] = ()  # what the site's pages of it show beside the table: "radar", "accuracy_vs_ipc",
+    # "eps_curves" (figures across boards), "sweep" (the score at each weight of DD-Ranking's sweep)
 
 
 # Extra (non-headline) columns of the boards that carry them (ddlib.protocols.beyond): the calibration and
@@ -87,6 +94,8 @@ BEYOND_COLUMNS = (("ece", "ECE, 15 equal-width bins (the set's models)"), ("nll"
 
 @dataclass(frozen=True)
 class ProtocolSpec:
+    """Everything a protocol declares: name, revision, parameters with help, notebook, boards, headline score."""
+
     name: str
     revision: int  # bump it whenever what the protocol computes changes (part of every key)
     title: str
@@ -143,7 +152,7 @@ class Result:
 
 # --------------------------------------------------------------------------- the registry
 
-REGISTRY: Registry = Registry("protocol")  # name -> the module's evaluate; meta["spec"]: its ProtocolSpec
+_LOADED: Registry = Registry("protocol")  # the imported protocols: name -> evaluate; meta["spec"]: its ProtocolSpec
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -245,9 +254,24 @@ def set_protocols() -> list[str]:
     return [name for name, found in sorted(_declared().items()) if found["takes_set"]]
 
 
-def protocol_names() -> list[str]:
-    """Every protocol, without importing one."""
-    return sorted(_declared())
+class _Protocols(Mapping):
+    """Every protocol, read from the declarations without importing one (:func:`_declared`, so a
+    folder added to :data:`PATH_ENV` counts at once): name -> (its notebook's file name, its module)."""
+
+    def __getitem__(self, name: str) -> tuple[str, str]:
+        return f"{name}.ipynb", _declared()[name]["module"]
+
+    def __iter__(self):
+        return iter(sorted(_declared()))
+
+    def __len__(self) -> int:
+        return len(_declared())
+
+    def __contains__(self, name: object) -> bool:
+        return name in _declared()
+
+
+PROTOCOLS = _Protocols()  # the one list of protocols: ``sorted(PROTOCOLS)``, ``name in PROTOCOLS``
 
 
 def protocol_module(name: str):
@@ -256,7 +280,7 @@ def protocol_module(name: str):
     without importing it again)."""
     found = _declared().get(name)
     if found is None:
-        raise ValueError(f"unknown protocol {name!r}; known: {protocol_names()}")
+        raise ValueError(f"unknown protocol {name!r}; known: {sorted(PROTOCOLS)}")
     if found["file"] is None:
         return importlib.import_module(found["module"])
     if found.get("error"):
@@ -278,7 +302,7 @@ def protocol_module(name: str):
 
 def get_spec(name: str) -> ProtocolSpec:
     """The protocol's spec (its module imported, and registered, on first use)."""
-    if name not in REGISTRY:
+    if name not in _LOADED:
         module = protocol_module(name)
         spec = getattr(module, "SPEC", None)
         where = getattr(module, "__file__", None) or module.__name__
@@ -289,15 +313,15 @@ def get_spec(name: str) -> ProtocolSpec:
         if not callable(getattr(module, "evaluate", None)):
             raise ProtocolLoadError(f"{where}: protocol {name!r} has no evaluate(cell, distilled) function")
         object.__setattr__(spec, "module", module.__name__)
-        REGISTRY.add(name, module.evaluate, defaults=spec.defaults(), spec=spec)
-    return REGISTRY.entry(name).meta["spec"]
+        _LOADED.add(name, module.evaluate, defaults=spec.defaults(), spec=spec)
+    return _LOADED.entry(name).meta["spec"]
 
 
 def all_specs() -> list[ProtocolSpec]:
     """Every protocol's spec, in report order; one of :data:`PATH_ENV` that cannot be imported is left
     out with a warning (the summary, the reports and the site show the rest)."""
     specs = []
-    for name in protocol_names():
+    for name in PROTOCOLS:
         try:
             specs.append(get_spec(name))
         except ProtocolLoadError as error:
@@ -332,6 +356,23 @@ def value_names(protocol: str, per_seed: pd.DataFrame, columns: str = "scores") 
 def board_specs() -> dict[str, tuple[ProtocolSpec, Board]]:
     """Every leaderboard of every protocol: board name -> (its protocol, the board)."""
     return {board.name: (spec, board) for spec in all_specs() for board in spec.boards}
+
+
+def board_score(name: str) -> str | None:
+    """The value a board ranks by: its protocol spec says (:class:`Board`), so the ranking, the report
+    card's headline and rank stability use one and the same."""
+    return board_specs()[name][1].score
+
+
+def _current_revision(name: str) -> int | None:
+    """A protocol's revision now, None where it cannot be told here (not installed, a file that fails)."""
+    try:
+        return get_spec(name).revision
+    except (KeyError, ValueError, TypeError, ImportError, ProtocolLoadError):
+        return None
+
+
+known_to_boards.tell(lambda: PROTOCOLS, _current_revision)  # the boards (below) read which experiments are protocols'
 
 
 # --------------------------------------------------------------------------- notebooks

@@ -22,12 +22,16 @@ import torch
 import torch.nn as nn
 
 from ddlib.data.digest import data_identity
-from ddlib.specs.keys import definition
+from ddlib.protocols import definition
 from ddlib.engine.device import resolve_device, run_precision
 from ddlib.engine.recipe import Recipe
 from ddlib.engine.train import AugmentHook, hook_name, train_and_test
 from ddlib.models import create_model
-from ddlib.store.tracking import TAG, Tracker, config_hash, default_tags, file_lock, init_store
+from ddlib.store.hashing import config_hash
+from ddlib.store.locks import file_lock
+from ddlib.store.provenance import default_tags
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import Tracker, init_store
 
 if TYPE_CHECKING:
     from ddlib.data.datasets import Dataset

@@ -25,7 +25,7 @@ from ddlib.models import create_model, list_models
 from ddlib.protocols.cell import Cell
 from ddlib.protocols.spec import IDENTITY_REVISION, LAYOUT_REVISION, Board, Param, ProtocolSpec, Result
 from ddlib.protocols.common import SET_PARAMS, obtain, validate_set_params
-from ddlib.protocols.dcbench import (RECIPE_PARAMS, Setting, accuracy_rows, check_augment, check_convnet_depth,
+from ddlib.protocols.dcbench import (RECIPE_PARAMS, TrainingCondition, accuracy_rows, check_augment, check_convnet_depth,
                                      check_recipe_params, convnet_for_images, setting_recipe, mean_std_table,
                                      train_settings)
 from ddlib.engine.recipe import Recipe
@@ -45,12 +45,15 @@ SPEC = ProtocolSpec(
         "model_recipes": Param({}, "per-architecture recipe overrides, e.g. {vit: {optimizer: adam, lr: 0.001}}"),
         "augment": Param("dsa", "one augmentation spec (ddlib.engine.augment) or null; DC-Bench trains with DSA", "str"),
     },
-    boards=(Board("transfer", "DC-Bench: transfer across architectures", "ddlib.report.dcbench:transfer_leaderboard",
+    boards=(Board("transfer", "DC-Bench: transfer across architectures",
+                  "ddlib.protocols.dcbench_boards:transfer_leaderboard",
                   "acc_transfer", "DC-Bench Transfer (mean over MLP, ResNet-18, ResNet-152, ViT)",
                   columns=(("acc_reference", "reference architecture (the set's own)"),
                            ("acc_transfer", "DC-Bench Transfer: mean over MLP, ResNet-18, ResNet-152, ViT"),
                            ("acc_others_avg", "mean over every other architecture")),
-                  more_columns=True, variant=("model",)),),
+                  more_columns=True, variant=("model",), heading="DC-Bench: accuracy (%) across architectures",
+                  section="ddlib.protocols.dcbench_boards:section",
+                  derived=(("transfer_tau", "ddlib.protocols.dcbench_boards:transfer_tau"),)),),
     headline="transfer",
     history=("2: DSA (1000 epochs) by default; DC-Bench's four-architecture Transfer average",
              "3: trainings default to precision auto (bf16 where the device computes it natively)",
@@ -67,6 +70,7 @@ DCBENCH_TRANSFER_MODELS = ("mlp", "resnet18", "resnet152", "vit")
 
 
 def validate(params: dict) -> dict:
+    """Check a transfer cell's params before anything runs (one-line errors naming the key)."""
     p = validate_set_params(PROTOCOL, PARAMS, params)
     convnet_for_images(p, params)
     base = check_recipe_params(p)
@@ -101,6 +105,7 @@ class TransferResult(Result):
 
 
 def open_cell(run_id: str | None = None, experiment: str | None = None, **params) -> Cell:
+    """Open the transfer cell's MLflow run, its configuration resolved and checked before the set is obtained."""
     cell = Cell.open(PROTOCOL, validate(params), run_id=run_id, experiment=experiment)
     ds = cell.dataset
     with cell.guard():  # an architecture that cannot take these images fails now, not after the others trained
@@ -115,9 +120,10 @@ def open_cell(run_id: str | None = None, experiment: str | None = None, **params
 
 
 def evaluate(cell: Cell, distilled: DistilledSet) -> TransferResult:
+    """Train, test and score: DC-Bench's accuracy of the set across architectures (the cell's Result)."""
     p = cell.params
     recipe = setting_recipe(p, p["augment"])
-    conditions = [Setting(m, m, Recipe.from_dict(p["model_recipes"].get(m, {}), base=recipe), p["augment"])
+    conditions = [TrainingCondition(m, m, Recipe.from_dict(p["model_recipes"].get(m, {}), base=recipe), p["augment"])
                   for m in p["models"]]
     with cell.guard():
         rows = accuracy_rows(train_settings(cell, distilled, conditions), p["seeds"])

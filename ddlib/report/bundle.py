@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddlib.report.core import reading_from
+from ddlib.boards.read import reading_from
 from ddlib.report.published import (ARS_VALUES, LRS_VALUES, PUBLISHED_EXPERIMENT, PUBLISHED_KIND,  # noqa: F401
                                      published_table)
 from ddlib.specs.shown import shown
@@ -42,8 +42,8 @@ UNITS_NOTE = ("accuracies in %, HLR and IOR in points, LRS, ARS and BEARD's scor
 ROW_KEY_TAG = "ddlib.published_key"  # a published row's content: importing a file twice adds nothing
 
 # The columns of DD-Ranking's leaderboard space (its data.csv), in its order: first in ddranking.csv.
-# verified: false (the space's check that a row reproduces, which ddlib's computing a row is not; why a set
-# is no result is in flag); date: the export's day
+# verified: the row reproduces its method's published value (ddlib import: within 1.5 points or the seed
+# interval, ddlib.scores.verify), else false; why a set is no result is in flag; date: the export's day
 # (YYYY-MM-DD, UTC); label_type: hard | soft; hlr, ior: the LRS means in points (empty on ARS rows).
 LEADERBOARD_COLUMNS = ("method", "verified", "date", "dataset", "ipc", "label_type", "hlr", "ior")
 PEER_SYNONYMS = {"hlr": "hard_label_recovery_mean", "ior": "improvement_over_random_mean"}  # data.csv's names
@@ -82,8 +82,9 @@ def _param_value(text: str):
 def _run_record(run_id: str) -> dict:
     """One cell run as a submission shows it: config, code, data, set digest, per-seed values."""
     from ddlib.specs import units
-    from ddlib.protocols.cell import SET_DIGEST_TAG
-    from ddlib.store.tracking import TAG, client, in_shown_units, per_seed_key, per_seed_names
+    from ddlib.store.tags import SET_DIGEST_TAG
+    from ddlib.store.tags import TAG
+    from ddlib.store.tracking import client, in_shown_units, per_seed_key, per_seed_names
 
     mlflow_client = client()
     run = mlflow_client.get_run(run_id)
@@ -124,15 +125,17 @@ def ddranking_rows(tables: dict[str, pd.DataFrame], w: float = 0.5, gamma: float
     """The ``lrs`` and ``ars`` boards (numbers in ddlib's shown units, ``_mean``/``_std``: HLR and IOR in
     points, LRS and ARS 0-100, DD-Ranking's units too) as DD-Ranking's leaderboard rows
     (:data:`DDRANKING_COLUMNS`: its space's data.csv columns first), one per board row; a score's
-    columns are empty on the other's rows. ``verified`` is false: a row ddlib computed is not a row the
-    space verified (``flag`` says why a set is no result)."""
+    columns are empty on the other's rows. ``verified`` is true where the row reproduces its method's published
+    value (:func:`ddlib.report.published.with_verified`: within 1.5 points or the seed interval), else false
+    (no published value, or not within it; ``flag`` says why a set is no result)."""
     rows = []
     today = datetime.now(timezone.utc).date().isoformat()
     for name, values, weight in (("lrs", LRS_VALUES, ("w", w)), ("ars", ARS_VALUES, ("gamma", gamma))):
         board = tables.get(name, pd.DataFrame())
         for _, row in board.iterrows():
             flag = _flag(row)
-            out = {"method": row.get("method"), "verified": False, "date": today, "dataset": row.get("dataset"),
+            verified = str(row.get("verified")) == "True"  # reproduces its published value (with_verified)
+            out = {"method": row.get("method"), "verified": verified, "date": today, "dataset": row.get("dataset"),
                    "ipc": row.get("ipc"), "model": row.get("model"), "label_type": _label_type(row.get("preset")),
                    "num_eval": row.get("seeds"), weight[0]: weight[1], "data": row.get("data"), "source": "ddlib",
                    "flag": flag}
@@ -159,7 +162,7 @@ def write_bundle(folder: str | Path, boards=None, w: float = 0.5, gamma: float =
     (DD-Ranking's layout, with the flag) and ``leaderboards.csv`` (every board, ddlib's columns), all
     in the units of :mod:`ddlib.specs.units`. ``methods``: only the rows of these sets (methods)."""
     from ddlib.report.export import export_tables, write_export
-    from ddlib.store.tracking import code_version, git_commit
+    from ddlib.store.provenance import code_version, git_commit
 
     from ddlib.specs.version import VERSION
 
@@ -245,7 +248,9 @@ def import_published(path: str | Path, reference: str | None = None) -> tuple[in
     """Store the rows of ``path`` (DD-Ranking's layout) as published rows: one run each in the
     ``published`` experiment (tag ``ddlib.kind = published``), its values in ddlib's units. A row
     already imported (same content) is skipped. Returns (added, skipped)."""
-    from ddlib.store.tracking import TAG, Tracker, config_hash
+    from ddlib.store.hashing import config_hash
+    from ddlib.store.tags import TAG
+    from ddlib.store.tracking import Tracker
 
     path = Path(path)
     table = read_ddranking_rows(path)

@@ -3,7 +3,7 @@ self-contained HTML page, also logged to MLflow (experiment ``report``, one run 
 
 Every number comes from the leaderboard functions of :mod:`ddlib.report` (so the card shows what
 the leaderboards show, with their definitions and weights), each as its mean over seeds with the
-bootstrap interval those functions compute (:data:`ddlib.report.core.INTERVALS`), the number of
+bootstrap interval those functions compute (:data:`ddlib.boards.rank.INTERVALS`), the number of
 seeds, and the set's rank among the methods it was compared with. A protocol with no finished cell
 for the set says "not run" and gives the command that would run it. Loss curves and the confusion
 matrix come from the evaluations the label-robust cell trained (:mod:`ddlib.report.evals`).
@@ -13,32 +13,32 @@ from __future__ import annotations
 
 import datetime
 import json
-import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from ddlib.protocols import PROTOCOLS
-from ddlib.protocols.spec import set_protocols
 from ddlib.protocols.spec import all_specs
 from ddlib.protocols.common import FULL_IPC
-from ddlib.report import beard, evals, viz
+from ddlib.boards.rank import INTERVALS, rank_caption
+from ddlib.boards.read import param, reading_from, source_tags
+from ddlib.boards.table import display_format
+from ddlib.protocols.beard_boards import eps_curve_figures, plot_eps_curves
+from ddlib.report import evals, viz
 from ddlib.report.boards import Boards, load_boards
 from ddlib.report.export import row_recipe
-from ddlib.report.plots import (board_rows, eps_curve_figures, ipc_points, radar_families, radar_profile,
-                                 set_grid_png)
-from ddlib.report.core import INTERVALS, _param, display_format, rank_caption, reading_from, source_tags
+from ddlib.report.plots import board_rows, ipc_points, radar_families, radar_profile, set_grid_png
+from ddlib.report.rerun import data_label, run_command
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.scores.stats import describe_method
-from ddlib.store.tracking import PROJECT_ROOT, TAG, Tracker, client, default_tags
-from ddlib.specs.yamlfile import YamlFileError, load_yaml
+from ddlib.store.provenance import default_tags
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import Tracker, client
 
 __all__ = ["list_sets", "Block", "Card", "build_card", "render_html", "log_card",
            "write_card", "data_label", "run_command", "format_value"]
 
-SET_PROTOCOLS = tuple(set_protocols())  # what `ddlib score` runs on a set file
 
 def _layout() -> list[tuple]:
     """Per protocol (from its spec's headline board): (protocol, board, title, value columns as (column,
@@ -88,7 +88,7 @@ def _variant(row: pd.Series, keys) -> str:
         if value is None or (isinstance(value, float) and pd.isna(value)):
             value = "none"
         parts.append(f"{key} {value}")
-    for key in ("precision", "set"):  # in every row key (ddlib.report.core)
+    for key in ("precision", "set"):  # in every row key (ddlib.boards.read)
         if isinstance(row.get(key), str):
             parts.append(f"{key} {row[key] if key == 'precision' else row[key][:8]}")
     if "config" in row and isinstance(row.get("config"), str):
@@ -166,91 +166,13 @@ def _as_surrogate(board: pd.DataFrame, method: str, dataset: str, ipc: int) -> t
     return block, line
 
 
-# --------------------------------------------------------------------------- what would run a protocol
-
-
-def run_command(protocol: str, method: str, dataset: str, ipc: int, source: dict | None = None,
-                seeds: list[int] | None = None, config: dict | None = None) -> str:
-    """The command that fills this protocol for this set: for a set file, ``ddlib score`` with the
-    protocol, the seeds, preset, data root and recipe its other protocols ran with (``config``: one
-    of their resolved configs); else a repository params file that names the method on this dataset,
-    else the protocol's notebook under papermill with the set's params."""
-    if source and source.get("kind") == "file" and source.get("path") and protocol in SET_PROTOCOLS:
-        return _score_command(protocol, method, dataset, source, seeds, config or {})
-    root = PROJECT_ROOT / "params"
-    # a shipped grid files its cells in the protocol's own experiment: not where --experiment reads
-    for path in sorted(root.glob("*.yaml")) if root.is_dir() and not reading_from() else []:
-        try:
-            raw = load_yaml(path) or {}  # the one reader of params files (bounded, checked)
-        except (OSError, YamlFileError):
-            continue
-        if not isinstance(raw, dict) or raw.get("protocol") != protocol:
-            continue
-        params = raw.get("params") or {}
-        grids = raw.get("grid") or {}
-        grids = grids if isinstance(grids, list) else [grids]
-        for grid in grids:
-            if not isinstance(grid, dict):
-                continue
-            methods = grid.get("method", [params.get("method")])
-            datasets = grid.get("dataset", [params.get("dataset", "digits")])
-            ipcs = grid.get("ipc", [params.get("ipc", 1)])
-            if method in methods and dataset in datasets and (ipc in ipcs or method == "full"):
-                return f"python -m ddlib run params/{path.name}"
-    notebook = PROTOCOLS[protocol][0]
-    args = ["papermill", f"notebooks/{notebook}", f"{protocol}-{method}-ipc{ipc}.ipynb", "-p", "dataset", dataset,
-            "-p", "method", method]
-    if ipc != FULL_IPC:
-        args += ["-p", "ipc", str(ipc)]
-    if reading_from():
-        args += ["-p", "experiment", reading_from()]
-    from ddlib.methods.sources import BUILTIN_SOURCES
-
-    extra = {}
-    if source and BUILTIN_SOURCES.get(method) != source:
-        extra["source"] = source
-    if seeds:
-        extra["seeds"] = list(seeds)
-    if extra:
-        args += ["-y", json.dumps(extra)]
-    if protocol == "nas":
-        args += ["-p", "ground_truth", "PATH/TO/nasbench201-accuracy.csv"]
-    return " ".join(shlex.quote(a) for a in args)
-
-
-def _score_command(protocol: str, method: str, dataset: str, source: dict, seeds, config: dict) -> str:
-    """``ddlib score`` of a set file under ``protocol``, with what its other cells ran with."""
-    args = ["python", "-m", "ddlib", "score", str(source["path"]), "--dataset", dataset, "--protocol", protocol,
-            "--method", method]
-    if seeds:
-        args += ["--seeds", *(str(s) for s in seeds)]
-    for key, flag in (("preset", "--preset"), ("data_root", "--data-root")):
-        if config.get(key) not in (None, ""):
-            args += [flag, str(config[key])]
-    for key, flag in (("experiment_index", "--experiment-index"),):
-        if source.get(key) is not None:
-            args += [flag, str(source[key])]
-    for key in ("normalized", "zca_space"):
-        if source.get(key) is not None:
-            args.append(f"--{'' if source[key] else 'no-'}{key.replace('_', '-')}")
-    if isinstance(config.get("recipe"), dict) and config["recipe"]:
-        args += ["--param", "recipe=" + json.dumps(config["recipe"], separators=(", ", ": "))]
-    return shlex.join(args)
-
-
-def data_label(dataset: str, source: str) -> str:
-    """How the data is named in a report, for runs without the ``ddlib.data`` tag (cells tag it from
-    :attr:`ddlib.data.datasets.Dataset.label`): the shared CIFAR-10 is a JPEG re-encoding."""
-    if dataset == "cifar10" and "jpeg" in (source or "").lower():
-        return "CIFAR-10 (JPEG)"
-    return dataset
-
-
 # --------------------------------------------------------------------------- the card
 
 
 @dataclass
 class Block:
+    """One protocol's part of a report card: whether it ran for this set, its rows, figures and rerun command."""
+
     protocol: str
     title: str
     ran: bool
@@ -262,6 +184,8 @@ class Block:
 
 @dataclass
 class Card:
+    """The report card of one set (method, dataset, IPC): a block per protocol, from the specs."""
+
     method: str
     dataset: str
     ipc: int
@@ -291,7 +215,7 @@ def _cell_info(run_ids: list[str]) -> tuple[dict | None, dict | None, str]:
     for run_id in run_ids:
         data = evals.artifact_bytes(run_id, "config.json")
         run = client().get_run(run_id)
-        source = _param(run, "source")
+        source = param(run, "source")
         source = json.loads(source) if isinstance(source, str) and source.startswith("{") else source
         return (json.loads(data) if data else None), (source if isinstance(source, dict) else None), \
             run.data.tags.get(TAG["data_source"], "")
@@ -388,7 +312,7 @@ def _figures(card: Card, boards: Boards) -> dict:
     curves = boards["eps_curves"]
     if not curves.empty:
         curves = curves[(curves["method"].astype(str) == card.method) & (curves["dataset"].astype(str) == card.dataset)]
-    figures["robust_accuracy_vs_eps"] = beard.plot_eps_curves(curves) if not curves.empty else None
+    figures["robust_accuracy_vs_eps"] = plot_eps_curves(curves) if not curves.empty else None
     figures.update({k: v for k, v in eps_curve_figures(curves).items() if k.startswith("eps_row_")})
     lrs = next((b for b in card.blocks if b.protocol == "label_robust" and b.ran), None)
     cells = lrs.runs if lrs else [r for b in card.blocks for r in b.runs]

@@ -20,7 +20,8 @@ from urllib.request import url2pathname
 
 from ddlib.protocols.cell import CONFUSION_ARTIFACT
 from ddlib.protocols.teachers import _quiet_downloads
-from ddlib.store.tracking import TAG, client
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import client
 
 __all__ = ["evaluation_runs", "loss_curves", "confusion_counts", "artifact_bytes"]
 

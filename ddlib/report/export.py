@@ -18,9 +18,11 @@ from typing import Iterable
 
 import pandas as pd
 
-from ddlib.report.core import _param, format_leaderboard, shown_board
+from ddlib.boards.read import param
+from ddlib.boards.table import format_leaderboard, shown_board
 from ddlib.report.runs import list_cell_runs  # noqa: F401 (re-exported)
-from ddlib.store.tracking import TAG, client
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import client
 
 __all__ = ["FORMATS", "RECIPE_COLUMNS", "recipe_columns", "row_recipe", "export_tables", "write_export", "list_cell_runs"]
 
@@ -31,9 +33,9 @@ SKIPPED_BOARDS = ("eps_curves",)  # not one row per configuration (one per attac
 
 def _epochs(run) -> int | str | None:
     """The epochs the set was trained for: ``preset_epochs``, else the preset's own, else the recipe's."""
-    if _param(run, "preset_epochs") not in (None, "None"):
-        return int(_param(run, "preset_epochs"))
-    preset = _param(run, "preset")
+    if param(run, "preset_epochs") not in (None, "None"):
+        return int(param(run, "preset_epochs"))
+    preset = param(run, "preset")
     if preset not in (None, "None"):
         try:
             from ddlib.protocols.presets import load_preset
@@ -46,7 +48,7 @@ def _epochs(run) -> int | str | None:
 
 def _mapping(run, name: str) -> dict | None:
     """A mapping param as logged (``recipe``), or None where the run has no such param."""
-    value = _param(run, name)
+    value = param(run, name)
     value = json.loads(value) if isinstance(value, str) else value
     return value if isinstance(value, dict) else None
 
@@ -93,7 +95,7 @@ def recipe_columns(run_ids: Iterable[str]) -> dict[str, str]:
 def _recipe_summary(run) -> str | None:
     """A row's recipe in a few words: the preset's name (and its ``preset_epochs``), else the grid's
     recipe as ``key value`` pairs, "defaults" for the protocol's own."""
-    preset = _param(run, "preset")
+    preset = param(run, "preset")
     if preset not in (None, "None", ""):
         return f"preset {preset}"
     value = _mapping(run, "recipe")

@@ -8,14 +8,13 @@ import json
 
 import pandas as pd
 
-from ddlib.scores.robustness import curve_auc
 from ddlib.protocols.common import FULL_IPC
+from ddlib.protocols.dcbench_boards import SELECTION
 from ddlib.report import evals, viz
 from ddlib.report.boards import Boards
-from ddlib.report.dcbench import SELECTION
 
 __all__ = ["SELECTION", "board_rows", "radar_profile", "radar_families", "ipc_points", "summary_figures", "set_grid_png",
-           "RANDOM_BASELINE", "eps_curve_figures"]
+           "RANDOM_BASELINE"]
 
 
 def board_rows(board: pd.DataFrame, method: str, dataset: str, ipc: int | None) -> pd.DataFrame:
@@ -267,60 +266,3 @@ def set_grid_png(runs: list[str], ipc: int) -> tuple[bytes | None, str]:
         fig = viz.set_grid(tiles, names or [str(i) for i in range(rows)], f"The set's images ({what})")
         return figure_png(fig), f"The set's images ({what}), labelled with their classes"
     return None, ""
-
-
-def _row_label(first: pd.Series, with_dataset: bool = False) -> str:
-    ipc = "all" if first["ipc"] == FULL_IPC else first["ipc"]
-    label = f"{first['method']} IPC {ipc}"
-    for key, plain in (("model", None), ("training", "standard"), ("space", "pixel")):
-        value = first.get(key)
-        if value is not None and value == value and value != plain and not (key == "model" and value == "convnet"):
-            label += f" {value}"
-    return f"{first['dataset']}: {label}" if with_dataset else label
-
-
-def _curve_figure(lines: dict[str, pd.DataFrame], title: str, compat: bool):
-    """One errorbar line per entry (robust accuracy in % against eps x 255), its AUC in the legend."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for label, sub in lines.items():
-        sub = sub.sort_values("eps")
-        auc = curve_auc(list(sub["eps"]), list(sub["robust_acc_mean"]))
-        ax.errorbar(sub["eps"] * 255, 100 * sub["robust_acc_mean"], yerr=100 * sub["robust_acc_std"].fillna(0),
-                    marker="o", capsize=3, label=f"{label} (AUC {100 * auc:.1f} %)" if auc == auc else label)
-    ax.set_xlabel("epsilon (x 1/255, " + ("normalised units: beard_compat)" if compat else "pixel space)"))
-    ax.set_ylabel("robust accuracy (%)")
-    ax.set_title(title, fontsize="medium")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
-def eps_curve_figures(curves: pd.DataFrame) -> dict:
-    """Robustness curves (:func:`ddlib.report.eps_curves`): per leaderboard row, one figure with a
-    line per attack (``eps_row_<n>``); per dataset x IPC x mode x target x space x attack with
-    several rows (methods, trainings, models), one figure with a line per row (``eps_methods_<n>``).
-    Legends carry each line's AUC (the mean curve's, the mean of the seeds' ``curve_auc``)."""
-    if curves is None or curves.empty:
-        return {}
-    figures = {}
-    many = curves["dataset"].nunique() > 1
-    for n, (_, sub) in enumerate(curves.groupby("group", sort=False)):
-        first = sub.iloc[0]
-        lines = {str(attack): points for attack, points in sub.groupby("attack", sort=False)}
-        title = f"{_row_label(first, many)}, {first['mode']}: robust accuracy against epsilon"
-        figures[f"eps_row_{n}"] = _curve_figure(lines, title, first.get("space") == "beard_compat")
-    keys = [k for k in ("dataset", "ipc", "mode", "target", "space", "attack") if k in curves]
-    for n, (_, sub) in enumerate(curves.groupby(keys, sort=False, dropna=False)):
-        if sub["group"].nunique() < 2:
-            continue
-        lines = {}
-        for group, points in sub.groupby("group", sort=False):
-            label = _row_label(points.iloc[0])
-            lines[label if label not in lines else f"{label} [{group[:6]}]"] = points
-        first = sub.iloc[0]
-        ipc = "all" if first["ipc"] == FULL_IPC else first["ipc"]
-        title = f"{first['dataset']} IPC {ipc}, {first['attack']} {first['mode']}: one line per method"
-        figures[f"eps_methods_{n}"] = _curve_figure(lines, title, first.get("space") == "beard_compat")
-    return figures

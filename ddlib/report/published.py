@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["PUBLISHED_EXPERIMENT", "PUBLISHED_KIND", "LRS_VALUES", "ARS_VALUES", "published_table"]
+__all__ = ["PUBLISHED_EXPERIMENT", "PUBLISHED_KIND", "LRS_VALUES", "ARS_VALUES", "published_table", "with_verified"]
 
 PUBLISHED_EXPERIMENT = "published"
 PUBLISHED_KIND = "published"  # the ddlib.kind tag of a published row (cells are "cell")
@@ -21,7 +21,8 @@ ARS_VALUES = {"with_aug_scores": ("ior_aug", 100.0), "without_aug_scores": ("ior
 def published_table() -> pd.DataFrame:
     """Every published row, in ddlib's board units (``hlr_mean`` as a fraction, ``lrs_mean`` 0-100),
     with ``source`` = "published" and its ``reference``: shown beside the boards, never pooled."""
-    from ddlib.store.tracking import TAG, client, run_metrics
+    from ddlib.store.tags import TAG
+    from ddlib.store.tracking import client, run_metrics
 
     mlflow_client = client()
     found = mlflow_client.get_experiment_by_name(PUBLISHED_EXPERIMENT)
@@ -45,3 +46,45 @@ def published_table() -> pd.DataFrame:
     bases = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
     empty = [f"{b}_{s}" for b in bases if table[f"{b}_mean"].isna().all() for s in ("mean", "std")]
     return table.drop(columns=empty).sort_values(["dataset", "ipc", "method"], kind="stable").reset_index(drop=True)
+
+
+def with_verified(board: pd.DataFrame, published: pd.DataFrame | None = None,
+                  tolerance: float | None = None) -> pd.DataFrame:
+    """The board with a ``verified`` column (True, False, or None where its method has no published value) and
+    ``verified_by`` (each published value's verdict in words): every value the board and the published row of
+    its dataset, IPC and method (and model, where both name one) share, measured mean against published
+    (:func:`ddlib.scores.verify.verify`: within ``tolerance`` in the value's shown unit, default 1.5 points, or
+    inside the row's seed interval). A row is verified when all its shared values are. The board unchanged
+    where nothing published matches it."""
+    from ddlib.scores.verify import TOLERANCE, verify
+    from ddlib.specs import units
+
+    if board.empty or "method" not in board:
+        return board
+    published = published_table() if published is None else published
+    if published.empty:
+        return board
+    values = [c[: -len("_mean")] for c in board.columns if c.endswith("_mean") and c in published.columns]
+    if not values:
+        return board
+    verdicts, notes = [], []
+    for _, row in board.iterrows():
+        same = published[(published["dataset"] == row.get("dataset")) & (published["ipc"] == row.get("ipc"))
+                         & (published["method"].astype(str).str.lower() == str(row.get("method")).lower())]
+        if "model" in same and isinstance(row.get("model"), str):
+            same = same[same["model"].isna() | (same["model"] == row.get("model"))]
+        found = []
+        for value in values if not same.empty else ():
+            published_value = same[f"{value}_mean"].dropna()
+            if published_value.empty:
+                continue
+            scale = units.unit_of(value).scale
+            found.append((value, verify(row[f"{value}_mean"] * scale, float(published_value.iloc[-1]) * scale,
+                                        low=row.get(f"{value}_low", float("nan")) * scale,
+                                        high=row.get(f"{value}_high", float("nan")) * scale,
+                                        tolerance=TOLERANCE if tolerance is None else tolerance)))
+        verdicts.append(bool(all(v.verified for _, v in found)) if found else None)
+        notes.append("; ".join(f"{units.display_name(value)} {verdict}" for value, verdict in found))
+    if all(v is None for v in verdicts):
+        return board
+    return board.assign(verified=verdicts, verified_by=notes)

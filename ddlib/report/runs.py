@@ -10,7 +10,8 @@ import pandas as pd
 
 from ddlib.store.progress import PROGRESS_TAG
 from ddlib.report.ui import cell_link
-from ddlib.store.tracking import TAG, client
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import client
 
 __all__ = ["list_cell_runs"]
 

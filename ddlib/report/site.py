@@ -16,12 +16,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from ddlib.boards.rank import INTERVALS, rank_caption
+from ddlib.boards.read import reading_from
+from ddlib.boards.table import display_format, format_leaderboard, shown_board
+from ddlib.protocols.beard_boards import eps_curve_figures, plot_eps_curves
 from ddlib.protocols.common import FULL_IPC
-from ddlib.report import beard, card as cards, ddranking, viz
-from ddlib.report.plots import eps_curve_figures, ipc_points, radar_profile
+from ddlib.protocols.ddranking_boards import weight_sweep
+from ddlib.report import card as cards, viz
 from ddlib.report.boards import load_boards, one_read
-from ddlib.report.core import (INTERVALS, cells_elsewhere, display_format, elsewhere_note, format_leaderboard, shown_board,
-                               rank_caption, reading_from)
+from ddlib.report.plots import ipc_points, radar_profile
+from ddlib.report.sources import cells_elsewhere, elsewhere_note
 from ddlib.report.export import row_recipe
 from ddlib.report.html import escape, figure_png, image_tag, page, table_html
 from ddlib.report.stability import stability_table
@@ -34,6 +38,8 @@ __all__ = ["Page", "build_site"]
 
 @dataclass
 class Page:
+    """One page of the leaderboard site: a board at one dataset and IPC."""
+
     board: str
     dataset: str
     ipc: str  # "10", "all" (the full training set) or "all IPCs" (unified over IPCs)
@@ -144,7 +150,7 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
     boards = load_boards(w, gamma, alpha)
     specs = {name: board for name, (_, board) in board_specs().items()}  # every protocol's boards, with titles and scores
     tables = {name: boards[name] for name in specs}
-    sweeps = {"lrs": ddranking.weight_sweep("lrs"), "ars": ddranking.weight_sweep("ars")}
+    sweeps = {name: weight_sweep(name) for name, board in specs.items() if "sweep" in board.pages}
 
     card_names = {}
     if with_cards:
@@ -182,19 +188,19 @@ def build_site(out: str | Path, w: float = 0.5, gamma: float = 0.5, alpha: float
             figures = {}
             if score and f"{score}_mean" in sub:
                 figures["scores"] = _score_plot(sub, score, f"{title}: {score.upper()} with 95 % intervals")
-            if name == "lrs" and len(key) > 1:
+            if "radar" in specs[name].pages and len(key) > 1:
                 profiles = {m: radar_profile(boards, m, dataset, key[1]) for m in sub["method"].astype(str).unique()}
                 figures["radar"] = viz.radar(profiles, f"{dataset}, IPC {ipc}: every method's scores, normalised")
-            if name in ("lrs", "compression"):
+            if "accuracy_vs_ipc" in specs[name].pages:
                 points, full, what = ipc_points(boards, dataset, list(sub["method"].astype(str).unique()))
                 if not points.empty:
                     figures["accuracy_vs_ipc"] = viz.accuracy_vs_ipc(points, None, full,
                                                                      f"{dataset}: accuracy against IPC ({what})")
-            if name == "beard" and not boards["eps_curves"].empty:
+            if "eps_curves" in specs[name].pages and not boards["eps_curves"].empty:
                 curves = boards["eps_curves"]
                 curves = curves[(curves["dataset"].astype(str) == dataset) & (curves["ipc"] == key[1])]
                 if not curves.empty:
-                    figures["eps"] = beard.plot_eps_curves(curves)
+                    figures["eps"] = plot_eps_curves(curves)
                     figures.update({k: v for k, v in eps_curve_figures(curves).items() if k.startswith("eps_methods_")})
             if name in sweeps and not sweeps[name].empty:
                 sweep = sweeps[name]

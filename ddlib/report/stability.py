@@ -20,7 +20,7 @@ import pandas as pd
 
 from ddlib.protocols.spec import board_specs
 from ddlib.report.boards import build_board
-from ddlib.report.ddranking import SWEEP
+from ddlib.protocols.ddranking_boards import SWEEP
 from ddlib.scores.stats import rank_stability
 
 __all__ = ["scored", "stability_table"]
@@ -47,6 +47,7 @@ def _rows(name: str, across: str, block: pd.DataFrame, table: pd.DataFrame) -> l
 
 
 def across_seeds(name: str, board: pd.DataFrame, score: str) -> list[dict]:
+    """Kendall tau of each seed's method ranking against the ranking by the mean over seeds, per setting."""
     column = f"{score}_per_seed"
     out = []
     if column not in board:
@@ -61,6 +62,7 @@ def across_seeds(name: str, board: pd.DataFrame, score: str) -> list[dict]:
 
 
 def across_architectures(board: pd.DataFrame) -> list[dict]:
+    """Kendall tau of each architecture's method ranking against the reference architecture's (transfer)."""
     out = []
     for block in _blocks(board):
         archs = [c for c in block.columns if c.startswith("acc_") and c.endswith("_mean")

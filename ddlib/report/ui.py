@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 
-from ddlib.store.tracking import TAG, client
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import client
 
 __all__ = ["VIEW_KEY", "UI_HOST", "UI_PORT", "install_views", "runs_url", "run_url", "ui_base", "cell_link", "ui_urls"]
 
@@ -85,7 +86,7 @@ def run_url(base: str, experiment_id: str, run_id: str) -> str:
 
 def ui_base(port: int = UI_PORT) -> str:
     """Where this store's UI is: a tracking server's own address, else where ``ddlib ui`` serves it."""
-    from ddlib.store.tracking import is_server_uri, tracking_uri
+    from ddlib.store.paths import is_server_uri, tracking_uri
 
     return tracking_uri().rstrip("/") if is_server_uri() else f"http://{UI_HOST}:{port}"
 

@@ -24,30 +24,6 @@ def show_set(distilled: DistilledSet, title: str = "", max_per_class: int = 10):
     return fig
 
 
-def bar_with_errors(df: pd.DataFrame, group: str, series: str, value: str, error: str, title: str, ylabel: str):
-    """Grouped bars (one group per ``group`` value, one bar per ``series``) with std error bars. Two
-    rows with one (group, series) get a bar each (numbered): a plot never assumes names are unique."""
-    df = df.reset_index(drop=True)
-    keyed = df[series].astype(str) + df.groupby([group, series], sort=False).cumcount().map(
-        lambda k: "" if k == 0 else f" ({k + 1})")
-    groups = list(dict.fromkeys(df[group]))
-    names = list(dict.fromkeys(keyed))
-    width = 0.8 / max(1, len(names))
-    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(groups) * max(1, len(names)) * 0.5 + 2), 4))
-    position = {g: i for i, g in enumerate(groups)}
-    for j, name in enumerate(names):
-        rows = df[keyed == name]
-        xs = [position[g] + (j - (len(names) - 1) / 2) * width for g in rows[group]]
-        ax.bar(xs, list(rows[value]), width=width, yerr=list(rows[error]), capsize=3, label=str(name))
-    ax.set_xticks(range(len(groups)), [str(g) for g in groups])
-    ax.set_xlabel(group)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
 def accuracy_bars(table: pd.DataFrame, title: str, xlabel: str = ""):
     """Bars of a cell's accuracies (a table with ``mean %`` and ``std %`` columns, one row per label)."""
     fig, ax = plt.subplots(figsize=(max(4, 0.9 * len(table) + 2), 3.5))

@@ -1,3 +1,3 @@
-"""Running grids: the batch runner (``runner``), where cells execute (``executors``, warm ``kernels``),
-the dry run (``plan``), a cell's work and its estimated time (``work``, ``calibrate``, ``estimate``), the
-console and the shipped grids. The top layer under the command line: it may import every package."""
+"""Running grids: the grid file (``grid``), the batch runner (``runner``), where cells execute (worker side ``executors``,
+local ``pool``, Ray ``cluster``, warm ``kernels``), the dry run (``plan``), a cell's work and time (``work``, ``timing``,
+``calibrate``, ``estimate``), the console, the shipped grids. The top layer under the command line: it may import anything."""

@@ -1,6 +1,6 @@
 """How fast this machine trains and tests, and so what a cell's work (:mod:`ddlib.run.work`) costs here:
 the rates, measured in a few seconds and cached, and what one training or pass costs at them
-(:func:`ddlib.run.work.seconds` adds up a cell), and the
+(:func:`ddlib.run.timing.seconds` adds up a cell), and the
 arithmetic peak ``bench/roofline.py`` reports.
 
 A **probe** is what a rate depends on besides the machine: the architecture, the input shape, the
@@ -21,7 +21,7 @@ scales the rates by now / then. The load average is recorded beside them.
 **Costs** (:func:`seconds`): per model ``epochs x (steps x step + images x image) + scored images x
 test image + call``, per pass its images' gradient and forward passes, per record written
 :data:`RECORD_SECONDS`, and a cell's start (:data:`CELL_FIXED_SECONDS`, :data:`CELL_SECONDS`). A
-running cell measures its own pace against the same arithmetic (:func:`ddlib.run.work.running_plan`,
+running cell measures its own pace against the same arithmetic (:func:`ddlib.run.timing.running_plan`,
 :func:`epoch_unit`, :mod:`ddlib.store.progress`).
 """
 from __future__ import annotations
@@ -343,7 +343,7 @@ def cached_rates(device):
 
 def epoch_unit(model: str, shape, classes: int, images: int, recipe, augment_name: str, model_kwargs: dict | None,
                objective_name: str, device) -> float | None:
-    """One model-epoch of a training call, in the units of :func:`ddlib.run.work.running_plan` (None: not calibrated here)."""
+    """One model-epoch of a training call, in the units of :func:`ddlib.run.timing.running_plan` (None: not calibrated here)."""
     found = re.search(r"steps=(\d+)", objective_name or "")
     try:
         probe = Probe(model, tuple(shape), classes, recipe.precision, augment_name or "none",

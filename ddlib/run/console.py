@@ -12,7 +12,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ddlib.store import progress as cell_progress
-from ddlib.store.tracking import TAG, Tracker
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import Tracker
 
 __all__ = ["CellLines", "progress_files", "progress_tags", "PROGRESS_POLL_SECONDS", "PLAIN_PROGRESS_SECONDS"]
 

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ddlib.protocols.cell import TRAININGS_TAG, cell_tags, role_stem, run_name
-from ddlib.store.tracking import TAG, Tracker
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import Tracker
 
 __all__ = ["CellPlan", "Count", "Machine", "FIRST_RUN", "plan_cell", "estimates", "Store", "SHARED_ROLES", "IPC_FREE_ROLES"]
 
@@ -25,6 +26,8 @@ IPC_FREE_ROLES = ("real", "full", "teacher")  # ... and not on the IPC either
 
 @dataclass
 class CellPlan:
+    """One cell of a grid as the dry run sees it: whether it runs, what it reuses and trains, its minutes."""
+
     name: str
     params: dict
     action: str  # "run" | "skip"
@@ -306,7 +309,7 @@ class Machine:
     def seconds(self, work: list, trained: dict[int, int] | None = None, cell: bool = True) -> float:
         """A cell's seconds: its work at these rates, and its start (:meth:`start_seconds`)."""
         from ddlib.run.calibrate import RECORD_SECONDS
-        from ddlib.run.work import seconds
+        from ddlib.run.timing import seconds
 
         total = seconds(work, self.rates, RECORD_SECONDS * self.overhead_scale(), trained)
         return total + (self.start_seconds() if cell else 0.0)

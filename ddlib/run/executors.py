@@ -1,4 +1,5 @@
-"""Where grid cells execute: a local process pool (the default) or tasks on a Ray cluster.
+"""The worker side of a cell, and what both sides share (:class:`CellJob`, :class:`CellOutcome`, stop signals).
+The runner hands cells out through a local process pool (``run.pool``, the default) or Ray (``run.cluster``).
 
 A cell is one papermill execution of its protocol's notebook, done by :func:`execute_cell` in a
 worker process (a pool worker, or a Ray worker on any node). The worker owns the cell's MLflow run
@@ -14,7 +15,7 @@ from start to end, so a run exists only while someone is executing it:
 4. The run ends FINISHED with the executed notebook, FAILED with the partial notebook and the
    error ("timed out after S s" for a timeout), or KILLED when the runner interrupted it.
 
-The runner marks what a killed worker could not (see :func:`ddlib.store.tracking.owner_is_gone`).
+The runner marks what a killed worker could not (see :func:`ddlib.store.liveness.owner_is_gone`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -40,17 +38,18 @@ from ddlib.run import kernels
 
 from ddlib.store import progress
 from ddlib.specs.shown import one_line
-from ddlib.store.tracking import HEARTBEAT_SECONDS, TAG, Tracker, owner_is_gone, owner_tag, release_store_locks, write_failure
+from ddlib.store.errors import write_failure
+from ddlib.store.liveness import HEARTBEAT_SECONDS, owner_is_gone, owner_tag
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import Tracker
 
-__all__ = ["CellJob", "CellOutcome", "ExecutorError", "LocalExecutor", "RayExecutor", "execute_cell", "next_job",
-           "RAY_INSTALL_HINT", "quiet_raised_store_errors"]
+__all__ = ["CellJob", "CellOutcome", "ExecutorError", "execute_cell", "next_job", "stop_signal", "interrupted",
+           "quiet_raised_store_errors"]
 
 # ipykernel 7 warns on every start that its local TCP transport is unencrypted; the kernels of a
 # batch run talk only to this process over loopback, and a shutdown logs a spurious
 # KeyboardInterrupt, so keep its own log quiet (notebook errors still reach the executed notebook).
 KERNEL_ARGUMENTS = ["--log-level=CRITICAL"]
-RAY_START_ATTEMPTS = 3  # a local Ray start that times out on a loaded machine is tried this often
-RAY_INSTALL_HINT = "pip install 'ddlib[cluster]' (in a checkout: make setup)"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, `kill`: either stops a cell, which is marked KILLED
 KERNEL_TAG = "ddlib.kernel"  # "fresh", or "warm: cell N of its kernel" (a worker's kernel kept, ddlib.run.kernels)
 ORPHAN_GRACE_SECONDS = 15.0  # after the runner died: time to mark the run KILLED before exiting anyway
@@ -97,6 +96,8 @@ def next_job(pending: Sequence[CellJob], running: Sequence[CellJob], done: set) 
 
 @dataclass
 class CellOutcome:
+    """How one cell's execution ended, as the runner reports it."""
+
     name: str
     status: str  # finished | failed | killed | skipped (finished meanwhile) | elsewhere (running elsewhere)
     run_id: str | None = None
@@ -150,6 +151,15 @@ def interrupted(signum: int) -> str:
     """The reason an interrupted cell's run is KILLED with, naming the signal (SIGINT is Ctrl-C)."""
     name = signal.Signals(signum).name
     return f"interrupted ({name}{': Ctrl-C' if signum == signal.SIGINT else ''}): rerun the grid to redo it"
+
+
+def stop_signal(error: BaseException) -> int:
+    """The signal an interruption came from: its ``signum`` (the runner's SIGTERM handler sets it),
+    else SIGINT for a KeyboardInterrupt (Ctrl-C), else SIGTERM."""
+    signum = getattr(error, "signum", None)
+    if signum is not None:
+        return int(signum)
+    return signal.SIGINT if isinstance(error, KeyboardInterrupt) else signal.SIGTERM
 
 
 def _on_stop_signal(signum, frame) -> None:
@@ -271,6 +281,16 @@ def _leave_out_unused_imports() -> None:
             sys.modules.setdefault(name, None)
 
 
+def _plan_setup(job: CellJob) -> str:
+    """Code the cell's kernel runs before its notebook: its running plan for its progress line
+    (:func:`ddlib.run.timing.hand_plan`; the cell reads it, never the runner's modules)."""
+    import json
+
+    return (f"from ddlib.run.timing import hand_plan as _ddlib_hand_plan\n"
+            f"_ddlib_hand_plan({job.protocol!r}, {json.dumps(job.params, default=str)!r})\n"
+            "del _ddlib_hand_plan\n")
+
+
 def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
     """Execute one cell's notebook under papermill, owning its MLflow run (see the module docstring)."""
     global _CURRENT
@@ -315,7 +335,7 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
             os.environ[progress.FILE_ENV] = str(watch.progress)
             try:
                 km = kernels.kernel_for(str(notebook.parent), job.env, {**job.env, progress.FILE_ENV: str(watch.progress)},
-                                        KERNEL_ARGUMENTS)
+                                        KERNEL_ARGUMENTS, setup=_plan_setup(job))
                 n = kernels.cells_in_kernel()
                 tracker.set_tags(run_id, {KERNEL_TAG: "fresh" if n == 1 else f"warm: cell {n} of its kernel"})
                 pm.execute_notebook(
@@ -358,7 +378,7 @@ def execute_cell(job: CellJob, watch_parent: bool = False) -> CellOutcome:
 
 def short_error(error: BaseException) -> str:
     """The notebook's own exception, on one line, not papermill's wrapper with the whole traceback; a
-    write the disk refused (full, read-only) as :func:`ddlib.store.tracking.write_failure` says it, not as a
+    write the disk refused (full, read-only) as :func:`ddlib.store.errors.write_failure` says it, not as a
     page of MLflow's SQL."""
     if why := write_failure(error):
         return why
@@ -387,201 +407,3 @@ def quiet_raised_store_errors() -> None:
     the runner's terminal per heartbeat and per cell. What is raised is handled (:func:`short_error`,
     :func:`_unwritten`, the monitor's retries); the log record goes."""
     logging.getLogger("mlflow.store.db.utils").addFilter(_raised_anyway)
-
-
-# --------------------------------------------------------------------------- the runner side
-
-OnOutcome = Callable[[CellJob, CellOutcome], None]
-
-
-class LocalExecutor:
-    """``workers`` spawned processes on this machine; with ``gpus`` (device ids) worker i sees only
-    ``gpus[i % len(gpus)]`` (``CUDA_VISIBLE_DEVICES``), so several workers spread over the GPUs."""
-
-    def __init__(self, workers: int, gpus: Sequence[str] | None = None):
-        self.workers = max(1, workers)
-        self.gpus = list(gpus) if gpus else None
-
-    def threads_per_cell(self) -> int:
-        from ddlib.engine.device import usable_cores
-
-        return max(1, usable_cores() // self.workers)
-
-    def run(self, jobs: Sequence[CellJob], on_outcome: OnOutcome) -> None:
-        context = get_context("spawn")
-        slots = None
-        if self.gpus:
-            slots = context.Queue()
-            for i in range(self.workers):
-                slots.put(self.gpus[i % len(self.gpus)])
-        pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_init_pool_worker,
-                                   initargs=(slots,))
-        pending, running, done = list(jobs), {}, set()
-
-        def start_next() -> None:
-            while pending and len(running) < self.workers:
-                job = pending.pop(next_job(pending, list(running.values()), done))
-                # Workers start (on submit) with SIGINT and SIGTERM blocked, inherited from this thread:
-                # a Ctrl-C while they import waits until their handlers are set (no traceback per worker).
-                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-                try:
-                    running[pool.submit(execute_cell, job, True)] = job
-                except BrokenProcessPool as exc:  # a worker died: every cell not yet started fails, as it did
-                    on_outcome(job, CellOutcome(job.name, "failed", error=short_error(exc)))
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-
-        try:
-            start_next()
-            while running:  # one cell per free worker, chosen when the worker frees (next_job)
-                finished, _ = wait(running, timeout=SIGNAL_POLL_SECONDS, return_when=FIRST_COMPLETED)
-                if not finished:
-                    continue
-                ended = [(future, running.pop(future)) for future in finished]
-                done.update(*(job.shares for _, job in ended))
-                start_next()
-                for future, job in ended:
-                    try:
-                        outcome = future.result()
-                    except BaseException as exc:  # noqa: BLE001 - the worker itself died
-                        outcome = CellOutcome(job.name, "failed", error=short_error(exc))
-                    on_outcome(job, outcome)
-        except BaseException as stop:
-            release_store_locks(stop)  # an interruption inside a store read: its lock would block the workers' writes
-            _terminate(pool, stop_signal(stop))
-            raise
-        pool.shutdown(wait=True)
-
-
-def stop_signal(error: BaseException) -> int:
-    """The signal an interruption came from: its ``signum`` (the runner's SIGTERM handler sets it),
-    else SIGINT for a KeyboardInterrupt (Ctrl-C), else SIGTERM."""
-    signum = getattr(error, "signum", None)
-    if signum is not None:
-        return int(signum)
-    return signal.SIGINT if isinstance(error, KeyboardInterrupt) else signal.SIGTERM
-
-
-def _terminate(pool: ProcessPoolExecutor, signum: int = signal.SIGTERM, grace: float = 15.0) -> None:
-    """Stop every worker: ``signum`` (the signal that stopped the runner: each worker marks its run
-    KILLED naming it, and kills its kernel), then SIGKILL."""
-    processes = list((pool._processes or {}).values())  # noqa: SLF001 - no public handle on the workers
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            try:
-                os.kill(process.pid, signum)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + grace
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join(5)
-
-
-class RayExecutor:
-    """Each cell a Ray task (``num_cpus``, ``num_gpus`` per cell) on the cluster at ``address``
-    (``auto``, ``ray://host:10001``), or on a local Ray instance started for the run (``workers``
-    cells at a time; asked for 127.0.0.1, but Ray 2.60's processes still listen on every interface
-    under the node's own address, behind Ray's token authentication: see docs/scale-out.md)."""
-
-    def __init__(self, address: str | None, workers: int, cpus_per_cell: float = 1, gpus_per_cell: float = 0):
-        self.address = address
-        self.workers = max(1, workers)
-        self.cpus_per_cell = cpus_per_cell
-        self.gpus_per_cell = gpus_per_cell
-
-    def threads_per_cell(self) -> int:
-        return max(1, int(self.cpus_per_cell))
-
-    def cells_at_once(self, resources: dict, cells: int) -> int:
-        """Cells in flight: what the cluster's CPUs and GPUs hold now at ``cpus_per_cell`` and
-        ``gpus_per_cell`` (a local instance: ``workers``), at least ``workers`` (an autoscaling cluster
-        grows when asked). Cells are handed to Ray as slots free, not all at once, so that two cells
-        computing the same shared work (K-Center's feature network, the full-data reference) do not
-        start together on two nodes, each training it (``next_job``)."""
-        slots = [int(resources.get(kind, 0) // need) for kind, need in (("CPU", self.cpus_per_cell),
-                                                                         ("GPU", self.gpus_per_cell)) if need > 0]
-        return max(1, min(cells, max(self.workers, min(slots) if slots else cells)))
-
-    @staticmethod
-    def check_installed() -> None:
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise ExecutorError(f"--executor ray needs Ray: {RAY_INSTALL_HINT}") from None
-
-    def _start_local_ray(self) -> None:
-        """A local Ray instance for this grid. Ray gives its raylet a fixed 30 s to register (on a loaded
-        machine it may not): such a start is tried again, :data:`RAY_START_ATTEMPTS` times in all, then
-        reported in one line."""
-        import ray
-
-        env = {k: os.environ[k] for k in ("PYTHONPATH",) if os.environ.get(k)}
-        for attempt in range(1, RAY_START_ATTEMPTS + 1):
-            try:
-                ray.init(num_cpus=max(1, int(self.workers * self.cpus_per_cell)), include_dashboard=False,
-                         _node_ip_address="127.0.0.1", log_to_driver=False,
-                         runtime_env={"env_vars": env} if env else None)
-                return
-            except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this one
-                if "timed out during startup" not in str(error):
-                    raise
-                ray.shutdown()
-                if attempt == RAY_START_ATTEMPTS:
-                    raise RuntimeError(f"its node did not start in {RAY_START_ATTEMPTS} tries of Ray's 30 s "
-                                       "(a loaded machine?)") from None
-                print(f"Ray's node did not start within its 30 s (try {attempt} of {RAY_START_ATTEMPTS}): "
-                      "starting it again", file=sys.stderr)
-
-    def run(self, jobs: Sequence[CellJob], on_outcome: OnOutcome) -> None:
-        self.check_installed()
-        import ray
-
-        started_here = False
-        if not ray.is_initialized():
-            handler = signal.getsignal(signal.SIGTERM)
-            try:
-                if self.address is None:
-                    self._start_local_ray()
-                else:
-                    ray.init(address=self.address, log_to_driver=False)
-            except (ConnectionError, RuntimeError, ValueError) as error:
-                raise ExecutorError(f"cannot start or reach Ray (address {self.address or 'local'}): {error}") from None
-            started_here = True
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, handler)  # ray.init installs its own; the runner's marks cells KILLED
-        task = ray.remote(execute_cell).options(num_cpus=self.cpus_per_cell, num_gpus=self.gpus_per_cell,
-                                                max_retries=0)
-        window = self.cells_at_once(ray.cluster_resources(), len(jobs))
-        waiting, pending, ended = list(jobs), {}, set()
-
-        def submit() -> None:  # as the local pool: one cell per free slot, chosen then (next_job)
-            while waiting and len(pending) < window:
-                job = waiting.pop(next_job(waiting, list(pending.values()), ended))
-                pending[task.remote(job, False)] = job
-
-        try:
-            submit()
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=SIGNAL_POLL_SECONDS)
-                if not done:
-                    continue
-                job = pending.pop(done[0])
-                ended.update(job.shares)
-                submit()
-                try:
-                    outcome = ray.get(done[0])
-                except Exception as exc:  # noqa: BLE001 - the task's worker died or Ray failed it
-                    outcome = CellOutcome(job.name, "failed", error=short_error(getattr(exc, "cause", None) or exc))
-                on_outcome(job, outcome)
-        except BaseException as stop:
-            release_store_locks(stop)
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            raise
-        finally:
-            if started_here:
-                ray.shutdown()

@@ -38,6 +38,7 @@ _state: dict = {"km": None, "key": None, "cells": 0}  # this process's kernel, w
 
 
 def warm_kernels_enabled() -> bool:
+    """Whether a worker keeps one warm kernel across its cells (on unless the environment turns it off)."""
     return os.environ.get(WARM_KERNEL_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -58,23 +59,23 @@ def _prelude(env: dict, cell: int) -> str:
             "import gc as _ddlib_gc; _ddlib_gc.freeze(); del _ddlib_gc\n")
 
 
-def _run(km, code: str) -> None:
+def _run(km, code: str, timeout: float | None = START_TIMEOUT) -> None:
     kc = km.blocking_client()
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=START_TIMEOUT)
-        reply = kc.execute_interactive(code, timeout=START_TIMEOUT, store_history=False, output_hook=lambda msg: None)
+        reply = kc.execute_interactive(code, timeout=timeout, store_history=False, output_hook=lambda msg: None)
         if reply["content"].get("status") != "ok":
             raise RuntimeError(f"the kept kernel refused its prelude: {reply['content'].get('evalue')}")
     finally:
         kc.stop_channels()
 
 
-def kernel_for(cwd: str, env: dict, cell_env: dict, extra_arguments: list[str]):
+def kernel_for(cwd: str, env: dict, cell_env: dict, extra_arguments: list[str], setup: str = ""):
     """A started kernel manager, its kernel ready, for a cell whose notebook runs in ``cwd`` with the
     process's environment ``env``: the kept one when warm kernels are on, it was started for the same
     (``cwd``, ``env``) and is alive (``cell_env`` then set in it), else a fresh one. With warm kernels
-    off, the caller releases it after the cell (:func:`release_kernel`)."""
+    off, the caller releases it after the cell (:func:`release_kernel`). ``setup``: code run in it next."""
     key = (cwd, json.dumps(env, sort_keys=True))
     km = _state["km"]
     if km is not None and (not warm_kernels_enabled() or _state["key"] != key or not _alive(km)):
@@ -84,6 +85,8 @@ def kernel_for(cwd: str, env: dict, cell_env: dict, extra_arguments: list[str]):
         try:
             _run(km, _prelude(cell_env, _state["cells"] + 1))
             _state["cells"] += 1
+            if setup:
+                _run(km, setup, timeout=None)
             return km
         except Exception:  # noqa: BLE001 - a kept kernel that does not answer is replaced
             release_kernel()
@@ -92,6 +95,8 @@ def kernel_for(cwd: str, env: dict, cell_env: dict, extra_arguments: list[str]):
     if not _state.get("atexit"):
         atexit.register(release_kernel)
         _state["atexit"] = True
+    if setup:  # code the cell's kernel runs before its notebook (the worker's: its running plan, run.timing.hand_plan)
+        _run(km, setup, timeout=None)
     return km
 
 

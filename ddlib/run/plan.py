@@ -2,7 +2,7 @@
 
 :func:`plan_grid` validates the params file, loads every data root each cell names (a missing or
 unreadable dataset fails here) and every input file (a set, a preset, teachers, a ground-truth
-CSV: the runner's own :func:`ddlib.run.runner.check_cell_inputs`), then reads the store and says, per cell:
+CSV: the runner's own :func:`ddlib.run.grid.check_cell_inputs`), then reads the store and says, per cell:
 
 * ``run`` or ``skip`` (a FINISHED run of the same config exists);
 * the evaluations it will **reuse** and those it will **train**: the random-subset and full-data
@@ -42,6 +42,8 @@ __all__ = ["CellPlan", "GridPlan", "Count", "plan_grid", "plan_cell", "estimates
 
 @dataclass
 class GridPlan:
+    """What ``--dry-run`` found for one params file: its cells and the data roots it checked."""
+
     path: str
     protocol: str
     experiment: str
@@ -62,8 +64,8 @@ def plan_grid(path: str | os.PathLike, force: bool = False, workers: int = 1) ->
     """Validate, check every data root, input file, device and the store, and plan each cell (see
     the module docstring); first runs are timed at the threads each of ``workers`` gets."""
     from ddlib.engine.device import usable_cores
-    from ddlib.run.runner import GridError, check_cell_inputs, check_cell_leakage, check_data, expand, load_grid
-    from ddlib.store.tracking import StoreError, check_store_writable
+    from ddlib.run.grid import GridError, check_cell_inputs, check_cell_leakage, check_data, expand, load_grid
+    from ddlib.store.errors import StoreError, check_store_writable
 
     spec = load_grid(path)
     cells = expand(spec)
@@ -122,7 +124,7 @@ class _Reader(Tracker):
 def _read_only_tracker(experiment: str) -> Tracker | None:
     from pathlib import Path
 
-    from ddlib.store.tracking import tracking_uri
+    from ddlib.store.paths import tracking_uri
 
     uri = tracking_uri()
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
@@ -140,7 +142,7 @@ def _compact(params: dict) -> str:
 
 def print_plan(path: str | os.PathLike, workers: int = 1, force: bool = False, out=None) -> int:
     """Print :func:`plan_grid`'s plan; exit status 0, or 2 with the error (nothing ran)."""
-    from ddlib.run.runner import GridError
+    from ddlib.run.grid import GridError
 
     out = out or sys.stdout
     try:

@@ -18,7 +18,7 @@ Every cell is validated, and every input file it names is loaded and checked (a 
 checkpoints, a NAS ground-truth CSV), before anything runs or anything is written to the store:
 a bad value or file stops the run with a message naming the params file, the cell and the problem.
 A cell whose config (including the content of its input files) already has a FINISHED run is
-skipped. Cells execute in a local process pool or on Ray (:mod:`ddlib.run.executors`); each cell's
+skipped. Cells execute in a local process pool or on Ray (:mod:`ddlib.run.pool`, :mod:`ddlib.run.cluster`); each cell's
 run is created when its execution starts. A failing notebook's run is marked FAILED with the
 partial executed notebook attached; the rest carry on; the exit status is non-zero when anything
 failed. An interrupted grid (SIGTERM, Ctrl-C) marks its running cells KILLED, naming the signal; a killed one (SIGKILL)
@@ -28,7 +28,6 @@ redoes exactly the cells that did not finish.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import signal
@@ -41,29 +40,29 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ddlib.run.executors import (CellJob, CellOutcome, ExecutorError, LocalExecutor, RayExecutor, interrupted,
-                             quiet_raised_store_errors, short_error, stop_signal)
+from ddlib.run.cluster import RayExecutor
+from ddlib.run.executors import (CellJob, CellOutcome, ExecutorError, interrupted, quiet_raised_store_errors, short_error,
+                             stop_signal)
+from ddlib.run.grid import GridError, cell_shares, check_cell_inputs, check_data, expand, load_grid
+from ddlib.run.pool import LocalExecutor
 from ddlib.store import progress as cell_progress
 from ddlib.run.console import CellLines, progress_files, progress_tags
-from ddlib.protocols import PROTOCOLS, protocol_module
+from ddlib.protocols import PROTOCOLS
 from ddlib.protocols.cell import cell_tags, run_name
-from ddlib.protocols.leakage import LEAKAGE_TAG, STRICT_ENV, test_leaked
-from ddlib.store.tracking import (TAG, StoreError, Tracker, check_store_writable, config_hash, default_tags, init_store,
-                            is_server_uri, owner_is_gone, project_folder, release_store_locks, store_environment,
-                            tracking_uri, write_failure)
-from ddlib.specs.shown import shown
-from ddlib.specs.yamlfile import YamlFileError, load_yaml
+from ddlib.protocols.leakage import STRICT_ENV, test_leaked
+from ddlib.store.tags import LEAKAGE_TAG
+from ddlib.store.errors import StoreError, check_store_writable, write_failure
+from ddlib.store.liveness import owner_is_gone
+from ddlib.store.locks import release_store_locks
+from ddlib.store.paths import is_server_uri, project_folder, store_environment, tracking_uri
+from ddlib.store.provenance import default_tags
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import Tracker, init_store
 
-__all__ = ["GridSpec", "load_grid", "expand", "check_data", "check_cell_inputs", "check_cell_leakage",
-           "run_grid", "RunReport", "GridError",
-           "GridInterrupted", "ExecutorError", "notebooks_dir", "reap_stale_runs", "parse_gpus"]
-
-TOP_LEVEL_KEYS = {"protocol", "experiment", "description", "params", "grid", "methods", "gpus_per_cell",
-                  "cpus_per_cell"}
-
-
-class GridError(ValueError):
-    """A params file is unusable; the message names the file and the key."""
+__all__ = ["run_grid", "RunReport", "GridInterrupted", "notebooks_dir", "reap_stale_runs", "parse_gpus",
+           "check_notebook_runner",
+           # handed on from run.grid and run.executors, for the command line and tests
+           "GridError", "load_grid", "expand", "check_cell_inputs", "cell_shares", "ExecutorError"]
 
 
 class GridInterrupted(KeyboardInterrupt):
@@ -73,19 +72,9 @@ class GridInterrupted(KeyboardInterrupt):
 
 
 @dataclass
-class GridSpec:
-    path: Path
-    protocol: str
-    experiment: str
-    params: dict
-    grid: list[dict]  # one or more grids; the cells are the union of their cross products
-    methods: dict
-    gpus_per_cell: float = 0
-    cpus_per_cell: float = 1
-
-
-@dataclass
 class RunReport:
+    """What a grid's run did, cell by cell: finished, skipped, failed, elsewhere, reaped."""
+
     finished: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (cell name, error)
@@ -100,193 +89,8 @@ class RunReport:
 
 
 def notebooks_dir() -> Path:
+    """Where the protocols' notebooks are read (``DDLIB_NOTEBOOKS``, else the checkout's or the wheel's)."""
     return Path(os.environ.get("DDLIB_NOTEBOOKS", project_folder("notebooks")))
-
-
-def load_grid(path: str | os.PathLike) -> GridSpec:
-    """The params file at ``path``, or the shipped grid it names (``demo``: :mod:`ddlib.run.shipped_grids`)."""
-    from ddlib.run.shipped_grids import grid_file
-
-    try:
-        path = grid_file(path)
-        raw = load_yaml(path)
-    except YamlFileError as e:
-        raise GridError(str(e)) from None
-    if not isinstance(raw, dict):
-        raise GridError(f"{path}: expected a mapping at the top level, got {shown(raw)}")
-    unknown = sorted(map(str, set(raw) - TOP_LEVEL_KEYS))
-    if unknown:
-        raise GridError(f"{path}: unknown top-level key(s) {unknown}; allowed: {sorted(TOP_LEVEL_KEYS)}")
-    protocol = raw.get("protocol")
-    if protocol not in PROTOCOLS:
-        raise GridError(f"{path}: protocol must be one of {sorted(PROTOCOLS)}, got {shown(protocol)}")
-    experiment = raw.get("experiment") or protocol
-    if not isinstance(experiment, str):
-        raise GridError(f"{path}: experiment must be a name, got {shown(experiment)}")
-    for key, default in (("gpus_per_cell", 0), ("cpus_per_cell", 1)):
-        value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise GridError(f"{path}: {key} must be a non-negative number, got {shown(value)}")
-    if raw.get("cpus_per_cell", 1) == 0:
-        raise GridError(f"{path}: cpus_per_cell must be positive, got 0")
-    grids = raw.get("grid") or {}
-    grids = grids if isinstance(grids, list) else [grids]
-    spec = GridSpec(path, protocol, experiment, raw.get("params") or {}, grids, raw.get("methods") or {},
-                    raw.get("gpus_per_cell", 0), raw.get("cpus_per_cell", 1))
-    for key in ("params", "methods"):
-        if not isinstance(getattr(spec, key), dict):
-            raise GridError(f"{path}: '{key}' must be a mapping, got {shown(getattr(spec, key))}")
-    from ddlib.methods.sources import validate_source
-
-    for method, source in spec.methods.items():
-        try:
-            validate_source(method, source)
-        except ValueError as e:
-            raise GridError(f"{path}: methods.{method}: {e}") from None
-    for i, grid in enumerate(spec.grid):
-        where = "grid" if len(spec.grid) == 1 else f"grid[{i}]"
-        if not isinstance(grid, dict):
-            raise GridError(f"{path}: '{where}' must be a mapping (or 'grid' a list of mappings)")
-        for key, values in grid.items():
-            if not isinstance(values, list) or not values:
-                raise GridError(f"{path}: {where}.{key} must be a non-empty list, got {shown(values)}")
-            if key == "method" and not all(isinstance(v, str) and v for v in values):
-                bad = next(v for v in values if not isinstance(v, str) or not v)
-                raise GridError(f"{path}: {where}.method: each method must be a name, got {shown(bad)}")
-        overlap = sorted(set(grid) & set(spec.params))
-        if overlap:
-            raise GridError(f"{path}: {overlap} appear in both params and {where}")
-    return spec
-
-
-def _absolute(value: str) -> str:
-    """An absolute, normalised path (``main/../sets/x.npz`` -> ``sets/x.npz``'s absolute path)."""
-    return os.path.abspath(os.path.expanduser(value))
-
-
-def absolute_paths(params: dict, path_params: tuple[str, ...] = ()) -> dict:
-    """``params`` with every path taken from where ddlib runs, absolute (kernels run in notebooks/, and a
-    params file ``ddlib score`` writes is rerun from anywhere): ``data_root``, the protocol's
-    ``path_params``, ``teacher_checkpoints`` and a ``preset`` given as a file."""
-    out = dict(params)
-    for key in ("data_root", *path_params):
-        if isinstance(out.get(key), str):
-            out[key] = _absolute(out[key])
-    if isinstance(out.get("teacher_checkpoints"), list):
-        out["teacher_checkpoints"] = [_absolute(c) if isinstance(c, str) else c for c in out["teacher_checkpoints"]]
-    preset = out.get("preset")
-    if isinstance(preset, str) and (preset.endswith((".yaml", ".yml")) or "/" in preset):
-        out["preset"] = _absolute(preset)
-    return out
-
-
-def cell_shares(params: dict) -> frozenset[str]:
-    """The cached work a cell's set shares with other cells of its data (K-Center's features, DM's
-    real means: :func:`ddlib.methods.sources.shared_work`), so the local pool starts no two cells that
-    would compute it at once (:func:`ddlib.run.executors.next_job`)."""
-    from ddlib.methods.sources import shared_work
-
-    source = params.get("source")
-    data = tuple(params.get(k) for k in ("dataset", "data_root", "train_per_class", "val_fraction"))
-    return frozenset(f"{data} {name}" for name in shared_work(source)) if isinstance(source, dict) else frozenset()
-
-
-def expand(spec: GridSpec) -> list[dict]:
-    """All cells of the grid as fully resolved, validated notebook params."""
-    module = protocol_module(spec.protocol)
-    combos = [dict(zip(grid, combo)) for grid in spec.grid for combo in itertools.product(*grid.values())]
-    cells = []
-    for combo in combos:
-        cell = {**spec.params, **combo}
-        unknown = sorted(map(str, set(cell) - set(module.SPEC.params)))
-        if unknown:
-            raise GridError(f"{spec.path}: unknown parameter(s) {unknown} for protocol {spec.protocol}; "
-                            f"known: {sorted(module.SPEC.params)}")
-        method = cell.get("method")
-        if method is not None and "source" in module.SPEC.params and cell.get("source") is None:
-            from ddlib.methods.sources import resolve_source
-
-            try:
-                source = resolve_source(method, spec.methods)
-            except ValueError as e:
-                raise GridError(f"{spec.path}: {e}") from None
-            if source.get("kind") in ("file", "checkpoint"):  # kernels run elsewhere: make paths absolute
-                source["path"] = _absolute(source["path"])
-            cell["source"] = source
-        if hasattr(module, "fill_sources"):  # methods named in other params (blackbox's target_models)
-            try:
-                cell = module.fill_sources(cell, spec.methods)
-            except ValueError as e:
-                raise GridError(f"{spec.path}: {e}") from None
-        cell = absolute_paths(cell, module.SPEC.path_params)
-        try:
-            cell = module.validate(cell)
-        except ValueError as e:
-            raise GridError(f"{spec.path}: {e}") from None
-        if cell not in cells:  # overlapping grids name some cells twice
-            cells.append(cell)
-    return cells
-
-
-def check_data(spec: GridSpec, cells: list[dict]) -> list[str]:
-    """Load each distinct (dataset, data_root) once: a missing root or unreadable file fails here."""
-    from ddlib.data.datasets import load_dataset
-
-    seen, out = {}, []
-    for cell in cells:
-        key = (cell["dataset"], cell.get("data_root"))
-        if key in seen:
-            continue
-        try:
-            ds = load_dataset(*key)
-        except (ValueError, OSError) as e:
-            raise GridError(f"{spec.path}: cell {run_name(spec.protocol, cell)}: dataset {key[0]!r}"
-                            + (f" at {key[1]}" if key[1] else "") + f": {e}") from None
-        seen[key] = ds
-        out.append(f"{ds.label}: {len(ds.train_labels)} train / {len(ds.test_labels)} test images, "
-                   f"{ds.num_classes} classes, from {ds.source}")
-    return out
-
-
-def check_cell_inputs(spec: GridSpec, cells: list[dict], run_code: bool = True) -> list[str]:
-    """Load and check every input file of every cell (:func:`ddlib.protocols.inputs.check_inputs`),
-    each distinct one once, before anything runs; a :class:`GridError` names the cell and the file.
-    ``run_code=False`` (a dry run) leaves out files that only full unpickling reads (``trusted:
-    true``); the returned notes say which."""
-    from ddlib.protocols.inputs import check_inputs, input_files
-
-    checked: set[str] = set()
-    notes: list[str] = []
-    for cell in cells:
-        if not input_files(cell):
-            continue
-        per_seed_files = (cell.get("source") or {}).get("kind") == "checkpoint"  # one model file per seed
-        key = config_hash({k: v for k, v in cell.items() if k != "device" and (k != "seeds" or per_seed_files)})
-        if key in checked:
-            continue
-        try:
-            notes += [f"cell {run_name(spec.protocol, cell)}: {note}" for note in check_inputs(cell, run_code=run_code)]
-        except ValueError as e:
-            raise GridError(f"{spec.path}: cell {run_name(spec.protocol, cell)}: {e}") from None
-        checked.add(key)
-    return notes
-
-
-def check_cell_leakage(spec: GridSpec, cells: list[dict]) -> list[str]:
-    """The dry run's leakage check of every distinct file set (:func:`ddlib.protocols.inputs.set_leakage`):
-    one line per set that holds test images."""
-    from ddlib.protocols.inputs import set_leakage
-
-    seen: set[str] = set()
-    out = []
-    for cell in cells:
-        key = config_hash({k: cell.get(k) for k in ("source", "method", "ipc", "dataset", "data_root")})
-        if key in seen:
-            continue
-        seen.add(key)
-        if note := set_leakage(cell):
-            out.append(f"cell {run_name(spec.protocol, cell)}: {note}")
-    return out
 
 
 def parse_gpus(gpus: str | None) -> list[str] | None:

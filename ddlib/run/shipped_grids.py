@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ddlib.store.tracking import project_folder
+from ddlib.store.paths import project_folder
 from ddlib.specs.yamlfile import YamlFileError
 
 __all__ = ["shipped_grids", "grid_file"]

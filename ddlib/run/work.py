@@ -10,7 +10,7 @@ shadow models, the target models of a black-box cell. It follows the protocols' 
 (:mod:`ddlib.protocols`); ``tests/test_estimate.py`` checks each protocol's list against what a cell
 trains.
 
-:func:`seconds` turns the work into seconds with this machine's rates. Attack costs
+:func:`ddlib.run.timing.seconds` turns the work into seconds with this machine's rates. Attack costs
 are gradient and forward passes per image (:data:`ATTACK_COST`), measured on digits models (where half
 the images survive the first attacks, so AutoAttack's and Square's later queries are many).
 """
@@ -22,10 +22,9 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from ddlib.run.calibrate import (RECORD_SECONDS, REFERENCE_PACE, Probe, cached_rates, forward_flops, passes_seconds,
-                             training_seconds)
+from ddlib.run.calibrate import Probe, forward_flops
 
-__all__ = ["Data", "Training", "Passes", "cell_work", "data_of", "ATTACK_COST", "shown_stem", "seconds", "running_plan"]
+__all__ = ["Data", "Training", "Passes", "cell_work", "data_of", "ATTACK_COST", "shown_stem"]
 
 # What an attack costs per attacked image, as (gradient passes, forward passes, step overheads): each
 # pass at the attack's batch, a step overhead what an optimisation step costs beyond its images.
@@ -156,12 +155,13 @@ class _Builder:
             recipe = replace(fp32, epochs=epochs)
             self.train("selection: feature network", 1, self.data.train, recipe,
                        self.probe(spec.get("model") or feature, recipe), kept="cache", recorded=False)
-        elif kind in ("forgetting", "el2n"):
+        elif kind in ("forgetting", "el2n", "aum", "ccs"):
+            score = spec.get("score", "aum") if kind == "ccs" else kind  # CCS trains its difficulty score's networks
             recipe = replace(fp32, epochs=spec.get("epochs", 20))
-            count = spec.get("num_models", 10) if kind == "el2n" else 1
+            count = spec.get("num_models", 10) if score == "el2n" else 1
             probe = self.probe(spec.get("model") or feature, recipe)
-            self.train(f"selection: {kind}", count, self.data.train, recipe, probe, kept="cache", recorded=False)
-            if kind == "el2n":
+            self.train(f"selection: {score}", count, self.data.train, recipe, probe, kept="cache", recorded=False)
+            if score == "el2n":
                 self.work.append(Passes("selection: el2n scores", probe, self.data.train * count, forwards=1))
         if kind == "dm":
             iterations, batch_real = spec.get("iterations", 200), spec.get("batch_real", 64)
@@ -272,6 +272,29 @@ def _augmentation_robust(b: _Builder) -> None:
         setting = own(with_augment)
         _side(b, f"syn_{variant}", "syn", setting, b.set_images(), seeds, online)
         _side(b, f"rdm_{variant}", "rdm", setting, b.data.classes * int(p["ipc"] or 1), seeds, online)
+
+
+def _label_regimes(b: _Builder) -> None:
+    """As :func:`ddlib.protocols.label_regimes.evaluate` trains: the teachers once (where a regime needs them),
+    their labels of every set once under ``sl``, and per applicable regime both sets at every seed, one recipe."""
+    from ddlib.engine.recipe import Recipe
+
+    p, seeds = b.p, len(b.p["seeds"])
+    archs = [] if p["teacher"] is None else [p["teacher"]] if isinstance(p["teacher"], str) else list(p["teacher"])
+    regimes = [r for r in p["regimes"] if r == "hl" or archs]  # the others do not apply: nothing trains
+    teacher_recipe = Recipe.from_dict(p["teacher_recipe"])
+    teachers = tuple(b.probe(arch, teacher_recipe) for arch in archs) if set(regimes) - {"hl"} else ()
+    if p.get("teacher_checkpoints") is None:
+        for seed, probe in enumerate(teachers):
+            b.train(f"teacher {probe.model} (seed {seed})", 1, b.data.train, teacher_recipe, probe, kept="teachers")
+    recipe, images = Recipe.from_dict(p["recipe"]), b.set_images()
+    student = b.probe(p["model"], recipe, p["augment"])
+    for regime in regimes:
+        if regime == "sl":  # the set's and every random subset's labels, once each
+            for probe in teachers:
+                b.work.append(Passes(f"teacher labels ({probe.model})", probe, images * (1 + seeds), forwards=1))
+        for side in ("syn", "rdm"):
+            b.train(f"{side}_{regime}", seeds, images, recipe, student, teachers=teachers if regime == "sl_kd" else ())
 
 
 # --------------------------------------------------------------------------- BEARD (adversarial, blackbox)
@@ -450,6 +473,7 @@ def _uniform(op: str) -> str:
 
 
 PROTOCOL_WORK = {"label_robust": _label_robust, "augmentation_robust": _augmentation_robust,
+                 "label_regimes": _label_regimes,
                  "adversarial": _adversarial, "blackbox": _blackbox, "augmentation": _augmentation,
                  "transfer": _transfer, "compression": _compression, "privacy": _privacy, "nas": _nas}
 
@@ -467,35 +491,3 @@ def cell_work(protocol: str, params: dict, data: Data | None = None, device=None
         raise ValueError(f"no model of the work of protocol {protocol!r}; known: {sorted(PROTOCOL_WORK)}")
     PROTOCOL_WORK[protocol](b)
     return b.work
-
-
-# --------------------------------------------------------------------------- the work in seconds
-
-
-def seconds(work: list, rates_of, record: float = RECORD_SECONDS,
-            trained: dict[int, int] | None = None) -> float:
-    """Seconds of ``work`` at the rates ``rates_of(probe)`` gives (scaled to the machine's pace now):
-    every model of a training (or ``trained[i]`` of entry ``i``, made here: trained, or tested; the
-    others found in the store, which cost a record's read), every pass, and ``record`` seconds per
-    evaluation or cached result written.
-    The cell's own start (:data:`CELL_SECONDS`) is not in it."""
-    total = 0.0
-    for i, item in enumerate(work):
-        r = rates_of(item.probe)
-        if isinstance(item, Passes):
-            total += passes_seconds(item, r) + item.recorded * record
-            continue
-        n = item.models if trained is None else trained.get(i, item.models)
-        each = training_seconds(item, r, [rates_of(t) for t in item.teachers])
-        total += n * (each + (record if item.recorded else 0.0)) + (item.models - n) * record
-    return total
-
-
-def running_plan(protocol: str, params: dict, device) -> float | None:
-    """A running cell's work in reference units (:func:`ddlib.run.calibrate.cached_rates`), for its progress line; None
-    where it is not known here (a protocol without a model of its work, a probe never calibrated)."""
-    try:
-        return seconds(cell_work(protocol, params, data_of(params), device), cached_rates(device),
-                       RECORD_SECONDS / REFERENCE_PACE)
-    except Exception:  # noqa: BLE001 - progress is advice
-        return None

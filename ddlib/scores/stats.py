@@ -75,6 +75,7 @@ def seed_caveat(seeds: Sequence[int] | None = None) -> str:
 
 @dataclass(frozen=True)
 class Interval:
+    """A statistic over seeds with its percentile-bootstrap interval (:func:`bootstrap_ci`); NaN bounds under 2 seeds."""
     estimate: float  # the statistic on the seeds as they are
     low: float  # NaN with fewer than 2 seeds
     high: float
@@ -91,6 +92,7 @@ class Interval:
 
 @dataclass(frozen=True)
 class Comparison:
+    """The difference of a statistic between two sets of seeds, its bootstrap interval, and whether that excludes 0."""
     difference: float  # statistic(a) - statistic(b)
     low: float
     high: float

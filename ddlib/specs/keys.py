@@ -1,7 +1,7 @@
 """Reuse keys, kept valid as ddlib grows: every rule that keeps a key made before a change equal to
 the key made after it lives here, in one place.
 
-A key is a hash of what a result depends on (:func:`ddlib.store.tracking.config_hash`). When a field or a
+A key is a hash of what a result depends on (:func:`ddlib.store.hashing.config_hash`). When a field or a
 parameter joins later, the keys of results computed before it existed must not change where the new
 field sits at the default that reproduces the old behaviour, or every stored result would be
 recomputed (or, worse, pooled with results of another definition). So:
@@ -19,7 +19,8 @@ every key holds (:func:`definition`), so nothing computed before is reused or po
   the data's layout or decoding): in every key of a trained model, an lr search, a teacher, a cached
   result, a cell and a per-machine cache (:func:`ddlib.methods.select.kernel_identity`);
 * the protocol's revision (its spec's ``revision``): in every key its cells compute, together with
-  the revisions of the protocols that share those results with it (:data:`SHARED_DEFINITIONS`).
+  the revisions of the protocols that share those results with it (:data:`SHARED_DEFINITIONS`), which
+  the protocols package hands in (:func:`ddlib.protocols.definition`: nothing here imports a protocol).
 
 The package's version is in no key (it has been 0.2.0 since the first commit): a release that changes
 no number reuses everything, one that changes a number bumps a revision. A change that only adds a
@@ -29,7 +30,7 @@ one protocol of a shared group recomputes the whole group).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 __all__ = ["LATER_RECIPE_DEFAULTS", "LATER_PARAM_DEFAULTS", "without_later_defaults", "ENGINE_REVISION",
            "ENGINE_HISTORY", "SHARED_DEFINITIONS", "definition"]
@@ -60,14 +61,12 @@ SHARED_DEFINITIONS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def definition(protocol: str | None) -> dict:
+def definition(protocol: str | None, revision: Callable[[str], int]) -> dict:
     """The definition revision a reuse key of ``protocol``'s results holds: the engine's revision and
-    the revision of every protocol of its family (:data:`SHARED_DEFINITIONS`; a protocol ddlib does not
-    know, or None for a computation outside any protocol, holds the engine's alone or revision 0)."""
-    import ddlib.protocols as protocols
-
+    the revision of every protocol of its family (:data:`SHARED_DEFINITIONS`), as ``revision(name)``
+    gives it (:func:`ddlib.protocols.definition` hands in the protocols' own: 0 for one ddlib does not
+    know). None, a computation outside any protocol, holds the engine's alone."""
     if protocol is None:
         return {"engine": ENGINE_REVISION}
     family = next((f for f in SHARED_DEFINITIONS if protocol in f), (protocol,))
-    return {"engine": ENGINE_REVISION,
-            "protocols": {p: protocols.protocol_revision(p) if p in protocols.PROTOCOLS else 0 for p in sorted(family)}}
+    return {"engine": ENGINE_REVISION, "protocols": {p: revision(p) for p in sorted(family)}}

@@ -1,5 +1,6 @@
-"""One registry pattern for every pluggable thing: augmentation ops, attacks, adversarial
-objectives, soft-label losses, source kinds, set formats and protocols (as timm's ``_registry``).
+"""One registry pattern for every pluggable thing: models, datasets, augmentation ops, attacks,
+adversarial objectives, soft-label losses, source kinds, set formats and protocols (as timm's
+``_registry``).
 
 A factory registers under a name with a decorator; its **keyword-only parameters with defaults
 are its parameters** (what a params file may set, and nothing else), and any leading positional
@@ -21,7 +22,8 @@ stale name can never travel beside a changed hook.
 
 A registry whose values need more than the float rule, or whose canonical text is written another
 way (reuse keys written before this module keep their spelling), gives a subclass of :class:`Spec`
-that overrides :meth:`Spec.check` and :meth:`Spec.describe` (``Registry("attack", spec=AttackSpec)``).
+that overrides :meth:`Spec.check` and sets how :meth:`Spec.spell` writes it (``Registry("attack",
+spec=AttackSpec)``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import inspect
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Iterator, Mapping, TypeVar
 
 from ddlib.specs.shown import shown
 
@@ -92,14 +94,22 @@ class Entry:
 @dataclass(frozen=True, eq=False)
 class Spec:
     """A parsed spec: the entry's name and its parameters, defaults filled in (``given`` says which
-    the spec set). Equal and hashed through its kind and :meth:`describe`."""
+    the spec set). Equal and hashed through its kind and :meth:`describe`.
+
+    :meth:`spell` is the one writer of a spec's text; a registry whose reuse keys were spelled before
+    this module keeps that spelling with the four class attributes below and :meth:`show`."""
 
     entry: Entry
     params: dict
     given: tuple[str, ...] = ()
 
+    sorted_params: ClassVar[bool] = False  # parameters in name order (else in signature order)
+    separator: ClassVar[str] = ", "
+    bare_name: ClassVar[bool] = True  # no parameters: ``name`` (else ``name()``)
+
     @property
     def name(self) -> str:
+        """The entry's registered name, which the spec's canonical text starts with."""
         return self.entry.name
 
     @classmethod
@@ -116,11 +126,23 @@ class Spec:
     def __hash__(self) -> int:
         return hash((self.entry.kind, self.describe()))
 
+    @classmethod
+    def show(cls, key: str, value: Any) -> str:
+        """One parameter's value as the text writes it (here :func:`describe_value`)."""
+        return describe_value(value)
+
+    @classmethod
+    def spell(cls, name: str, params: Mapping[str, Any], more: Mapping[str, Any] | None = None) -> str:
+        """``name`` or ``name(k=v, ...)``: ``params`` as the class orders and shows them, then ``more``
+        (appended as given: a loss's ``targets_are_logits``)."""
+        items = [*(sorted(params.items()) if cls.sorted_params else params.items()), *(more or {}).items()]
+        if not items and cls.bare_name:
+            return name
+        return f"{name}(" + cls.separator.join(f"{k}={cls.show(k, v)}" for k, v in items) + ")"
+
     def describe(self) -> str:
-        """``name`` or ``name(k=v, ...)`` with every parameter, defaults included, in signature order."""
-        if not self.params:
-            return self.name
-        return f"{self.name}(" + ", ".join(f"{k}={describe_value(v)}" for k, v in self.params.items()) + ")"
+        """The canonical text of what runs: every parameter, defaults included (:meth:`spell`)."""
+        return self.spell(self.name, self.params)
 
     def __str__(self) -> str:
         return self.describe()
@@ -172,6 +194,7 @@ class Registry(Generic[T]):
     # ------------------------------------------------------------------ lookup
 
     def names(self) -> list[str]:
+        """Every registered name, sorted: what ``list_*`` functions and unknown-name errors show."""
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
@@ -184,6 +207,7 @@ class Registry(Generic[T]):
         return len(self._entries)
 
     def entry(self, name: str) -> Entry:
+        """The entry of ``name``; an unknown name is a ValueError listing the known ones."""
         if not isinstance(name, str) or name not in self._entries:
             raise ValueError(f"unknown {self.kind} {shown(name)}; known: {', '.join(self.names())}")
         return self._entries[name]

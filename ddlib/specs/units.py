@@ -67,6 +67,7 @@ CORRELATION = Unit("correlation", 1.0, "{:.2f}", "rank correlation")
 LEARNING_RATE = Unit("lr", 1.0, "{:.3g}", "learning rate")
 RATIO = Unit("ratio", 1.0, "{:.4g}", "ratio")
 EPSILON = Unit("eps", 1.0, "{:.4g}", "perturbation budget")
+GPU_HOURS = Unit("GPU hours", 1.0, "{:.3g}", "GPU hours a set's maker declared for making it")
 AS_LOGGED = Unit("as logged", 1.0, "{:.4g}", "no unit known: as logged")
 
 PER_SEED = "per_seed/"  # a cell run's per-seed history of a value (step = seed)
@@ -89,6 +90,7 @@ _EXACT: dict[str, Unit] = {
                                 "evaluations", "models")},
     **{name: IMAGES for name in ("images", "train_images", "test_images", "attack_images")},
     **{name: FLOPS for name in ("train_flops", "test_flops", "flops_per_image", "flops")},
+    "construction_gpu_hours": GPU_HOURS,  # a set's declared cost (its measured one: _seconds, _flops)
     "compression_ratio": RATIO, "eps": EPSILON, "lr": LEARNING_RATE, "curve_auc": PERCENT,
     # black-box transfer (ddlib.protocols.blackbox): a target's clean accuracy, its accuracy under transfer,
     # the share hitting the target class
@@ -108,6 +110,7 @@ _PATTERNS: list[tuple[re.Pattern, Unit]] = [
     (re.compile(r"^lr(_|$)"), LEARNING_RATE),  # lr_syn_hard: the learning rate a side trained at
     (re.compile(r"^score_lr"), PERCENT),  # an lr candidate's validation accuracy
     (re.compile(r"^ior_"), POINTS),
+    (re.compile(r"^gap_"), POINTS),  # label_regimes: acc_syn_<regime> - acc_rdm_<regime>
     (re.compile(r"^acc(_|$)|_acc$|_acc_|accuracy"), PERCENT),
 ]
 # Heads of dotted names that are a quantity with a role after the dot (ece.syn_hard); every other head

@@ -100,6 +100,7 @@ class ProgressWriter:
 
 
 def writer_from_env(cell: str) -> ProgressWriter | None:
+    """The cell's progress writer when the runner named a progress file in the environment, else None."""
     path = os.environ.get(FILE_ENV)
     return ProgressWriter(path, cell) if path else None
 

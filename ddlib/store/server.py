@@ -22,8 +22,9 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from ddlib.store.tracking import artifact_root, create_sqlite_store, is_server_uri, tracking_uri
-from ddlib.store.tracking import redact_uri as _redact
+from ddlib.store.paths import artifact_root, is_server_uri, tracking_uri
+from ddlib.store.paths import redact_uri as _redact
+from ddlib.store.tracking import create_sqlite_store
 
 __all__ = ["ServerError", "server_command", "mlflow_server_env", "JOB_EXECUTION_ENV", "start_server", "stop_server",
            "wait_healthy", "serve", "run_foreground", "LOOPBACK", "check_port_free"]

@@ -41,7 +41,8 @@ def evaluate(cell: Cell, distilled: DistilledSet) -> Result:
 
 
 def leaderboard(experiment: str = "toy"):
-    from ddlib.report.core import aggregate, per_seed_values
+    from ddlib.boards.rank import aggregate
+    from ddlib.boards.read import per_seed_values
 
     rows = ("dataset", "ipc", "method")
     df = per_seed_values(experiment, ("acc",), rows)

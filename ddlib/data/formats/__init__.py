@@ -1,7 +1,8 @@
 """Set formats: one reader per file, registered in :data:`FORMATS` (see :mod:`.base`).
 
 Built in: ``mtt`` (:mod:`.mtt`), ``dc`` (:mod:`.dc`), ``pt`` (:mod:`.plain_pt`), ``npz`` (:mod:`.npz`) and
-``imagefolder`` (:mod:`.imagefolder`). Adding a format is one file that registers a reader::
+``imagefolder`` (:mod:`.imagefolder`), imported below. Adding a format is one file that registers a reader
+(and its name in that import line, or an import of your own)::
 
     from ddlib.data.formats import SetPath, set_format
 

@@ -68,9 +68,11 @@ class SetPath:
 
     @property
     def suffix(self) -> str:
+        """The file's suffix, lower-cased, so ``.PT`` and ``.pt`` are read alike."""
         return self.path.suffix.lower()
 
     def is_torch_file(self) -> bool:
+        """An existing ``.pt``/``.pth`` file: what the torch formats' ``detect`` first asks."""
         return self.path.is_file() and self.suffix in (".pt", ".pth")
 
     def torch_object(self) -> Any:
@@ -128,6 +130,7 @@ def torch_load(path: Path, trusted: bool = False) -> tuple[Any, bool]:
 
 
 def require_keys(path: Path, obj: dict, keys: tuple[str, ...]) -> None:
+    """Refuse a set file's dict that lacks one of ``keys``, naming the missing keys and those it holds."""
     missing = [k for k in keys if k not in obj]
     if missing:
         raise DistilledSetError(f"{path}: missing keys {missing}; found {sorted(map(str, obj))}")
@@ -178,5 +181,6 @@ def plain(value: Any) -> Any:
 
 
 def short(exc: Exception, limit: int = 200) -> str:
+    """An exception's message on one line of at most ``limit`` characters, for a one-line error that wraps it."""
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

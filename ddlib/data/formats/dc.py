@@ -10,6 +10,7 @@ from ddlib.data.formats.base import DistilledSetError, SetPath, plain, set_forma
 
 
 def detect(src: SetPath) -> bool:
+    """A ``.pt``/``.pth`` dict with ``data``: the DC / DSA / DM results layout."""
     if not src.is_torch_file():
         return False
     obj = src.torch_object()
@@ -18,6 +19,7 @@ def detect(src: SetPath) -> bool:
 
 @set_format("dc", priority=20, detect=detect, detects="a DC .pt/.pth ('data')")
 def read(src: SetPath) -> dict:
+    """The ``experiment_index``-th ``[images, labels]`` pair of ``data`` (normalised images), its accuracies as provenance."""
     path, obj, experiment = src.path, src.torch_object(), src.experiment_index
     data = obj["data"]
     if not isinstance(data, (list, tuple)) or not data:

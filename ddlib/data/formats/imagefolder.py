@@ -12,16 +12,18 @@ import numpy as np
 
 from ddlib.data.decode import image_array
 from ddlib.data.formats.base import DistilledSetError, SetPath, set_format, short
-from ddlib.data.imagefolder import IMAGE_EXTENSIONS
+from ddlib.data.tree_scan import IMAGE_EXTENSIONS
 
 
 def detect(src: SetPath) -> bool:
+    """A directory with at least one visible sub-folder (a class folder)."""
     return src.path.is_dir() and any(p.is_dir() and not p.name.startswith(".") for p in src.path.iterdir())
 
 
 @set_format("imagefolder", priority=50, detect=detect,
             detects="an ImageFolder directory")
 def read(src: SetPath) -> dict:
+    """Every image of every class folder, decoded to the dataset's channels and checked against its image shape."""
     from PIL import Image
 
     path, dataset = src.path, src.dataset

@@ -33,6 +33,7 @@ def files(path: Path) -> list[Path] | None:
 @set_format("mtt", priority=10, files=files, detect=lambda src: _images_file(src) is not None,
             detects="an MTT directory or images_<tag>.pt")
 def read(src: SetPath) -> dict:
+    """The ``images_<tag>.pt``, ``labels_<tag>.pt`` and optional ``lr_<tag>.pt`` of one MTT run (normalised images)."""
     images_path = _images_file(src)
     assert images_path is not None
     stem = src.path.name if src.path.is_dir() else (src.path.parent.name or src.path.stem)

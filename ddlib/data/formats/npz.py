@@ -11,6 +11,7 @@ from ddlib.data.formats.base import DistilledSetError, SetPath, set_fields, set_
 @set_format("npz", priority=40, detect=lambda src: src.path.is_file() and src.suffix == ".npz",
             detects="a .npz file")
 def read(src: SetPath) -> dict:
+    """The named arrays of an ``.npz`` archive, never unpickling an object; a lone ``.npy`` array is refused."""
     path = src.path
     try:
         # Open the file ourselves: np.load leaks its handle when the zip is corrupt.

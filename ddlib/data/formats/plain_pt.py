@@ -11,6 +11,7 @@ from ddlib.data.formats.base import DistilledSetError, SetPath, plain, set_field
 @set_format("pt", priority=30, detect=SetPath.is_torch_file,
             detects="a .pt/.pth with 'images' and 'labels'")
 def read(src: SetPath) -> dict:
+    """The named tensors of a ``.pt`` dict (:func:`ddlib.data.distilled.save`'s format), with its method and provenance."""
     path, obj = src.path, src.torch_object()
     if not isinstance(obj, dict):
         raise DistilledSetError(

@@ -26,25 +26,32 @@ augmentation ``dc_augment`` (crop / scale / rotate / noise, one per image; not d
 :func:`fit_zca`), not a random op: it maps pixels to the model's input in place of the
 normalisation, so the ops after it see whitened batches (as in MTT/DATM/DD-Ranking).
 
-This package holds the registry (``OPS``, on :class:`ddlib.specs.registry.Registry`) and the hook (``registry.py``), parameter
-validation (``_params.py``) and one file per family, each registering its ops on import: ``dsa_ops.py`` (``dsa``), ``mixing.py``
+This package holds the op registry (``OPS``, on :class:`ddlib.specs.registry.Registry`) and the
+:class:`Augment` pipeline built from a spec (``pipeline.py``), parameter validation (``_params.py``) and
+one file per family, each registering its ops on import: ``dsa_ops.py`` (``dsa``), ``mixing.py``
 (``mixup``, ``cutmix``), ``geometric.py`` (``random_resized_crop``, ``flip``, ``patch_shuffle``),
 ``torchvision_ops.py`` (``torchvision``), ``policies.py`` (DC-Bench's ``autoaugment``, ``randaugment``,
 ``imagenet_aug``; both on the pixel-space round trip of ``_pixels.py``), ``dc_augment.py``
-(``dc_augment``) and ``zca.py``. Adding an
-op is adding a file that uses :func:`register_op` and importing it here.
+(``dc_augment``) and ``zca.py``. Adding an op is adding a file that uses :func:`register_op` and
+importing it below.
 """
 
-from ddlib.engine.augment.registry import OPS, Augment, AugmentContext, create_augment, list_ops, op_params, register_op  # noqa: F401
+from ddlib.engine.augment.pipeline import OPS, Augment, AugmentContext, create_augment, list_ops, op_params, register_op
+# the families, each registering its ops on import (in this order)
+from ddlib.engine.augment.dsa_ops import DSA_DEFAULT_STRATEGY, DSA_OPS, DSAParams, dsa, dsa_op
+from ddlib.engine.augment import mixing, geometric, torchvision_ops, policies, dc_augment  # noqa: F401
+from ddlib.engine.augment.zca import ZCA, ZCA_NAME, fit_zca, zca_to_pixels
 
 __all__ = [
     "Augment",
     "AugmentContext",
     "OPS",
     "DSAParams",
+    "DSA_DEFAULT_STRATEGY",
     "DSA_OPS",
     "ZCA",
     "create_augment",
+    "dsa",
     "dsa_op",
     "fit_zca",
     "list_ops",
@@ -53,23 +60,3 @@ __all__ = [
     "zca_to_pixels",
     "ZCA_NAME",
 ]
-
-# --------------------------------------------------------------------------- the families
-
-# Each module registers its ops on import (in this order). The names imported from them are
-# re-exported: the public API, and the private helpers the tests use.
-from ddlib.engine.augment.dsa_ops import DSA_DEFAULT_STRATEGY, DSA_OPS, DSAParams, dsa, dsa_op  # noqa: F401
-from ddlib.engine.augment import mixing  # noqa: F401
-from ddlib.engine.augment.geometric import _resized_crop, _rrc_boxes  # noqa: F401
-from ddlib.engine.augment import torchvision_ops  # noqa: F401
-from ddlib.engine.augment.policies import (  # noqa: F401
-    _apply_plan,
-    _autoaugment_plan,
-    _autoaugment_policy,
-    _jitter_apply,
-    _jitter_plan,
-    _jitter_ranges,
-    _randaugment_plan,
-)
-from ddlib.engine.augment.dc_augment import DC_DEFAULTS, DC_TOKENS, dc_augment  # noqa: F401
-from ddlib.engine.augment.zca import ZCA, ZCA_NAME, fit_zca, zca_to_pixels

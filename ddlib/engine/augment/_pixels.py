@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ddlib.engine.augment.registry import AugmentContext
+from ddlib.engine.augment.pipeline import AugmentContext
 
 
 class _PixelSpace:

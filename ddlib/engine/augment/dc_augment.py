@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.engine.augment.pipeline import AugmentContext, register_op
 from ddlib.engine.augment._params import _int_param, _number
 
 __all__ = ["DC_TOKENS", "DC_DEFAULTS", "dc_augment"]

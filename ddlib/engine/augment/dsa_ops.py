@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.engine.augment.pipeline import AugmentContext, register_op
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.engine.augment.pipeline import AugmentContext, register_op
 from ddlib.engine.augment._params import _number, _pair
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.engine.augment.pipeline import AugmentContext, register_op
 from ddlib.engine.augment._params import _number
 
 

@@ -11,7 +11,7 @@ import textwrap
 import torch
 import torch.nn.functional as F
 
-from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.engine.augment.pipeline import AugmentContext, register_op
 from ddlib.engine.augment._params import _int_param, _number
 from ddlib.engine.augment._pixels import _PixelSpace
 

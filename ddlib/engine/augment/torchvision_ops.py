@@ -9,7 +9,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from ddlib.engine.augment.registry import AugmentContext, register_op
+from ddlib.engine.augment.pipeline import AugmentContext, register_op
 from ddlib.specs.registry import describe_value
 from ddlib.engine.augment._pixels import _PixelSpace
 

@@ -41,6 +41,7 @@ class ZCA(nn.Module):
 
     @property
     def fitted(self) -> bool:
+        """Whether :meth:`fit` (or :meth:`from_state`) has set the whitening matrix."""
         return bool(self.whitening.fitted)
 
     @torch.no_grad()

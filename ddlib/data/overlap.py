@@ -70,10 +70,12 @@ class Overlap:
 
     @property
     def exact(self) -> list[Match]:
+        """Set images identical to a split image (the dataset's own duplicates left out)."""
         return [m for m in self.matches if m.exact and not m.training]
 
     @property
     def near(self) -> list[Match]:
+        """Set images within the threshold of a split image but not identical (the dataset's own duplicates left out)."""
         return [m for m in self.matches if not m.exact and not m.training]
 
     @property

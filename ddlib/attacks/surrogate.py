@@ -44,6 +44,7 @@ class TransferOutcome:
 
     @property
     def skipped(self) -> bool:
+        """Whether the attack was not crafted (it cannot target): then no target was attacked either."""
         return self.white_box.skipped
 
 

@@ -1,4 +1,4 @@
-"""The black-box board from the ``blackbox`` experiment: per attack, a target x surrogate matrix.
+"""The blackbox protocol's boards from its experiment: per attack, a target x surrogate matrix.
 
 Each ``blackbox`` cell is one surrogate (its method's models) and logs, per seed, the robust accuracy
 of every target model under each attack crafted on it (``transfer.<attack>.<target>``). Here the cells
@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddlib.boards.rank import aggregate
+from ddlib.boards.read import per_seed_values
 from ddlib.scores import metrics
-from ddlib.report.core import aggregate, per_seed_values
 
 __all__ = ["ROW_PARAMS", "transfer_leaderboard", "transfer_matrix", "irr_leaderboard", "irr_rows", "irr_matrix"]
 
@@ -109,7 +110,7 @@ _IRR_NAMES = {"rr": "beard", "rr_rome": "rome", "rr_rome_plus": "rome+"}
 
 
 def irr_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Per cell (a surrogate) and seed of :func:`~ddlib.report.core.per_seed_values`' frame, one row per
+    """Per cell (a surrogate) and seed of :func:`~ddlib.boards.read.per_seed_values`' frame, one row per
     target: ``rr_rome`` (I-RR), ``rr`` and ``rr_rome_plus`` from the target's clean accuracy
     (``clean.<target>``) and its robust accuracies under transfer (``transfer.<attack>.<target>``, the
     attacks this cell ran), as :func:`ddlib.scores.metrics.rr` takes them (%); NaN with fewer than two attacks."""

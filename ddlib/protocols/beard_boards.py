@@ -1,5 +1,6 @@
-"""BEARD's leaderboards from the ``adversarial`` experiment: RR, AE, CREI and RCR per dataset x IPC,
-"unified" over IPCs (RRM, AEM, CREI over the models of every IPC), and robust accuracy against epsilon.
+"""BEARD's boards (the adversarial protocol's) from its experiment: RR, AE, CREI and RCR per dataset x IPC,
+"unified" over IPCs (RRM, AEM, CREI over the models of every IPC), robust accuracy against epsilon and
+its figures, and the board's report section (:func:`section`).
 
 Scores are recomputed here from the logged per-seed accuracies and times (so ``alpha`` can
 change), with BEARD's formulas (:func:`ddlib.scores.metrics.beard_scores`: percent and seconds). Skipped
@@ -27,13 +28,16 @@ import json
 
 import pandas as pd
 
-from ddlib.scores import metrics
-from ddlib.scores.robustness import curve_aucs
+from ddlib.boards.rank import aggregate, leakage_note
+from ddlib.boards.read import per_seed_values
 from ddlib.protocols.common import FULL_IPC
-from ddlib.report.core import aggregate, leakage_note, per_seed_values
-from ddlib.store.tracking import TAG, client
+from ddlib.scores import metrics
+from ddlib.scores.robustness import curve_auc, curve_aucs
+from ddlib.store.tags import TAG
+from ddlib.store.tracking import client
 
-__all__ = ["ROW_PARAMS", "robustness_leaderboard", "unified_leaderboard", "eps_curves", "plot_eps_curves"]
+__all__ = ["ROW_PARAMS", "robustness_leaderboard", "unified_leaderboard", "eps_curves", "plot_eps_curves",
+           "eps_curve_figures", "section"]
 
 ROW_PARAMS = ("dataset", "ipc", "method", "model", "training", "mode", "target", "space", "attacks", "device")
 PAIR_TARGETS = ("next", "next_mod10")  # BEARD's targets: the targeted row an untargeted one pairs with
@@ -234,3 +238,73 @@ def _own_curves(row: pd.Series) -> dict[str, float]:
     points = {k: v for k, v in row.items() if isinstance(k, str) and k.startswith("curve.")}
     has = {k.split(".")[1] for k, v in points.items() if pd.notna(v)}
     return {k: v for k, v in points.items() if k.split(".")[1] in has}
+
+
+def _row_label(first: pd.Series, with_dataset: bool = False) -> str:
+    ipc = "all" if first["ipc"] == FULL_IPC else first["ipc"]
+    label = f"{first['method']} IPC {ipc}"
+    for key, plain in (("model", None), ("training", "standard"), ("space", "pixel")):
+        value = first.get(key)
+        if value is not None and value == value and value != plain and not (key == "model" and value == "convnet"):
+            label += f" {value}"
+    return f"{first['dataset']}: {label}" if with_dataset else label
+
+
+def _curve_figure(lines: dict[str, pd.DataFrame], title: str, compat: bool):
+    """One errorbar line per entry (robust accuracy in % against eps x 255), its AUC in the legend."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, sub in lines.items():
+        sub = sub.sort_values("eps")
+        auc = curve_auc(list(sub["eps"]), list(sub["robust_acc_mean"]))
+        ax.errorbar(sub["eps"] * 255, 100 * sub["robust_acc_mean"], yerr=100 * sub["robust_acc_std"].fillna(0),
+                    marker="o", capsize=3, label=f"{label} (AUC {100 * auc:.1f} %)" if auc == auc else label)
+    ax.set_xlabel("epsilon (x 1/255, " + ("normalised units: beard_compat)" if compat else "pixel space)"))
+    ax.set_ylabel("robust accuracy (%)")
+    ax.set_title(title, fontsize="medium")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def eps_curve_figures(curves: pd.DataFrame) -> dict:
+    """Robustness curves (:func:`ddlib.report.eps_curves`): per leaderboard row, one figure with a
+    line per attack (``eps_row_<n>``); per dataset x IPC x mode x target x space x attack with
+    several rows (methods, trainings, models), one figure with a line per row (``eps_methods_<n>``).
+    Legends carry each line's AUC (the mean curve's, the mean of the seeds' ``curve_auc``)."""
+    if curves is None or curves.empty:
+        return {}
+    figures = {}
+    many = curves["dataset"].nunique() > 1
+    for n, (_, sub) in enumerate(curves.groupby("group", sort=False)):
+        first = sub.iloc[0]
+        lines = {str(attack): points for attack, points in sub.groupby("attack", sort=False)}
+        title = f"{_row_label(first, many)}, {first['mode']}: robust accuracy against epsilon"
+        figures[f"eps_row_{n}"] = _curve_figure(lines, title, first.get("space") == "beard_compat")
+    keys = [k for k in ("dataset", "ipc", "mode", "target", "space", "attack") if k in curves]
+    for n, (_, sub) in enumerate(curves.groupby(keys, sort=False, dropna=False)):
+        if sub["group"].nunique() < 2:
+            continue
+        lines = {}
+        for group, points in sub.groupby("group", sort=False):
+            label = _row_label(points.iloc[0])
+            lines[label if label not in lines else f"{label} [{group[:6]}]"] = points
+        first = sub.iloc[0]
+        ipc = "all" if first["ipc"] == FULL_IPC else first["ipc"]
+        title = f"{first['dataset']} IPC {ipc}, {first['attack']} {first['mode']}: one line per method"
+        figures[f"eps_methods_{n}"] = _curve_figure(lines, title, first.get("space") == "beard_compat")
+    return figures
+
+
+def eps_curves_of(board: pd.DataFrame) -> pd.DataFrame:
+    """The robustness curves read beside the ``beard`` board (empty where it is: no cell ran)."""
+    return eps_curves() if not board.empty else pd.DataFrame()
+
+
+def section(name: str, board: pd.DataFrame, boards, plots: bool = True) -> tuple[dict, dict]:
+    """What the report shows beside the ``beard`` board: the unified board over IPCs, the robustness
+    curves as a table and, with ``plots``, their figures (all rows; one per row; one per setting)."""
+    curves = boards["eps_curves"]
+    tables = {"beard_unified": boards["beard_unified"], **({"beard_eps_curves": curves} if not curves.empty else {})}
+    return tables, ({"beard_eps_curves": plot_eps_curves(curves), **eps_curve_figures(curves)} if plots else {})

@@ -1,9 +1,11 @@
-"""DC-Bench's tables from MLflow: augmentation (none / avg / best), accuracy against IPC with where
+"""DC-Bench's boards (of the augmentation, compression, transfer and nas protocols) and their report
+sections, from MLflow: augmentation (none / avg / best), accuracy against IPC with where
 synthesis stops beating selection, transfer across architectures (DC-Bench's four-architecture
 "Transfer" average beside the mean over all) with Kendall's tau of the method ranking, and NAS
 rank correlation (rho, tau, Top-1) of the seed-averaged proxy accuracies. A transfer row without
 DC-Bench's four architectures has no ``acc_transfer``; its ``acc_others_avg`` is never shown under
-DC-Bench's name (the radar gives it its own axis, :func:`ddlib.report.plots.radar_profile`)."""
+DC-Bench's name (the radar gives it its own axis, :func:`ddlib.report.plots.radar_profile`). Derived
+tables (``transfer_tau``) and report sections: :func:`transfer_tau`, :func:`section`."""
 
 from __future__ import annotations
 
@@ -12,17 +14,19 @@ import json
 import pandas as pd
 import scipy.stats
 
-from ddlib.scores import stats
+from ddlib.boards.rank import INTERVALS, aggregate, leakage_note
+from ddlib.boards.read import per_seed_values
+from ddlib.protocols import beyond
 from ddlib.protocols.dcbench import best_by_mean
 from ddlib.protocols.nas_space import rank_correlation
-from ddlib.protocols import beyond
-from ddlib.report.core import INTERVALS, aggregate, board_score, leakage_note, per_seed_values
+from ddlib.protocols.spec import board_score
+from ddlib.scores import stats
 
 __all__ = ["augmentation_leaderboard", "compression_leaderboard", "plot_compression", "synthesis_vs_selection",
-           "transfer_leaderboard", "transfer_tau", "nas_leaderboard", "SELECTION"]
+           "transfer_leaderboard", "transfer_tau", "nas_leaderboard", "SELECTION", "section"]
 
 # real-image selection baselines; everything else but "full" is a method
-SELECTION = ("random", "kcenter", "kcenter_greedy", "herding", "herding_dc", "forgetting", "el2n")
+SELECTION = ("random", "kcenter", "kcenter_greedy", "herding", "herding_dc", "forgetting", "el2n", "aum", "ccs")
 
 
 def _accuracies(experiment: str, row_params, keys=()) -> pd.DataFrame:
@@ -204,3 +208,14 @@ def nas_leaderboard(experiment: str = "nas") -> pd.DataFrame:
     if not board.duplicated(subset=[k for k in (*rows, "precision") if k in board], keep=False).any():
         board = board.drop(columns="set")  # shown only where two rows differ by their set alone
     return board.sort_values(["dataset", "ipc", "spearman_mean"], ascending=[True, True, False]).reset_index(drop=True)
+
+
+def section(name: str, board: pd.DataFrame, boards, plots: bool = True) -> tuple[dict, dict]:
+    """What the report shows beside a DC-Bench board: for ``compression``, where synthesis stops beating
+    selection and accuracy against IPC; for ``transfer``, Kendall's tau across architectures."""
+    if name == "compression":
+        return {"synthesis_vs_selection": synthesis_vs_selection(board)}, (
+            {"compression": plot_compression(board)} if plots else {})
+    if name == "transfer":
+        return {"transfer_tau": boards["transfer_tau"]}, {}
+    return {}, {}

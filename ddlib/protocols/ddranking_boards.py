@@ -1,18 +1,19 @@
-"""DD-Ranking's leaderboards: the Label-Robust and Augmentation-Robust Scores, and their weight sweeps."""
+"""DD-Ranking's boards (``lrs``: label_robust's, ``ars``: augmentation_robust's): the Label-Robust and
+Augmentation-Robust Scores, their weight sweeps and bar charts, and their report sections."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ddlib.scores import metrics
+from ddlib.boards.rank import aggregate, row_names
+from ddlib.boards.read import KEY_COLUMNS, per_seed_values, read_once
 from ddlib.protocols import beyond
 from ddlib.protocols.cell import POOL_TAG
-from ddlib.report.boards import build_board
-from ddlib.report.core import KEY_COLUMNS, aggregate, per_seed_values
-from ddlib.store.tracking import TAG
+from ddlib.scores import metrics
+from ddlib.store.tags import TAG
 
 __all__ = ["ROW_PARAMS", "WEIGHT_PARAM", "row_params", "ROW_TAGS", "SWEEP", "lrs_leaderboard", "ars_leaderboard",
-           "weight_sweep", "plot_scores"]
+           "weight_sweep", "plot_scores", "section"]
 
 ROW_PARAMS = ("dataset", "ipc", "method", "model", "preset", "lr_policy")
 # The cells' own score weight is part of a row's key, so cells that differ only by it are rows that say so
@@ -21,7 +22,7 @@ WEIGHT_PARAM = {"lrs": "w", "ars": "gamma"}
 # Part of a row's key besides its params (the group hash holds the revision already; the tags show it
 # as a column): the protocol revision, so no row pools cells of two definitions, and the real-data
 # pool's identity (its content digest), so no row pools cells scored against different real data.
-# Every board's key also holds the resolved precision and the set's digest (ddlib.report.core).
+# Every board's key also holds the resolved precision and the set's digest (ddlib.boards.read).
 ROW_TAGS = {"revision": TAG["revision"], "pool": POOL_TAG}
 MATCHED_COMPUTE = ("acc_rdm_matched", "ior_matched")  # per-seed values of cells run with matched_compute: true
 
@@ -74,13 +75,15 @@ SWEEP = (0.1, 0.3, 0.5, 0.7, 0.9)  # the weights of DD-Ranking's appendix
 
 
 def weight_sweep(score: str = "lrs", weights=SWEEP, experiment: str | None = None) -> pd.DataFrame:
-    """The score (mean over seeds) for each weight: w for LRS, gamma for ARS, one column per weight."""
-    # the board itself (built once per weight inside boards.one_read) where no other experiment is named
-    build = {"lrs": lambda v: lrs_leaderboard(experiment, w=v) if experiment else build_board("lrs", w=v),
-             "ars": lambda v: ars_leaderboard(experiment, gamma=v) if experiment else build_board("ars", gamma=v)}[score]
+    """The score (mean over seeds) for each weight: w for LRS, gamma for ARS, one column per weight
+    (each board read once per weight inside :func:`ddlib.boards.read.one_read`, where no other experiment is named)."""
+    weight = WEIGHT_PARAM[score]
+    build = {"lrs": lambda v: lrs_leaderboard(experiment or "label_robust", w=v),
+             "ars": lambda v: ars_leaderboard(experiment or "augmentation_robust", gamma=v)}[score]
+    board_of = build if experiment else (lambda v: read_once(score, {weight: v}, lambda: build(v)))
     table = None
     for v in weights:
-        board = build(v)
+        board = board_of(v)
         if board.empty:
             return board
         key = [*row_params(score), "revision", *[c for c in (*KEY_COLUMNS, "config") if c in board]]
@@ -91,14 +94,43 @@ def weight_sweep(score: str = "lrs", weights=SWEEP, experiment: str | None = Non
 
 def plot_scores(board: pd.DataFrame, score: str = "lrs"):
     """Bar chart of a score per method, grouped by IPC (datasets share the figure via labels)."""
-    from ddlib.report.viz import bar_with_errors
-
     if board.empty:
         return None
-    from ddlib.report.core import row_names
-
     df = board.assign(series=[n + (f" / {d}" if board["dataset"].nunique() > 1 else "")
                               for n, d in zip(row_names(board), board["dataset"].astype(str))])
     title = {"lrs": "Label-Robust Score", "ars": "Augmentation-Robust Score"}[score]
-    return bar_with_errors(df, group="ipc", series="series", value=f"{score}_mean", error=f"{score}_std",
-                           title=f"{title} (mean ± std over seeds)", ylabel=f"{score.upper()} (0-100)")
+    return _bars(df, group="ipc", series="series", value=f"{score}_mean", error=f"{score}_std",
+                 title=f"{title} (mean ± std over seeds)", ylabel=f"{score.upper()} (0-100)")
+
+
+def _bars(df: pd.DataFrame, group: str, series: str, value: str, error: str, title: str, ylabel: str):
+    """Grouped bars (one group per ``group`` value, one bar per ``series``) with std error bars. Two
+    rows with one (group, series) get a bar each (numbered): a plot never assumes names are unique."""
+    import matplotlib.pyplot as plt
+
+    df = df.reset_index(drop=True)
+    keyed = df[series].astype(str) + df.groupby([group, series], sort=False).cumcount().map(
+        lambda k: "" if k == 0 else f" ({k + 1})")
+    groups = list(dict.fromkeys(df[group]))
+    names = list(dict.fromkeys(keyed))
+    width = 0.8 / max(1, len(names))
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(groups) * max(1, len(names)) * 0.5 + 2), 4))
+    position = {g: i for i, g in enumerate(groups)}
+    for j, name in enumerate(names):
+        rows = df[keyed == name]
+        xs = [position[g] + (j - (len(names) - 1) / 2) * width for g in rows[group]]
+        ax.bar(xs, list(rows[value]), width=width, yerr=list(rows[error]), capsize=3, label=str(name))
+    ax.set_xticks(range(len(groups)), [str(g) for g in groups])
+    ax.set_xlabel(group)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def section(name: str, board: pd.DataFrame, boards, plots: bool = True) -> tuple[dict, dict]:
+    """What the report shows beside the ``lrs`` or ``ars`` board: its weight sweep (``<name>_sweep``)
+    and its bar chart."""
+    tables = {f"{name}_sweep": weight_sweep(name)}
+    return tables, ({name: plot_scores(board, name)} if plots else {})

@@ -1,4 +1,5 @@
-"""The augmentation registry: ``register_op``, the :class:`Augment` hook and :func:`create_augment`.
+"""The op registry (``OPS``, ``register_op``) and the :class:`Augment` pipeline :func:`create_augment`
+builds from a spec.
 
 Kept apart from the op files (as timm keeps ``_registry.py`` apart from its models): every family
 module imports this one to register its ops, and the package's ``__init__`` imports both, so
@@ -103,6 +104,7 @@ class Augment:
         self.name = " + ".join(op.describe() for op in self.ops)
 
     def describe(self) -> str:
+        """The ops' canonical texts joined by `` + ``, which the trainings of this augmentation are keyed by."""
         return self.name
 
     def __call__(self, x: torch.Tensor, targets: torch.Tensor, generator: torch.Generator):

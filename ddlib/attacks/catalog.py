@@ -1,4 +1,5 @@
-"""The attack registry (:data:`ATTACKS`, on :class:`ddlib.specs.registry.Registry`) and its specs.
+"""The catalog of attacks: their registry (:data:`ATTACKS`, on :class:`ddlib.specs.registry.Registry`), their
+specs (:class:`AttackSpec`) and the torchattacks attacks registered on it.
 
 An entry is a factory ``factory(model, num_classes, seed, *, param=default, ...) -> attack``
 (a torchattacks attack, or anything with its interface: ``atk(x, y)``, ``supported_mode``,
@@ -61,13 +62,11 @@ import inspect
 from typing import Any, Callable, Mapping, Sequence
 
 import torch.nn as nn
-try:
-    import torchattacks
-except ImportError as e:  # not a dependency of ddlib: its requests pin conflicts (pyproject's adversarial extra)
-    raise ImportError("BEARD's attacks need torchattacks, which is not installed: "
-                      "pip install --no-deps 'torchattacks>=3.5.1,<4'") from e
 
+from ddlib.engine.adversarial_training import import_torchattacks
 from ddlib.specs.registry import Entry, Registry, Spec, parse_number
+
+torchattacks = import_torchattacks()
 
 __all__ = ["ATTACKS", "AttackSpec", "register_attack", "list_attacks", "get_entry", "parse_attack", "parse_attacks",
            "create_attack", "supports_targeted", "targeted_skip_reason", "NORMS"]
@@ -149,11 +148,15 @@ class AttackSpec(Spec):
 
     @property
     def eps(self) -> float | None:
+        """The ε bound in pixel units of a norm-bounded attack; None for a minimum-norm one (cw, deepfool)."""
         return self.params["eps"] if self.norm else None
 
-    def describe(self) -> str:
-        """Canonical string for MLflow: ``pgd(alpha=2/255, eps=8/255, random_start=False, steps=10)``."""
-        return f"{self.name}(" + ", ".join(f"{k}={_format(k, v)}" for k, v in sorted(self.params.items())) + ")"
+    # Written for MLflow and the reuse keys: ``pgd(alpha=2/255, eps=8/255, random_start=False, steps=10)``.
+    sorted_params, bare_name = True, False
+
+    @classmethod
+    def show(cls, key: str, value: Any) -> str:
+        return _format(key, value)
 
 
 ATTACKS: Registry = Registry("attack", spec=AttackSpec)
@@ -269,6 +272,7 @@ _torchattack("spsa", torchattacks.SPSA, "Linf", eps=8 / 255)
 
 
 def list_attacks() -> list[str]:
+    """The registered attacks' names, sorted: what a params file's ``attacks:`` list may name."""
     return ATTACKS.names()
 
 
@@ -295,10 +299,35 @@ def parse_attacks(specs: Sequence) -> list[AttackSpec]:
 
 
 def create_attack(spec, model: nn.Module, num_classes: int, *, seed: int = 0):
-    """The attack for ``spec`` on ``model`` (which must take pixels in [0, 1]).
+    """Build the attack a spec names, on a model, with its parameters checked.
 
-    ``num_classes`` is the dataset's class count (AutoAttack's targets); ``seed`` is passed to
-    attacks that take one (AutoAttack). The attack is in untargeted (default) mode.
+    The spec is what a params file writes (a name, or a name with parameters); every parameter not
+    given takes the catalog's default (see the table above), so the same spec is the same attack
+    everywhere it is named. The attack is in untargeted (default) mode.
+
+    Args:
+        spec: ``"fgsm"``, ``{"pgd": {"eps": "4/255", "steps": 20}}`` or an :class:`AttackSpec`.
+        model: the attacked network, taking pixels in [0, 1] (:class:`~ddlib.attacks.spaces.PixelModel` wraps one that does not).
+        num_classes: the dataset's class count (an integer >= 2: AutoAttack's targets).
+        seed: the seed of attacks that draw at random (AutoAttack, Square).
+
+    Returns:
+        A torchattacks attack (or one with its interface): ``attack(images, labels)`` returns
+        the adversarial images.
+
+    Raises:
+        ValueError: an unknown attack, parameter or value, or a bad ``num_classes``.
+
+    Example:
+        >>> import torch
+        >>> from ddlib.attacks import create_attack
+        >>> from ddlib.models import create_model
+        >>> model = create_model("convnet", 3, 10, 32).eval()
+        >>> attack = create_attack({"pgd": {"eps": "4/255", "steps": 2}}, model, num_classes=10)
+        >>> images, labels = torch.rand(4, 3, 32, 32), torch.randint(0, 10, (4,))
+        >>> adversarial = attack(images, labels)
+        >>> bool((adversarial - images).abs().max() <= 4 / 255 + 1e-6)
+        True
     """
     spec = parse_attack(spec)
     if not isinstance(num_classes, int) or num_classes < 2:
