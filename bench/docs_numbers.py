@@ -45,7 +45,14 @@ def _board(store: Path) -> pd.DataFrame:
         csv = Path(tmp) / "lrs.csv"
         subprocess.run([sys.executable, "-m", "ddlib", "export", "--format", "csv", "--board", "lrs", "--out", str(csv)],
                        cwd=ROOT, env=_env(store), check=True, capture_output=True, text=True)
-        return pd.read_csv(csv)
+        board = pd.read_csv(csv)
+    # the CSV is in the shown units (accuracies in %, HLR and IOR in points): back to fractions, as rendered below
+    from ddlib.specs import units
+
+    for column in board.columns:
+        if column.endswith(units.SUMMARY_SUFFIXES) and pd.api.types.is_numeric_dtype(board[column]):
+            board[column] = board[column] / units.unit_of(column).scale
+    return board
 
 
 def _pm(row, key: str, scale: float, digits: int) -> str:
