@@ -86,11 +86,13 @@ CELLS = {
             "gt_column": "CIFAR10TestAccuracy200Epochs"},
     "privacy": {"method": "random", "ipc": 2, "train_per_class": 30, "test_size": 160, "members": 40,
                 "real_recipe": {"epochs": 5}},
+    "label_regimes": {"method": "random", "ipc": 2, "teacher": "convnet", "teacher_recipe": {"epochs": 20}},
 }
 EPOCHS = {"quick": 2, "full": 100}
 # the self-test: a ConvNet student (ResNet-18-BN trains slowly on a CPU), 1-epoch teachers and references
 QUICK = {"label_robust": {"model": "convnet", "teacher_recipe": {"epochs": 1}, "real_recipe": {"epochs": 1}},
-         "compression": {"real_recipe": {"epochs": 1}}, "privacy": {"real_recipe": {"epochs": 1}}}
+         "compression": {"real_recipe": {"epochs": 1}}, "privacy": {"real_recipe": {"epochs": 1}},
+         "label_regimes": {"teacher_recipe": {"epochs": 1}}}
 GPUS_GRID = {"protocol": "label_robust", "experiment": "gpu_check_gpus",
              "params": {**COMMON, "recipe": {"epochs": 2}, "real_recipe": {"epochs": 1}, "lr_policy": "fixed"},
              "grid": {"method": ["random"], "ipc": [1, 2]}}

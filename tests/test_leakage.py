@@ -177,6 +177,7 @@ BOARD_VALUES = {  # the values each protocol's boards read, per seed
     "nas": {"proxy.a": 0.5, "proxy.b": 0.4, "proxy.c": 0.3, "gt.a": 90.0, "gt.b": 80.0, "gt.c": 85.0},
     "privacy": {"loss_auc_set": 0.6, "shadow_auc_set": 0.6, "acc_set": 0.5},
     "blackbox": {"clean_acc": 0.5, "clean.random": 0.4, "transfer.fgsm.random": 0.2},  # the set's images attack random's
+    "label_regimes": {"acc_syn_hl": 0.5, "acc_rdm_hl": 0.4, "gap_hl": 0.1},
 }
 
 
@@ -202,7 +203,7 @@ def test_every_leaderboard_shows_a_sets_leakage_in_its_sanity_column(tmp_path, m
         tracker.end_run(run_id)
     boards = board_specs()
     assert set(boards) == {"lrs", "ars", "beard", "beard_unified", "augmentation", "transfer", "compression", "nas",
-                           "privacy", "blackbox", "blackbox_irr"}
+                           "privacy", "blackbox", "blackbox_irr", "label_regimes"}
     for name in boards:
         shown = format_leaderboard(build_board(name))
         assert list(shown["sanity"]) == [note], name
