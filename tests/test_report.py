@@ -218,7 +218,7 @@ def test_report_card_has_every_section_and_logs_to_mlflow(store, tmp_path):
     card = cards.build_card("dm", "digits", 2)
     sections = {b.protocol: b for b in card.blocks}
     assert set(sections) == {"label_robust", "augmentation_robust", "adversarial", "blackbox", "augmentation",
-                             "transfer", "compression", "nas", "privacy"}
+                             "transfer", "compression", "nas", "privacy", "label_regimes"}
     assert sections["label_robust"].ran and sections["augmentation_robust"].ran
     for protocol in ("adversarial", "blackbox", "augmentation", "transfer", "compression", "nas"):
         assert not sections[protocol].ran
