@@ -12,6 +12,8 @@ vmapped forward; sequential: each model's), bf16 and fp32; the compile's own sec
 (1-epoch) call's extra time. Agreement: each model's training loss per epoch, compiled against eager
 (batched, fp32). Writes bench/results/batched_compile.json. (The first H200 numbers were taken with
 the same ``torch.compile`` of the vmapped forward patched in from here, before the engine had it.)
+The other levers (compile modes, stacked leaves with one foreach SGD, the whole step compiled or in a
+CUDA graph, channels-last) and the issue-55 record are bench/engine_levers.py's.
 """
 
 from __future__ import annotations

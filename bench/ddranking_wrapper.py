@@ -20,6 +20,23 @@ package is never edited), and each one is listed in the output under ``workaroun
   Only in the matched mode (spec ``test_interval``); the defaults mode (spec ``test_interval`` and
   ``num_workers`` null) leaves it, and the DataLoader workers, at the peer's defaults.
 
+The spec's ``device`` (``cpu`` or ``cuda``) is the peer's own ``device`` argument: its models, teacher
+and loss go there and it moves each batch there itself (its DataLoaders stay on the CPU).
+
+Instrumentation (not workarounds; nothing the peer computes changes): the per-training methods are
+logged (:class:`Recorder`), and ``train_one_epoch`` / ``validate`` (imported by name into the metric
+modules) are timed per protocol, with a CUDA synchronize where each ends, and their DataLoaders'
+iterator start and ``__next__`` counted apart as data loading (``clock`` in the output). The output
+JSON is rewritten after each protocol, so a run stopped by the caller's timeout leaves what it finished.
+
+Environment: besides the pinned venv, any interpreter that imports ddranking (``--peer-python``, e.g.
+the device machine's Python 3.12 with torch 2.11, numpy 2.5 and the wheels on ``PYTHONPATH``). ddranking
+0.2.0 declares ``numpy<2.0.0`` but its source uses nothing numpy 2 removed (``np.mean/std/exp/ones/
+array/random/clip/squeeze/isin/argwhere/sqrt/pi`` only), loads its checkpoints with ``weights_only=True``
+and writes its CSV through a plain ``DataFrame.to_csv``: it ran unchanged under numpy 2.4.6, pandas
+3.1.1 and torch 2.14.1 (``pip install --no-deps --target`` of ddranking, kornia and kornia_rs beside
+ddlib's venv), so no workaround is needed for numpy 2.
+
 Usage (by vs_ddranking.py): ``python ddranking_wrapper.py SPEC.json``.
 """
 
@@ -161,6 +178,52 @@ class Recorder:
         return wrapped
 
 
+class TimedLoader:
+    """A DataLoader seen through a stopwatch: the time its iterator takes to start (worker processes)
+    and to hand each batch (``__next__``: indexing, PIL transforms, collation) goes to ``clock["data"]``."""
+
+    def __init__(self, loader, clock: dict):
+        self.loader, self.clock = loader, clock
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+    def __iter__(self):
+        t = time.perf_counter()
+        it = iter(self.loader)
+        self.clock["data"] += time.perf_counter() - t
+        while True:
+            t = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                self.clock["data"] += time.perf_counter() - t
+                return
+            self.clock["data"] += time.perf_counter() - t
+            yield batch
+
+
+def timed(fn, clock: dict, key: str, sync):
+    """``fn`` (the peer's ``train_one_epoch`` or ``validate``, called with ``loader=``) timed into
+    ``clock[key]``, less the time its loader took (counted under ``clock["data"]``); ``sync`` waits
+    for the device, so that a CUDA kernel is charged to the call that launched it."""
+
+    def wrapped(*args, **kwargs):
+        if "loader" in kwargs:
+            kwargs["loader"] = TimedLoader(kwargs["loader"], clock)
+        data_before = clock["data"]
+        t = time.perf_counter()
+        out = fn(*args, **kwargs)
+        sync()
+        clock[key] += time.perf_counter() - t - (clock["data"] - data_before)
+        clock[f"{key}_calls"] += 1
+        return out
+    return wrapped
+
+
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     out_path = Path(spec["out"])
@@ -173,6 +236,7 @@ def main(spec_path: str) -> None:
     import torchvision.datasets.cifar as tv_cifar
 
     torch.set_num_threads(int(spec.get("threads") or torch.get_num_threads()))
+    device = spec.get("device") or "cpu"  # the peer's constructors take it; its batches move there one by one
     original_check_integrity = tv_cifar.check_integrity
     tv_cifar.check_integrity = lambda *a, **k: True  # workaround: md5 check of the official files
 
@@ -196,7 +260,7 @@ def main(spec_path: str) -> None:
                   model_name=spec["model_name"], optimizer=spec["optimizer"], lr_scheduler=spec["lr_scheduler"],
                   weight_decay=spec["weight_decay"], momentum=spec["momentum"], num_eval=len(seeds),
                   im_size=(32, 32), num_epochs=epochs, use_zca=False,
-                  teacher_dir=spec["teacher_dir"], teacher_model_names=[spec["model_name"]], device="cpu", dist=False)
+                  teacher_dir=spec["teacher_dir"], teacher_model_names=[spec["model_name"]], device=device, dist=False)
     if spec.get("num_workers") is not None:  # matched mode; the defaults mode keeps the peer's 4 workers
         common["num_workers"] = int(spec["num_workers"])
     test_interval = spec.get("test_interval")  # matched: the epoch count; defaults: None (the peer's 20)
@@ -274,17 +338,17 @@ def main(spec_path: str) -> None:
         probe_lrs.random_data_format = "image"
         probes["lrs_random_data_format_image_without_custom_train_trans"] = capture(
             lambda: probe_lrs._compute_soft_label_metrics(
-                model=build_model(spec["model_name"], 10, (32, 32), device="cpu"),
+                model=build_model(spec["model_name"], 10, (32, 32), device=device),
                 image_tensor=None, image_path=probe_lrs._get_random_data_helper(0)[0], lr=0.01, soft_labels=None))
         probes["lrs_soft_label_mode_S_teacher_labels"] = capture(lambda: probe_lrs._generate_soft_labels(syn[:4]))
         probes["fewer_epochs_than_test_interval_returns_0"] = {
             "num_epochs": 1, "test_interval": probe_lrs.test_interval,
             **capture(lambda: probe_lrs._compute_soft_label_metrics(
-                model=build_model(spec["model_name"], 10, (32, 32), device="cpu"),
+                model=build_model(spec["model_name"], 10, (32, 32), device=device),
                 image_tensor=syn, image_path=None, lr=0.01, soft_labels=None))}
         probe_lrs.loss_fn_kwargs = None  # the constructor's default
         probes["lrs_loss_fn_kwargs_default_none"] = capture(lambda: probe_lrs._compute_soft_label_metrics(
-            model=build_model(spec["model_name"], 10, (32, 32), device="cpu"),
+            model=build_model(spec["model_name"], 10, (32, 32), device=device),
             image_tensor=syn, image_path=None, lr=0.01, soft_labels=None))
         probes["real_data_acc_cache_keys"] = {"keys": sorted(te_mod.REAL_DATA_ACC_CACHE),
                                               "has_CIFAR10-ConvNet-3": "CIFAR10-ConvNet-3" in te_mod.REAL_DATA_ACC_CACHE}
@@ -294,7 +358,7 @@ def main(spec_path: str) -> None:
                                             step_size=1, **soft, batch_size=256,
                                             save_path=str(workdir / "probe" / "ars.csv"), random_data_format="tensor")
         probes["ars_step_scheduler"] = capture(lambda: probe_ars._compute_soft_label_metrics(
-            model=build_model(spec["model_name"], 10, (32, 32), device="cpu"),
+            model=build_model(spec["model_name"], 10, (32, 32), device=device),
             image_tensor=syn, image_path=None, lr=0.01, soft_labels=None, use_aug=True))
         probes["ars_random_data_format_tensor"] = capture(lambda: probe_ars._get_random_data_helper(0))
         del probe_ars
@@ -304,7 +368,7 @@ def main(spec_path: str) -> None:
         probe_ars_hard.test_interval = 1
         hard = torch.arange(10).repeat_interleave(int(spec["ipc"]))
         probes["ars_label_type_hard"] = capture(lambda: probe_ars_hard._compute_hard_label_metrics(
-            model=build_model(spec["model_name"], 10, (32, 32), device="cpu"),
+            model=build_model(spec["model_name"], 10, (32, 32), device=device),
             image_tensor=syn, image_path=None, lr=0.01, hard_labels=hard, use_aug=False))
         del probe_ars_hard
 
@@ -323,6 +387,16 @@ def main(spec_path: str) -> None:
     for mod in (lrs_mod, ars_mod):
         mod.set_seed = seeded_set_seed
         mod.get_random_data_tensors = given_random_subset
+
+    # instrumentation (not a workaround): where the peer's time goes, per protocol
+    def sync():
+        if device != "cpu" and torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    clock = {"train": 0.0, "train_calls": 0, "test": 0.0, "test_calls": 0, "data": 0.0}
+    for mod in (lrs_mod, ars_mod):
+        mod.train_one_epoch = timed(te_mod.train_one_epoch, clock, "train", sync)
+        mod.validate = timed(te_mod.validate, clock, "test", sync)
     result["workarounds"] = [
         "torchvision.datasets.cifar.check_integrity patched to return True (md5 of the official archive)",
         f"set_seed() (clock-seeded) replaced in ddranking.metrics.soft_label/aug_robust: evaluation run i uses seed {seeds}[i]",
@@ -344,21 +418,23 @@ def main(spec_path: str) -> None:
     t = time.perf_counter()
     from ddranking.utils import get_dataset
 
-    _, _, _, _, _, dst_train, dst_test, _, _, _ = get_dataset("CIFAR10", spec["data_root"], (32, 32), False, None, "cpu")
+    _, _, _, _, _, dst_train, dst_test, _, _, _ = get_dataset("CIFAR10", spec["data_root"], (32, 32), False, None, device)
     result["data"] = {"train_digest": data_digest(dst_train.data, dst_train.targets),
                       "test_digest": data_digest(dst_test.data, dst_test.targets),
                       "train_size": len(dst_train), "test_size": len(dst_test)}
     teacher_path = Path(spec["teacher_dir"]) / "CIFAR10" / spec["model_name"] / "ckpt_best.pt"
-    teacher = build_model(spec["model_name"], 10, (32, 32), pretrained=True, model_path=str(teacher_path), device="cpu")
+    teacher = build_model(spec["model_name"], 10, (32, 32), pretrained=True, model_path=str(teacher_path), device=device)
     loader = torch.utils.data.DataLoader(dst_test, batch_size=512, num_workers=0)
     with contextlib.redirect_stdout(io.StringIO()):
-        result["teacher_test_acc_percent"] = float(validate(teacher, loader, device="cpu"))
+        result["teacher_test_acc_percent"] = float(validate(teacher, loader, device=device))
     result["data"]["seconds"] = round(time.perf_counter() - t, 2)
     del teacher, loader, dst_train, dst_test
 
     log = io.StringIO()
     for protocol in spec["protocols"]:
         state["iteration"] = -1
+        clock.update(train=0.0, train_calls=0, test=0.0, test_calls=0, data=0.0)
+        sync()
         t0 = time.perf_counter()
         with contextlib.redirect_stdout(log):
             print(f"######## {protocol}")
@@ -386,6 +462,7 @@ def main(spec_path: str) -> None:
                 returned = ev.compute_metrics(image_tensor=syn, soft_labels=None, syn_lr=None, lrs_lambda=float(spec["w"]))
             else:
                 returned = ev.compute_metrics(image_tensor=syn, soft_labels=None, syn_lr=None, ars_lambda=float(spec["gamma"]))
+            sync()
             t2 = time.perf_counter()
         csv = Path(ev.save_path)
         result[protocol] = {
@@ -394,8 +471,11 @@ def main(spec_path: str) -> None:
             "helpers": rec.helpers, "trials": rec.trials,
             "setup_seconds": round(t1 - t0, 2), "compute_seconds": round(t2 - t1, 2),
             "wall_seconds": round(t2 - t0, 2),
+            # train_one_epoch and validate, less their loaders' time (data: iterator start, __next__)
+            "clock": {k: round(v, 3) if isinstance(v, float) else v for k, v in clock.items()},
         }
         del ev
+        out_path.write_text(json.dumps({**result, "incomplete": True}, indent=1, default=str))  # if stopped later
     result["log_tail"] = log.getvalue()[-6000:]
     result["process_seconds"] = round(time.perf_counter() - t_start, 2)
     out_path.write_text(json.dumps(result, indent=1, default=str))

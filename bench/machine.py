@@ -50,8 +50,43 @@ def machine_info(device: str | torch.device | None = None) -> dict:
             "forced_isa": {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ},
             "load_average_start": [round(v, 2) for v in os.getloadavg()]}
     if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        info.update(gpu_info(torch.device(device)))
+    info["commit"] = commit()
     return info
+
+
+def gpu_info(device: torch.device) -> dict:
+    """The GPU, its memory, the driver, CUDA and cuDNN: what a GPU number is recorded with."""
+    props = torch.cuda.get_device_properties(device)
+    out = {"gpu": props.name, "gpu_memory_mib": props.total_memory // 2**20,
+           "gpu_multiprocessors": props.multi_processor_count, "cuda": torch.version.cuda,
+           "cudnn": torch.backends.cudnn.version(), "driver": None}
+    try:
+        import subprocess
+
+        out["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                       capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def commit() -> str | None:
+    """The commit measured: ``$DDLIB_BENCH_COMMIT`` (a device machine gets the tree without .git, so the
+    GPU driver script passes it), else ``git rev-parse HEAD`` with ``+dirty`` when the tree has changes."""
+    if os.environ.get("DDLIB_BENCH_COMMIT"):
+        return os.environ["DDLIB_BENCH_COMMIT"]
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=20).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
 
 
 def write_results(result: dict, path) -> None:

@@ -77,9 +77,10 @@ def vs_ddranking_bound(path: Path, peak_gflops: float) -> dict:
            "ddlib_wall_seconds": ratios["ddlib_wall_seconds"], "ddlib_trial_seconds": round(measured, 1),
            "attained_fraction_of_peak": round(total_flops / measured / 1e9 / peak_gflops, 3),
            "least_seconds_at_peak": round(least, 1),
-           "ratio_measured": {"matched": run["ratio_matched"], "defaults": run["ratio_defaults"]},
-           "ratio_bound": {"matched": round(ratios["matched_peer_wall_seconds"] / least, 2),
-                           "defaults": round(ratios["defaults_peer_wall_seconds"] / least, 2)}}
+           "ratio_measured": {"matched": run.get("ratio_matched"), "defaults": run.get("ratio_defaults")},
+           # no peer in the JSON (vs_ddranking.py --ours-only): no bound against it
+           "ratio_bound": {mode: round(ratios[f"{mode}_peer_wall_seconds"] / least, 2)
+                           if f"{mode}_peer_wall_seconds" in ratios else None for mode in ("matched", "defaults")}}
     return out
 
 

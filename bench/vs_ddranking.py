@@ -34,6 +34,28 @@ a test every 20 epochs with the best test accuracy kept, 4 DataLoader workers, t
 the test set in every evaluation run) and in the matched mode (one test after the last epoch, no
 workers), on the full 10,000-image test set, and writes ``ratio_defaults`` and ``ratio_matched``
 (peer wall time / ddlib wall time, LRS + ARS, teacher training excluded) at the top level of the JSON.
+``time_breakdown`` says where each side's time goes (training, test passes, data loading, python/other);
+``--record`` also writes the short ``bench/records/vs_ddranking_<device>.json``.
+
+On a GPU (``--device cuda``; the peer gets the same device) with an interpreter that imports ddranking
+already (no venv, no network), the device machine's one call, after the wheels' install into /tmp/site
+(exit 3: the budget stopped it, partial JSON and record; copy bench/records/vs_ddranking_cuda.json to $OUT):
+
+    DDLIB_SHARED=$PWD/.devdata PYTHONPATH=/tmp/site:$PWD DDLIB_BENCH_COMMIT=<sha> timeout 440 \
+        python3 bench/vs_ddranking.py --device cuda --peer-defaults --peer-python "$(command -v python3)" \
+        --budget-seconds 410 --record --out $OUT/vs_ddranking_cuda_full.json
+
+Sizes on CUDA with ``--peer-defaults`` (:data:`GPU_PEER_DEFAULTS`): those of the CPU runs' ``--quick
+--peer-defaults`` (1 seed, 20 epochs, teacher 10 epochs, 100 real images per class, the full 10,000-image
+test set), the workload of the documented CPU ratios. Estimate for a fresh H200 machine (not measured;
+from bench/README.md's GPU runs and this CPU): start, imports and CUDA ~15 s; extracting and decoding
+60,000 JPEGs (threaded) and the torchvision copies <= 40 s; the teacher ~3 s; ddlib LRS + ARS ~60 s
+(26 trainings of 20 steps, 26 test passes; the GPU check's cells took 20-35 s each); the peer matched
+~85 s (start and probes ~15 s; 38 trainings x (20 epochs x ~15 ms + one 10,000-image test through PIL,
+~1.5 s)); the peer at its defaults ~100-190 s (38 trainings x 20 epochs x 4 DataLoader worker processes
+forked per epoch, 0.1-0.2 s an epoch on 16 cores, 0.6-1.8 s on the 2-core CPU, + one test each).
+About 300-390 s of an 8-minute call; 50 epochs (the CPU's non-quick ``--peer-defaults``) would be
+500-700 s, and the full 50,000 training images would add ~2.5 M PIL loads per peer mode: neither fits.
 """
 
 from __future__ import annotations
@@ -41,7 +63,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import pickle
 import platform
@@ -87,6 +108,9 @@ DEFAULT = dict(seeds=[0, 1], epochs=20, teacher_epochs=20, train_per_class=200, 
 # workers), on the full 10,000-image test set; 50 epochs (20 in --quick, so that it tests at all).
 PEER_DEFAULTS = dict(seeds=[0], epochs=50, teacher_epochs=20, train_per_class=200, test_size=None)
 PEER_DEFAULTS_QUICK = dict(seeds=[0], epochs=20, teacher_epochs=10, train_per_class=100, test_size=None)
+# --device cuda --peer-defaults (not --quick): the workload of the CPU's --quick --peer-defaults runs,
+# sized to fit one 8-minute device call with ddlib and both peer modes (the estimate in the docstring)
+GPU_PEER_DEFAULTS = dict(PEER_DEFAULTS_QUICK)
 PEER_TEST_INTERVAL = 20  # the peer's default (LabelRobustScoreSoft / AugmentationRobustScore.__init__)
 
 
@@ -101,21 +125,44 @@ def peer_python() -> Path:
     return PEER_VENV / "bin" / "python"
 
 
-def _peer_versions() -> dict | None:
-    py = peer_python()
+VERSION_NAMES = ["ddranking", "torch", "torchvision", "numpy", "pandas", "timm", "kornia", "tqdm", "pyyaml"]
+
+
+def _peer_versions(py: Path | None = None, extra: bool = False) -> dict | None:
+    """The versions ``py`` (default: the peer venv's Python) sees; ``extra``: also kornia_rs, pillow,
+    scipy and what torch was built with (CUDA, cuDNN), which imports torch (a few seconds)."""
+    py = py or peer_python()
     if not py.exists():
         return None
-    code = ("import importlib.metadata as m, json\n"
-            "names=['ddranking','torch','torchvision','numpy','pandas','timm','kornia','tqdm','pyyaml']\n"
+    names = VERSION_NAMES + (["kornia_rs", "pillow", "scipy"] if extra else [])
+    code = ("import importlib.metadata as m, json, sys\n"
+            f"names={names!r}\n"
             "out={}\n"
             "for n in names:\n"
             "    try: out[n]=m.version(n)\n"
             "    except m.PackageNotFoundError: out[n]=None\n"
-            "print(json.dumps(out))")
+            + ("import torch\n"
+               "out['python']=sys.version.split()[0]\n"
+               "out['torch_cuda']=torch.version.cuda\n"
+               "out['cudnn']=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None\n"
+               "out['cuda_available']=torch.cuda.is_available()\n" if extra else "")
+            + "print(json.dumps(out))")
     try:
-        return json.loads(_run([str(py), "-c", code]).stdout)
+        return json.loads(_run([str(py), "-c", code], env={**os.environ}).stdout)
     except (subprocess.CalledProcessError, json.JSONDecodeError):
         return None
+
+
+def given_peer_env(python: Path) -> dict:
+    """``--peer-python``: an interpreter that imports ddranking already (the device machine's ``python3``
+    with the wheels on ``PYTHONPATH``); no venv is made. Records what it sees."""
+    t = time.perf_counter()
+    versions = _peer_versions(python, extra=True)
+    if not versions or not versions.get("ddranking"):
+        raise RuntimeError(f"{python} cannot import ddranking (PYTHONPATH={os.environ.get('PYTHONPATH')!r}): "
+                           f"versions seen {versions}")
+    return {"path": str(python), "reused": None, "given": True, "pythonpath": os.environ.get("PYTHONPATH"),
+            "setup_seconds": round(time.perf_counter() - t, 1), "versions": versions}
 
 
 def ensure_peer_venv() -> dict:
@@ -270,15 +317,23 @@ def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, exp
     from ddlib.engine.train import Normalize, Recipe, model_accuracy
 
     module = label_robust if protocol == "lrs" else augmentation_robust
+    cuda = str(params.get("device", "cpu")).startswith("cuda")
+
+    def sync():  # a timer ends when the device's queued work has
+        if cuda:
+            torch.cuda.synchronize()
+
     t0 = time.perf_counter()
     load_before = os.getloadavg()
     cell = module.open_cell(**params)
     cell.progress = False  # no per-training progress bars in the benchmark's output
+    sync()
     t_open = time.perf_counter() - t0
     ds = cell.dataset
 
     t = time.perf_counter()
     (teacher,) = get_teachers(ds, "convnet", 1, Recipe.from_dict(teacher_recipe), seeds=[0], device=cell.device)
+    sync()
     teacher_seconds = time.perf_counter() - t
     state = {k: v.detach().cpu().clone() for k, v in teacher.state_dict().items()}
     teacher_digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in state.values())).hexdigest()[:24]
@@ -291,6 +346,7 @@ def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, exp
     distilled = module.obtain(cell)
     result = module.evaluate(cell, distilled)
     cell.close()
+    sync()
     t_eval = time.perf_counter() - t1
 
     metrics = cell.tracker.client.get_run(cell.run_id).data.metrics
@@ -308,21 +364,13 @@ def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, exp
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "teacher": {"seconds": round(teacher_seconds, 2), "test_acc": teacher_acc, "state_digest": teacher_digest},
         "dataset": {"source": ds.source, "train": len(ds.train_labels), "test": len(ds.test_labels),
-                    "train_digest": data_digest(ds.train_images.numpy(), ds.train_labels.numpy()),
-                    "test_digest": data_digest(ds.test_images.numpy(), ds.test_labels.numpy())},
+                    "train_digest": data_digest(ds.train_images.cpu().numpy(), ds.train_labels.cpu().numpy()),
+                    "test_digest": data_digest(ds.test_images.cpu().numpy(), ds.test_labels.cpu().numpy())},
         "_cell_dataset": ds, "_distilled": distilled,
     }
 
 
 # --------------------------------------------------------------------------- comparison
-
-
-def _ms(values) -> tuple[float, float]:
-    vals = [float(v) for v in values]
-    if not vals:
-        return float("nan"), float("nan")
-    m = sum(vals) / len(vals)
-    return m, math.sqrt(sum((v - m) ** 2 for v in vals) / len(vals))
 
 
 def peer_per_iteration(peer: dict, protocol: str, seeds: list[int], w: float) -> list[dict]:
@@ -375,214 +423,44 @@ def peer_per_iteration(peer: dict, protocol: str, seeds: list[int], w: float) ->
     return rows
 
 
-def defects(peer: dict, cfg: dict) -> list[dict]:
-    """Every peer defect met (``hit``: in this workload's path; else latent), with the evidence."""
-    c, p = peer.get("citations", {}), peer.get("probes", {})
-    imports = peer.get("imports", {})
-    out = []
-
-    def add(id_, title, hit, evidence, effect, workaround):
-        out.append({"id": id_, "title": title, "hit": hit, "evidence": evidence, "effect": effect,
-                    "workaround": workaround})
-
-    add("md5-download", "CIFAR-10 is opened with download=True and torchvision's md5 check", True,
-        [c.get("download_true"), p.get("torchvision_md5_check_on_reencoded_cifar")],
-        "Any CIFAR-10 copy that is not byte-identical to the official archive (here CIFAR-10 (JPEG), re-encoded) is "
-        "refused ('Dataset not found or corrupted'), and download=True would try to fetch the archive from the "
-        "internet; the peer cannot score on the data the suite uses.",
-        "wrapper: torchvision.datasets.cifar.check_integrity patched to return True")
-    add("clock-seed", "every evaluation run is seeded from the wall clock", True,
-        [c.get("clock_seed"), c.get("set_seed_called_without_seed_lrs"), c.get("set_seed_called_without_seed_ars"),
-         p.get("set_seed_without_argument")],
-        "set_seed() is called without a seed once per evaluation run, so seed = int(time.time()*1000) % 1000000: "
-        "results are not reproducible and cannot be paired with another tool's seeds.",
-        "wrapper: set_seed replaced in the metric modules so that evaluation run i uses the i-th seed of the workload")
-    add("lr-on-test", "learning rate chosen by test accuracy", True,
-        [c.get("lr_grid_best_test_acc_lrs"), c.get("test_loader_is_test_split")],
-        "Every accuracy (hard and soft, distilled and random, every evaluation run) is the best of 5 trainings "
-        "(lr 0.001..0.1) judged on the test set: an optimistic, test-selected number.",
-        "none in the peer (it is its method); ddlib was run with lr_select='test' to mirror it (tagged as such in "
-        "MLflow; ddlib's default is a held-out validation split)")
-    add("best-epoch-on-test", "test every 20 epochs and keep the best; 0 when num_epochs < 20", True,
-        [c.get("test_interval"), c.get("best_epoch_on_test_lrs"), p.get("fewer_epochs_than_test_interval_returns_0")],
-        "Accuracies are the maximum over periodic test evaluations (another test-set selection); with fewer than 20 "
-        "epochs (or the last epochs past a multiple of 20) the model is never tested and the reported accuracy is "
-        "0.0 (or ignores those epochs), silently.",
-        f"wrapper (matched mode): test_interval set to num_epochs ({cfg['epochs']}) on each evaluator (one test after the last "
-        "epoch, as ddlib)")
-    add("percent-scores", "LRS and ARS computed from percentage points", True,
-        [c.get("accuracy_percent"), c.get("lrs_formula_percent"), c.get("lrs_exp"), c.get("ars_formula_percent"),
-         c.get("ars_exp"), {"lrs_returned": (peer.get("lrs") or {}).get("returned"),
-                            "ars_returned": (peer.get("ars") or {}).get("returned")}],
-        "Accuracies are in percent, so HLR/IOR are in points and alpha = w*IOR - (1-w)*HLR ranges over [-100, 100] "
-        "instead of [-1, 1]: (e^alpha - e^-1)/(e - e^-1) then leaves [0, 1] (negative for any HLR above a few "
-        "points, astronomically large for IOR above ~20 points), and the log prints it with a '%'.",
-        "none in the peer; the comparison also reports ddlib's formula applied to the peer's own accuracies "
-        "(score_ddlib_formula)")
-    add("random-format-default", "LabelRobustScoreSoft's default random_data_format is rejected by its own code",
-        True, [c.get("random_format_default_lrs"), c.get("random_format_checked_lrs"),
-               p.get("lrs_default_random_data_format")],
-        "With the default ('tensors') compute_metrics raises ValueError when it reaches the random subset, after "
-        "the distilled set's trainings.",
-        "wrapper: random_data_format='tensor'")
-    add("random-tensors-arguments", "get_random_data_tensors called with its arguments shifted", True,
-        [c.get("random_tensors_call_lrs"), c.get("random_tensors_signature"), p.get("lrs_random_data_format_tensor"),
-         p.get("ars_random_data_format_tensor")],
-        "random_data_format='tensor' always crashes: eval_iter is passed as class_map (TypeError: 'int' object is not "
-        "subscriptable).",
-        "wrapper: get_random_data_tensors replaced in both metric modules by one returning ddlib's random subset "
-        "(baseline_seed 0, sorted class-major), so both tools train the same random images")
-    add("random-format-image", "random_data_format='image' re-encodes the random subset as JPEG and needs a transform",
-        False, [p.get("lrs_random_data_format_image_without_custom_train_trans")],
-        "The only working format writes the random images to ./random_data as JPEG (lossy, while the distilled set "
-        "stays float) and reads them back through custom_train_trans, which defaults to None and then crashes in "
-        "the DataLoader; ARS applies custom_train_trans to the random side only.",
-        "not used (tensor format with the replaced sampler)")
-    add("mode-S-teacher", "soft_label_mode='S' (stored soft labels) crashes on the random subset", False,
-        [c.get("teacher_model_singular_lrs"), p.get("lrs_soft_label_mode_S_teacher_labels")],
-        "LabelRobustScoreSoft._generate_soft_labels calls self.teacher_model, which does not exist (the teachers "
-        "are self.teacher_models): AttributeError.",
-        "not used (this workload relabels online, mode 'M')")
-    add("loss-kwargs-none", "LabelRobustScoreSoft's default loss_fn_kwargs=None crashes", True,
-        [c.get("loss_kwargs_default_none"), p.get("lrs_loss_fn_kwargs_default_none")],
-        "KLDivergenceLoss(**None): TypeError at the first soft-label training.",
-        f"wrapper: loss_fn_kwargs={{'temperature': {cfg['temperature']}, 'scale_loss': False}}")
-    add("ars-step-scheduler", "AugmentationRobustScore crashes with lr_scheduler='step'", True,
-        [c.get("ars_scheduler_without_step_size"), c.get("step_scheduler_asserts"), p.get("ars_step_scheduler")],
-        "The ARS trainings call get_lr_scheduler without step_size; 'step' (the DC/DSA/DM recipe) asserts.",
-        "both tools use cosine annealing (peer 'cosineannealing' = torch CosineAnnealingLR = ddlib 'cosine')")
-    add("ars-hard-labels", "AugmentationRobustScore with label_type='hard' crashes", False,
-        [c.get("ars_hard_uses_missing_test_loader"), c.get("ars_deletes_test_loader"), p.get("ars_label_type_hard")],
-        "The hard-label path passes self.teacher_models (never set for hard labels) and validates on "
-        "self.test_loader_real (deleted in __init__): AttributeError.",
-        "not used (soft labels)")
-    add("real-acc-cache", "no cached full-data accuracy for CIFAR-10; the full-data run mixes two configs", True,
-        [c.get("real_acc_cache"), c.get("real_epochs_from_soft_config"), p.get("real_data_acc_cache_keys")],
-        "eval_full_data=False raises ValueError for CIFAR10 (only ImageNet1K and TinyImageNet are cached); with "
-        "True, the full-data model is retrained in every evaluation run for num_epochs of the distilled-set config "
-        "while its optimizer and StepLR(100) come from REAL_DATA_TRAINING_CONFIG (200 epochs): with fewer than "
-        "100 epochs its lr never decays.",
-        "wrapper: eval_full_data=True; ddlib's real_recipe set to the same constant lr 0.01 (scheduler none)")
-    add("class-major-assumption", "labels are never read: the set is assumed sorted class-major", False,
-        [c.get("hard_labels_class_major")],
-        "compute_metrics takes no labels: hard labels are rebuilt as [0]*ipc + [1]*ipc + ...; a set stored in any "
-        "other order is silently mislabelled.",
-        "the DC file is class-major (checked); the random subset handed to the peer is sorted class-major")
-    add("missing-teacher", "no teacher training; a missing checkpoint crashes", True,
-        [c.get("pretrained_path_none")],
-        "Teachers must exist as <teacher_dir>/<dataset>/<model>/ckpt_best.pt; otherwise the path is None and "
-        "torch.load(None) fails. The package cannot make one.",
-        "ddlib trains the teacher (get_teachers) and the script writes its state_dict where the peer looks")
-    add("cwd-writes", "results and random subsets written into the current directory", True,
-        ["save_path default ./results/<dataset>/<model>/ipc<ipc>/...; random_data_path default ./random_data/..."],
-        "Running the peer litters the working directory.",
-        "wrapper: runs in a temporary working directory")
-    add("requirements", "declared requirements differ from what the code imports", True,
-        [{"imported_but_not_declared": imports.get("imported_but_not_declared"),
-          "declared_but_never_imported": imports.get("declared_but_never_imported"),
-          "declared": imports.get("declared_requires")}],
-        "pyyaml (ddranking.config) is imported but not declared: 'import ddranking' fails without it; scipy is "
-        "declared but never imported; numpy<2.0.0 is declared (so pandas 3, which needs numpy>=2, cannot be used).",
-        "venv: pip install --no-deps ddranking==0.2.0, then " + " ".join(PEER_PINS))
-    add("dataloader-workers", "num_workers=4 by default, re-forked every epoch", True,
-        ["DataLoader(..., num_workers=num_workers) built per training, no persistent_workers"],
-        "On a 2-core CPU each epoch of a 100-image set forks 4 worker processes.",
-        "both peer evaluators run with num_workers=0 (ddlib keeps tensors on the device and has no loader)")
-    add("mislabelled-log", "ARS log lines are mislabelled", True, [c.get("ars_mislabelled_log")],
-        "The random subset's with-augmentation accuracy is printed as 'Without augmentation acc'.", "none needed")
-    add("teacher-autograd", "teacher forward passes record autograd graphs", True, [c.get("teacher_forward_with_autograd")],
-        "In mode 'M' the teachers run outside torch.no_grad() with requires_grad parameters: every batch builds "
-        "a graph that is never used (time and memory).", "none (performance only)")
-    return out
-
-
-def defaults_table(results: dict, protocols: list[str]) -> str:
-    """The peer at its defaults beside the matched mode: accuracies, wall time, the ratio to ddlib."""
-    keys = {"lrs": ["acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any"],
-            "ars": ["acc_syn_aug", "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug"]}
-    row = "{:<34} {:>18} {:>18} {:>18}"
-    lines = ["\nDD-Ranking at its defaults (test every 20 epochs, best kept; 4 loader workers) vs matched"]
-    lines.append(row.format("", "ddlib", "peer matched", "peer defaults"))
-    for p in protocols:
-        ours, matched, dflt = results["ours"][p], results["peer"][p], results["peer_defaults"][p]
-        for k in keys[p]:
-            lines.append(row.format(f"{p.upper()} {k}", fmt(*_ms([r[k] for r in ours["per_seed"]])),
-                                    fmt(*_ms([r[k] for r in matched["per_seed"]])),
-                                    fmt(*_ms([r[k] for r in dflt["per_seed"]]))))
-        lines.append(row.format(f"{p.upper()} wall seconds", f"{ours['wall_seconds']:.0f}",
-                                f"{matched['wall_seconds']:.0f}", f"{dflt['wall_seconds']:.0f}"))
-    return "\n".join(lines)
-
-
-def fmt(mean: float, std: float, scale: float = 100.0, digits: int = 1) -> str:
-    if mean != mean:
-        return "n/a"
-    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
-
-
-def table(results: dict) -> str:
-    lines = []
-    row = "{:<34} {:>18} {:>18} {:>22}"
-    for protocol, keys in (("lrs", ["acc_syn_hard", "acc_real_hard", "acc_syn_any", "acc_rdm_any", "hlr", "ior"]),
-                           ("ars", ["acc_syn_aug", "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug", "ior_aug", "ior_noaug"])):
-        if protocol not in results["ours"]:
-            continue
-        ours, peer = results["ours"][protocol], results["peer"].get(protocol)
-        name = "LRS" if protocol == "lrs" else "ARS"
-        lines.append(f"\n{name} (accuracies and differences in %, points; scores 0-100 unless marked)")
-        lines.append(row.format("", "ddlib", "DD-Ranking", "DD-Ranking note"))
-        for k in keys:
-            o = _ms([r[k] for r in ours["per_seed"]])
-            pv = _ms([r[k] for r in peer["per_seed"]]) if peer else (float("nan"), float("nan"))
-            note = ""
-            if k in ("acc_syn_hard",) and peer:
-                note = "best of 5 lr on test"
-            if k in ("acc_syn_any", "acc_rdm_any", "acc_syn_aug", "acc_rdm_aug", "acc_syn_noaug", "acc_rdm_noaug"):
-                note = "best of 5 lr on test" + (" (ddlib too)" if results["settings"]["lr_select"] == "test" else "")
-            lines.append(row.format(k, fmt(*o), fmt(*pv), note))
-        if peer and protocol == "lrs":
-            pv = _ms([r["acc_syn_hard_at_lr0.01"] for r in peer["per_seed"]])
-            lines.append(row.format("acc_syn_hard (peer at lr 0.01)", "", fmt(*pv), "same lr as ddlib"))
-        score = "lrs" if protocol == "lrs" else "ars"
-        o = _ms([r[score] for r in ours["per_seed"]])
-        lines.append(row.format(f"{name} (ddlib formula)", fmt(*o, scale=1.0, digits=2),
-                                fmt(*_ms([r["score_ddlib_formula"] for r in peer["per_seed"]]), scale=1.0, digits=2)
-                                if peer else "n/a", "peer accuracies"))
-        if peer:
-            raw = [r.get("score_peer", float("nan")) for r in peer["per_seed"]]
-            lines.append(row.format(f"{name} (as the peer reports it)", "",
-                                    fmt(*_ms(raw), scale=1.0, digits=4), "percent-scale defect"))
-        lines.append(row.format("wall seconds", f"{ours['wall_seconds']:.0f}",
-                                f"{peer['wall_seconds']:.0f}" if peer else "n/a", "ddlib: teacher excluded"))
-        lines.append(row.format("trainings", str(len(ours["trials"])), str(len(peer["trials"])) if peer else "n/a",
-                                "models trained"))
-        o_each = _ms([t["train_seconds"] + t["eval_seconds"] for t in ours["trials"] if t["role"] != "real_hard"])
-        p_each = _ms([t["seconds"] for t in peer["trials"] if t["side"] != "real"]) if peer else (float("nan"),) * 2
-        lines.append(row.format("s per 100-image training", fmt(*o_each, scale=1.0), fmt(*p_each, scale=1.0),
-                                "train + test"))
-        if peer:
-            lines.append(row.format("load average before/after", "/".join(map(str, ours["load_average_before_after"])),
-                                    "/".join(map(str, results["peer_load_average_before_after"])), "both peer protocols"))
-    return "\n".join(lines)
-
-
-def run_peer(spec: dict, spec_file: Path) -> dict:
-    """One run of the wrapper in the peer's venv: its raw JSON, wall time and the load average around it."""
+def run_peer(spec: dict, spec_file: Path, python: Path, timeout: float | None = None) -> dict:
+    """One run of the wrapper with the peer's Python: its raw JSON, wall time and the load average around
+    it. Stopped after ``timeout`` seconds (the budget's time left): then ``failed`` is "timeout" and
+    ``partial_raw`` holds the protocols it finished (the wrapper writes its JSON after each)."""
     spec_file.write_text(json.dumps(spec, indent=1))
     t = time.perf_counter()
     load_before = os.getloadavg()
     log_file = spec_file.with_suffix(".log")
     with open(log_file, "w") as log:
-        proc = subprocess.run([str(peer_python()), str(WRAPPER), str(spec_file)], stdout=log,
-                              stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"})
+        try:
+            proc = subprocess.run([str(python), str(WRAPPER), str(spec_file)], stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "TQDM_DISABLE": "1"}, timeout=timeout)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
     wall = time.perf_counter() - t
     log_text = log_file.read_text()
-    if proc.returncode != 0:
-        return {"failed": proc.returncode, "log_tail": log_text[-8000:]}
+    if code != 0:
+        out = Path(spec["out"])
+        partial = json.loads(out.read_text()) if out.exists() else None
+        return {"failed": code, "log_tail": log_text[-8000:], "process_seconds": round(wall, 1),
+                "partial_raw": partial}
     raw = json.loads(Path(spec["out"]).read_text())
     raw["process_log_tail"] = log_text[-4000:]
     return {"raw": raw, "process_seconds": round(wall, 1),
             "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]}
+
+
+def peer_summary(raw: dict, protocols: list[str], cfg: dict) -> dict:
+    """The peer's run per protocol: accuracies per seed, what it returned, its seconds and clock."""
+    return {protocol: {
+        "per_seed": peer_per_iteration(raw, protocol, cfg["seeds"], cfg["w"] if protocol == "lrs" else cfg["gamma"]),
+        "returned": raw[protocol]["returned"], "wall_seconds": raw[protocol]["wall_seconds"],
+        "setup_seconds": raw[protocol]["setup_seconds"], "compute_seconds": raw[protocol]["compute_seconds"],
+        "clock": raw[protocol].get("clock"),
+        "test_interval": raw.get("test_interval", {}).get(protocol),
+        "num_workers": raw.get("num_workers", {}).get(protocol),
+        "trials": raw[protocol]["trials"]} for protocol in protocols}
 
 
 def ratios(results: dict, protocols: list[str]) -> dict:
@@ -613,7 +491,8 @@ def main(argv=None) -> int:
                                                          f"{PEER_DEFAULTS_QUICK})")
     ap.add_argument("--peer-defaults", action="store_true",
                     help=f"also run the peer at its defaults (test every {PEER_TEST_INTERVAL} epochs, keep the best; "
-                         f"4 loader workers) beside the matched mode, full test set; defaults {PEER_DEFAULTS}")
+                         f"4 loader workers) beside the matched mode, full test set; defaults {PEER_DEFAULTS} "
+                         f"(--device cuda: {GPU_PEER_DEFAULTS}, one 8-minute device call)")
     ap.add_argument("--precision", choices=["fp32", "bf16", "auto"],
                     help="ddlib's training precision (Recipe.precision; default: the recipe's default)")
     ap.add_argument("--seeds", type=int, nargs="+", help=f"default {DEFAULT['seeds']}")
@@ -631,13 +510,36 @@ def main(argv=None) -> int:
                     help="ddlib's MLflow store: 'shared' (default) is how users run it, one store for LRS and ARS, "
                          "so ARS reuses the lr searches of LRS's soft-label sides (the same trainings, the same "
                          "numbers); 'separate' gives each protocol its own store and reuses nothing")
+    ap.add_argument("--ours-only", action="store_true",
+                    help="ddlib's side alone (no peer venv, no peer run, no ratios): for roofline.py's bound on this machine")
     ap.add_argument("--no-probes", action="store_true", help="skip the peer's defect probes (a few seconds)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where both tools train and test (ddlib's cells; the peer's device argument); default cpu")
+    ap.add_argument("--peer-python", type=Path,
+                    help="an interpreter that imports ddranking already (e.g. the device machine's python3 with "
+                         "PYTHONPATH=/tmp/site:$PWD): no venv is made; the versions it sees go to peer_env")
+    ap.add_argument("--budget-seconds", type=float,
+                    help="stop before a step that clearly would not fit in this many seconds from the start, and "
+                         "give a started peer run the time left as its timeout; the JSON then says partial")
+    ap.add_argument("--record", action="store_true",
+                    help="also write bench/records/vs_ddranking_<device>.json (ratios, accuracies, time "
+                         "breakdown, machine, commit at the top level)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (MLflow stores, peer workdir)")
     args = ap.parse_args(argv)
+    t_all = time.perf_counter()
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"error: --device cuda, but torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() "
+              "is False)", file=sys.stderr)
+        return 2
+    if args.peer_python is not None and not args.peer_python.exists():
+        print(f"error: --peer-python {args.peer_python} does not exist", file=sys.stderr)
+        return 2
 
     if args.peer_defaults:
-        base = dict(PEER_DEFAULTS_QUICK if args.quick else PEER_DEFAULTS)
+        base = dict(PEER_DEFAULTS_QUICK if args.quick else GPU_PEER_DEFAULTS if args.device == "cuda" else PEER_DEFAULTS)
     else:
         base = dict(QUICK if args.quick else DEFAULT)
     for key in ("seeds", "epochs", "teacher_epochs", "train_per_class", "test_size"):
@@ -650,7 +552,7 @@ def main(argv=None) -> int:
               "keeps a constant lr, so the full-data references then differ", file=sys.stderr)
     cfg = {**base, "quick": args.quick, "temperature": args.temperature, "cutmix_beta": 1.0, "batch_size": 256,
            "lr_grid": LR_GRID, "lr_select": args.lr_select, "ipc": IPC, "w": 0.5, "gamma": 0.5,
-           "model": {"ddlib": "convnet", "peer": PEER_MODEL}, "baseline_seed": 0, "device": "cpu",
+           "model": {"ddlib": "convnet", "peer": PEER_MODEL}, "baseline_seed": 0, "device": args.device,
            "optimizer": "sgd, momentum 0.9, weight decay 5e-4", "scheduler": "cosine annealing to 0 (per epoch)",
            "full_data_recipe": "sgd lr 0.01 constant (the peer's REAL_DATA_TRAINING_CONFIG with StepLR(100) "
                                "never decaying below 100 epochs), batch 256, same epochs",
@@ -663,11 +565,11 @@ def main(argv=None) -> int:
             print(f"missing {need}", file=sys.stderr)
             return 2
 
-    import torch
-
     cfg["threads"] = torch.get_num_threads()
+    cfg["budget_seconds"] = args.budget_seconds
     sys.path.insert(0, str(BENCH))
     from machine import machine_info  # bench/machine.py, beside this script
+    from vs_ddranking_report import Budget, defects
     from ddlib.data.datasets import load_dataset, reduce_dataset
     from ddlib.data.loaders import extract_archive
 
@@ -676,20 +578,29 @@ def main(argv=None) -> int:
                      "machine": {**machine_info(cfg["device"]), "python": platform.python_version(),
                                  "cuda": torch.cuda.is_available()},
                      "settings": cfg, "ours": {}, "peer": {}}
-    t_all = time.perf_counter()
+    budget = Budget(args.budget_seconds, t_all)
 
-    # 1. the peer's venv
-    results["peer_env"] = ensure_peer_venv()
-    print(f"peer venv: {results['peer_env']['path']} ({'reused' if results['peer_env']['reused'] else 'created'}, "
-          f"{results['peer_env']['setup_seconds']} s)", flush=True)
+    # 1. the peer's venv (or the interpreter given)
+    if not args.ours_only:
+        try:
+            results["peer_env"] = given_peer_env(args.peer_python) if args.peer_python else ensure_peer_venv()
+        except RuntimeError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        env = results["peer_env"]
+        how = "given" if env.get("given") else "reused" if env["reused"] else "created"
+        print(f"peer python: {env['path']} ({how}, {env['setup_seconds']} s; ddranking {env['versions']['ddranking']}, "
+              f"torch {env['versions']['torch']}, numpy {env['versions']['numpy']})", flush=True)
 
     # 2. data: one decode (ddlib), written once in torchvision's layout for the peer
     t = time.perf_counter()
     tree = extract_archive(ARCHIVE, cache_dir() / "cifar10-jpeg")
     full = load_dataset("cifar10", tree)
-    full_tv = write_torchvision_cifar10(full, cache_dir() / "cifar10-jpeg-torchvision")
+    full_tv = None if args.ours_only else write_torchvision_cifar10(full, cache_dir() / "cifar10-jpeg-torchvision")
     reduced = reduce_dataset(full, cfg["train_per_class"], cfg["test_size"])
-    if reduced is full:
+    if args.ours_only:
+        peer_root = None
+    elif reduced is full:
         peer_root = full_tv
     else:
         tag = f"train{cfg['train_per_class']}pc-test{cfg['test_size']}-seed0"
@@ -711,7 +622,7 @@ def main(argv=None) -> int:
                        **({"precision": cfg["precision"]} if cfg.get("precision") else {})}
         shared = dict(dataset="cifar10", data_root=str(tree), method="dc",
                       source={"kind": "file", "path": str(DC_FILE)}, ipc=IPC, model="convnet", seeds=list(cfg["seeds"]),
-                      baseline_seed=0, device="cpu", train_per_class=cfg["train_per_class"], test_size=cfg["test_size"],
+                      baseline_seed=0, device=args.device, train_per_class=cfg["train_per_class"], test_size=cfg["test_size"],
                       preset=str(preset), preset_epochs=None, teacher_recipe=cfg["teacher_recipe"],
                       lr_select=cfg["lr_select"], lr_grid=LR_GRID,
                       lr_policy="symmetric",  # the peer searches every side when no syn_lr is passed
@@ -725,6 +636,9 @@ def main(argv=None) -> int:
         cfg["preset"] = preset.read_text()
         ds = distilled = None
         for i, protocol in enumerate(args.protocols):
+            # a later protocol reuses the first's lr searches: at least a third of its time (CPU runs: ~half)
+            if i and not budget.allows(f"ddlib {protocol}", results["ours"][args.protocols[0]]["wall_seconds"] / 3):
+                return _partial(results, args, t_all, budget)
             print(f"ddlib {protocol} ...", flush=True)
             store = scratch / ("mlruns" if cfg["store"] == "shared" else f"mlruns-{protocol}")
             out = run_ours(protocol, params[protocol], store, cfg["teacher_recipe"], teacher_file if i == 0 else None)
@@ -736,6 +650,9 @@ def main(argv=None) -> int:
         results["teacher"] = {"arch": "convnet = ConvNet-3", "recipe": cfg["teacher_recipe"],
                               "same_weights_in_every_store": len(digests) == 1,
                               "test_acc_ddlib": results["ours"][args.protocols[0]]["teacher"]["test_acc"]}
+        if args.ours_only:
+            results.update(ratios(results, args.protocols))
+            return _finish(results, args, t_all)
 
         # 4. the peer's inputs: the DC tensor as stored (normalised), ddlib's random subset (normalised)
         from ddlib.methods.select import baseline_subset
@@ -747,53 +664,61 @@ def main(argv=None) -> int:
         mean = torch.tensor(ds.mean).view(1, 3, 1, 1)
         std = torch.tensor(ds.std).view(1, 3, 1, 1)
         rdm = baseline_subset(ds, IPC, 0)  # ddlib's baseline at baseline_seed 0 (its own stream)
-        rdm_images = (rdm.images - mean) / std
-        ours_syn = (distilled.images - mean) / std
+        rdm_images = (rdm.images.cpu() - mean) / std
+        ours_syn = (distilled.images.cpu() - mean) / std
         results["inputs"] = {"dc_labels_class_major": class_major,
                              "max_abs_diff_dc_tensor_vs_ddlib_loaded": float((ours_syn - syn_images).abs().max()),
                              "random_subset": "ddlib.methods.select.baseline_subset(reduced data, ipc 10, seed 0), normalised"}
         if not class_major:
             raise RuntimeError("the DC set is not stored class-major; the peer would mislabel it")
         tensors = scratch / "peer_inputs.pt"
-        torch.save({"syn_images": syn_images, "rdm_images": rdm_images, "rdm_labels": rdm.labels}, tensors)
+        torch.save({"syn_images": syn_images, "rdm_images": rdm_images, "rdm_labels": rdm.labels.cpu()}, tensors)
 
         # 5. the peer: matched mode, then (--peer-defaults) at its defaults
         modes = ["matched", "defaults"] if args.peer_defaults else ["matched"]
+        python = args.peer_python or peer_python()
         raws = {}
         for i, mode in enumerate(modes):
+            key = "peer" if mode == "matched" else "peer_defaults"
+            # lower bounds: the peer is slower than ddlib (CPU: 2.3-4.5x), its defaults than its matched mode
+            estimate = (sum(results["ours"][p]["wall_seconds"] for p in args.protocols) if mode == "matched"
+                        else results["peer"]["process_seconds"])
+            if not budget.allows(f"peer {mode}", estimate):
+                return _partial(results, args, t_all, budget)
             spec = {"data_root": str(peer_root), "teacher_dir": str(scratch / "teachers"),
                     "workdir": str(scratch / f"peer-{mode}"), "tensors": str(tensors),
                     "out": str(scratch / f"peer_out_{mode}.json"), "seeds": cfg["seeds"],
                     "epochs": cfg["epochs"], "ipc": IPC, "model_name": PEER_MODEL, "optimizer": "sgd",
                     "lr_scheduler": "cosineannealing", "weight_decay": 0.0005, "momentum": 0.9,
                     "temperature": cfg["temperature"], "cutmix_beta": cfg["cutmix_beta"], "batch_size": 256,
-                    "w": cfg["w"], "gamma": cfg["gamma"], "protocols": args.protocols,
+                    "w": cfg["w"], "gamma": cfg["gamma"], "protocols": args.protocols, "device": args.device,
                     "probes": not args.no_probes and i == 0, "threads": cfg["threads"], "mode": mode,
                     # matched: one test after the last epoch, no loader workers; defaults: the peer's own
                     "test_interval": cfg["epochs"] if mode == "matched" else None,
                     "num_workers": 0 if mode == "matched" else None}
             print(f"DD-Ranking ({mode}) ...", flush=True)
-            run = run_peer(spec, scratch / f"peer_spec_{mode}.json")
+            run = run_peer(spec, scratch / f"peer_spec_{mode}.json", python, timeout=budget.left())
+            if run.get("failed") == "timeout":
+                done = [p for p in args.protocols if p in (run["partial_raw"] or {})]
+                results[key] = {**peer_summary(run["partial_raw"], done, cfg), "process_seconds": run["process_seconds"],
+                                "stopped": f"timeout: the budget's {budget.seconds} s ran out"} if done else {}
+                budget.skipped.append({"step": f"peer {mode}", "stopped_after_seconds": run["process_seconds"],
+                                       "protocols_finished": done})
+                return _partial(results, args, t_all, budget)
             if "failed" in run:
-                results["peer" if mode == "matched" else "peer_defaults"] = run
+                results[key] = run
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(results, indent=1, default=str))
                 print(run["log_tail"][-4000:], file=sys.stderr)
                 print(f"the peer failed ({mode}, exit {run['failed']}); partial results in {args.out}", file=sys.stderr)
                 return 1
             raw = raws[mode] = run["raw"]
-            summary = {protocol: {
-                "per_seed": peer_per_iteration(raw, protocol, cfg["seeds"], cfg["w"] if protocol == "lrs" else cfg["gamma"]),
-                "returned": raw[protocol]["returned"], "wall_seconds": raw[protocol]["wall_seconds"],
-                "setup_seconds": raw[protocol]["setup_seconds"], "compute_seconds": raw[protocol]["compute_seconds"],
-                "test_interval": raw.get("test_interval", {}).get(protocol),
-                "num_workers": raw.get("num_workers", {}).get(protocol),
-                "trials": raw[protocol]["trials"]} for protocol in args.protocols}
+            summary = peer_summary(raw, args.protocols, cfg)
             if mode == "matched":
                 results["peer_raw"] = raw
                 results["peer_process_seconds"] = run["process_seconds"]
                 results["peer_load_average_before_after"] = run["load_average_before_after"]
-                results["peer"] = summary
+                results["peer"] = {**summary, "process_seconds": run["process_seconds"]}
             else:
                 results["peer_defaults"] = {**summary, "process_seconds": run["process_seconds"],
                                             "load_average_before_after": run["load_average_before_after"],
@@ -807,17 +732,53 @@ def main(argv=None) -> int:
         d = results["data"]["digests"]
         results["data"]["same_images"] = d["ddlib_train"] == d["peer_train"] and d["ddlib_test"] == d["peer_test"]
         results.update(ratios(results, args.protocols))
-        results["peer_defects"] = defects(raw, cfg)
+        results["peer_defects"] = defects(raw, cfg, PEER_PINS)
     finally:
         if args.keep:
             print(f"scratch kept: {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
+    return _finish(results, args, t_all)
+
+
+def _partial(results: dict, args, t_all: float, budget) -> int:
+    """The budget ran out: write what there is, marked partial (ratios only where both sides finished)."""
+    done = [p for p in args.protocols if p in results["ours"]]
+    results["partial"] = {"why": f"--budget-seconds {budget.seconds}", "skipped": budget.skipped,
+                          "ratios_over": done}  # a ratio is given only where the peer finished all of them
+    results.update(ratios(results, done))
+    _write(results, args, t_all, done)
+    print(f"partial: {budget.skipped}; wrote {args.out}" + (f" and {results['record']}" if args.record else ""),
+          file=sys.stderr)
+    return 3
+
+
+def _write(results: dict, args, t_all: float, protocols: list[str]) -> None:
+    """The JSON (``--out``), with where each side's time went, and the record under ``--record``."""
+    from vs_ddranking_report import time_breakdown, write_record  # bench/, beside this script
 
     results["total_seconds"] = round(time.perf_counter() - t_all, 1)
     results["machine"]["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
+    results["time_breakdown"] = time_breakdown(results, protocols)
+    results["out"] = str(args.out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, default=str))
+    if args.record:
+        results["record"] = str(write_record(results, protocols, results["settings"]["device"]))
+
+
+def _finish(results: dict, args, t_all: float) -> int:
+    """Write the JSON and print the comparison (ddlib's side alone under ``--ours-only``)."""
+    from vs_ddranking_report import breakdown_table, defaults_table, table
+
+    cfg = results["settings"]
+    _write(results, args, t_all, args.protocols)
+    if args.ours_only:
+        for p, out in results["ours"].items():
+            print(f"ddlib {p}: {out['wall_seconds']:.0f} s, summary {out['summary']}")
+        print(breakdown_table(results["time_breakdown"]))
+        print(f"\nwrote {args.out}{' and ' + results['record'] if args.record else ''} ({results['total_seconds']:.0f} s in all)")
+        return 0
 
     s = cfg
     print(f"\nDC CIFAR-10 (JPEG) IPC {IPC}, ConvNet-3, seeds {s['seeds']}, {s['epochs']} epochs, teacher "
@@ -836,7 +797,8 @@ def main(argv=None) -> int:
     latent = [d["id"] for d in results["peer_defects"] if not d["hit"]]
     print(f"\npeer defects met on this workload ({len(hit)}): {', '.join(hit)}")
     print(f"latent peer defects shown by probes ({len(latent)}): {', '.join(latent)}")
-    print(f"\nwrote {args.out} ({results['total_seconds']:.0f} s in all)")
+    print(breakdown_table(results["time_breakdown"]))
+    print(f"\nwrote {args.out}{' and ' + results['record'] if args.record else ''} ({results['total_seconds']:.0f} s in all)")
     return 0
 
 

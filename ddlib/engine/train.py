@@ -47,6 +47,7 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
+from ddlib.data.device_copies import on_device
 from ddlib.engine.hooks import AugmentHook, Hooks, LossHook, Objective, cross_entropy_loss, hook_name
 from ddlib.engine.device import autocast, compile_cache_dir, generator, resolve_device, run_precision, synchronize
 from ddlib.engine.test_pass import Normalize, PreparedTestSet, as_pixels, model_accuracy, model_confusion, standard_layout
@@ -390,7 +391,7 @@ def train_and_test(
     mode, groups = _plan(batched, dev, runs, len(train_images), recipe, hooks.objective is not None, architecture,
                          model_name)
     normalize = Normalize(mean, std).to(dev) if preprocess is None else preprocess.to(dev)
-    loop = _Loop(standard_layout(train_images.to(dev)), train_targets.to(dev), normalize, hooks, recipe, precision,
+    loop = _Loop(standard_layout(on_device(train_images, dev)), train_targets.to(dev), normalize, hooks, recipe, precision,
                  architecture)
     tests = PreparedTestSet.of_call(test_images, test_labels, normalize, mean=mean, std=std, preprocess=preprocess,
                                     device=dev, num_classes=num_classes, batch_size=recipe.eval_batch_size,

@@ -36,6 +36,7 @@ from ddlib.data.datasets import Dataset
 from ddlib.engine.device import generator, resolve_device
 from ddlib.engine.stacked import stochastic_layers
 from ddlib.data.distilled import DistilledSet
+from ddlib.data.device_copies import on_device
 from ddlib.data.layout import standard_layout
 from ddlib.models import create_model
 from ddlib.methods import cost
@@ -98,7 +99,7 @@ def _distil(dataset: Dataset, dev: torch.device, identity: dict | None, *, ipc: 
     syn = normalize(standard_layout(start.images).to(dev)).detach().requires_grad_(True)  # ddlib.data.layout
     optimizer = torch.optim.SGD([syn], lr=lr_img, momentum=momentum)
 
-    real_images = dataset.train_images.to(dev)  # row-major, as every Dataset holds them
+    real_images = on_device(dataset.train_images, dev)  # row-major, as every Dataset holds them; kept on the device
     real_by_class = [torch.nonzero(dataset.train_labels == c).flatten() for c in range(dataset.num_classes)]
     syn_by_class = [torch.nonzero(start.labels == c).flatten().to(dev) for c in range(dataset.num_classes)]
     channels, height, width = dataset.image_shape
