@@ -332,7 +332,11 @@ def run_ours(protocol: str, params: dict, store: Path, teacher_recipe: dict, exp
     ds = cell.dataset
 
     t = time.perf_counter()
-    (teacher,) = get_teachers(ds, "convnet", 1, Recipe.from_dict(teacher_recipe), seeds=[0], device=cell.device)
+    # keyed as the cell's own call keys it (the protocol's revision is in a teacher's key), so the cell finds
+    # this teacher instead of training its own inside the timed part (it did until 2026-11-29: ~52 s of
+    # LRS's 434 s on a 2-core Zen 3)
+    (teacher,) = get_teachers(ds, "convnet", 1, Recipe.from_dict(teacher_recipe), seeds=[0], device=cell.device,
+                              protocol=cell.protocol)
     sync()
     teacher_seconds = time.perf_counter() - t
     state = {k: v.detach().cpu().clone() for k, v in teacher.state_dict().items()}
