@@ -64,9 +64,10 @@ def steps(call: int, device: str, out: Path) -> list[dict]:
                       "--budget-seconds", "380", "--record", "--out", str(out / f"vs_ddranking_{kind}_full.json")]},
         ]
     return [
-        {"name": "engine", "seconds": 300, "records": [f"engine_{kind}.json"],
+        # engine_levers' record is its whole JSON: --out names it (--record only moves the default path)
+        {"name": "engine", "seconds": 300, "records": [],
          "argv": [py, "bench/engine_levers.py", "--device", device, "--budget-seconds", "270", "--record",
-                  "--out", str(out / f"engine_levers_{kind}_full.json")]},
+                  "--out", str(out / f"engine_{kind}.json")]},
         {"name": "fixed_cost", "seconds": 160, "records": [f"fixed_cost_{kind}.json"],
          "argv": [py, "bench/fixed_cost.py", "--device", device, "--cells", "4", "--record",
                   "--out", str(out / f"fixed_cost_{kind}_full.json")]},
